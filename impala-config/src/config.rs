@@ -1,0 +1,281 @@
+//! `ImpalaConfig`: every option of RLlib's IMPALA with RLlib's default.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::model::ModelConfig;
+use crate::schedule::Schedule;
+
+/// The optimizer (`opt_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum OptType {
+    /// `torch.optim.Adam(lr)`.
+    #[default]
+    Adam,
+    /// `torch.optim.RMSprop(lr, weight_decay=decay, momentum, eps=epsilon)`, as RLlib's torch
+    /// policy builds it.
+    Rmsprop,
+}
+
+/// How the loss terms are reduced over the `T * B` steps of a train batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum LossReduction {
+    /// Sums, as RLlib's old-stack torch policy and DeepMind's reference (lr 5e-4 is tuned for it).
+    #[default]
+    Sum,
+    /// Means, as RLlib's new API stack learner.
+    Mean,
+}
+
+/// How `evaluation_duration` is counted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum DurationUnit {
+    /// Whole episodes.
+    #[default]
+    Episodes,
+    /// Env steps.
+    Timesteps,
+}
+
+/// Every option of RLlib's `ImpalaConfig` (old API stack names, see the seed `impala.py`) and the
+/// general `AlgorithmConfig` options it relies on, with RLlib's defaults unless a field's doc says
+/// otherwise. New API stack names (`num_env_runners`, `num_learners`, ...) are the field names
+/// where RLlib renamed them; the old names are accepted as aliases in config files.
+///
+/// Fields RLlib spells with a leading underscore (`_separate_vf_optimizer`, `_lr_vf`,
+/// `_fake_gpus`) keep that spelling in files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ImpalaConfig {
+    // ---- environment() ----
+    /// The Gymnasium id of the environment (RLlib's `env`).
+    pub env: String,
+    /// Keyword arguments for the environment's constructor (e.g. `max_episode_steps`).
+    pub env_config: BTreeMap<String, serde_json::Value>,
+    /// Clip rewards to `[-c, c]` (RLlib's `clip_rewards`: `None` = no clipping; Atari uses 1).
+    pub clip_rewards: Option<f64>,
+    /// Clip continuous actions to the action space bounds before stepping the env.
+    pub clip_actions: bool,
+    /// Normalise observations with a running mean/std filter (RLlib's `observation_filter=
+    /// "MeanStdFilter"` when true).
+    pub normalize_observations: bool,
+
+    // ---- training() ----
+    /// Discount factor.
+    pub gamma: f64,
+    /// Learning rate (ignored when `lr_schedule` is set).
+    pub lr: f64,
+    /// Env steps per train batch (RLlib concatenates fragments until at least this many).
+    pub train_batch_size: usize,
+    /// The model.
+    pub model: ModelConfig,
+    /// Use V-trace targets (false = A3C-style loss with GAE(lambda=1) advantages).
+    pub vtrace: bool,
+    /// rho-bar: clip for importance weights in the value targets; `None` = no clipping.
+    pub vtrace_clip_rho_threshold: Option<f64>,
+    /// pg-rho-bar: clip for importance weights in the policy-gradient advantages; `None` = none.
+    pub vtrace_clip_pg_rho_threshold: Option<f64>,
+    /// Drop the last step of every fragment from the loss (RLlib's legacy behaviour, default
+    /// `True` there). We bootstrap every row properly from `V(x_T)`, so the default is `false`.
+    pub vtrace_drop_last_ts: bool,
+    /// Slots per tower stack reserved for loading data in parallel (multi-GPU learner).
+    pub num_multi_gpu_tower_stacks: usize,
+    /// How many train batches are retained for `num_sgd_iter` passes.
+    pub minibatch_buffer_size: usize,
+    /// Passes over each train batch.
+    pub num_sgd_iter: usize,
+    /// Replayed batches per new batch on average (`p:1`); 0 disables replay.
+    pub replay_proportion: f64,
+    /// Sample batches kept for replay.
+    pub replay_buffer_num_slots: usize,
+    /// Capacity of the learner's input queue (train batches).
+    pub learner_queue_size: usize,
+    /// Seconds the learner waits for a train batch before reporting a stall (not fatal).
+    pub learner_queue_timeout: f64,
+    /// Unconsumed sample batches allowed per env runner.
+    pub max_requests_in_flight_per_sampler_worker: usize,
+    /// Unconsumed batches allowed per aggregation worker.
+    pub max_requests_in_flight_per_aggregator_worker: usize,
+    /// Seconds the driver waits for ready samples per training step (0 = only what is ready).
+    pub timeout_s_sampler_manager: f64,
+    /// Seconds the driver waits for aggregation results per training step.
+    pub timeout_s_aggregator_manager: f64,
+    /// Training steps between weight broadcasts to env runners.
+    pub broadcast_interval: usize,
+    /// Extra threads that apply replay and build train batches off the driver thread.
+    pub num_aggregation_workers: usize,
+    /// Clip the global norm of gradients to this; `None` = no clipping.
+    pub grad_clip: Option<f64>,
+    /// The optimizer.
+    pub opt_type: OptType,
+    /// Piecewise-linear learning-rate schedule `[[timestep, lr], ...]`.
+    pub lr_schedule: Option<Schedule>,
+    /// RMSProp decay (passed as torch's `weight_decay`, as RLlib's torch policy does).
+    pub decay: f64,
+    /// RMSProp momentum.
+    pub momentum: f64,
+    /// RMSProp epsilon.
+    pub epsilon: f64,
+    /// Weight of the value-function loss.
+    pub vf_loss_coeff: f64,
+    /// Weight of the entropy bonus.
+    pub entropy_coeff: f64,
+    /// Piecewise-linear entropy-coefficient schedule `[[timestep, coeff], ...]`.
+    pub entropy_coeff_schedule: Option<Schedule>,
+    /// Optimise the value function with its own Adam (`_lr_vf`).
+    #[serde(rename = "_separate_vf_optimizer")]
+    pub separate_vf_optimizer: bool,
+    /// Learning rate of the separate value-function optimizer.
+    #[serde(rename = "_lr_vf")]
+    pub lr_vf: f64,
+    /// How loss terms are reduced (impala-rs option; RLlib's old stack sums).
+    pub loss_reduction: LossReduction,
+
+    // ---- env_runners() ----
+    /// Env runner threads (old name `num_workers`); 0 samples on the driver thread.
+    pub num_env_runners: usize,
+    /// Environments stepped together by each runner (old name `num_envs_per_worker`).
+    pub num_envs_per_env_runner: usize,
+    /// Steps per row of a sample batch.
+    pub rollout_fragment_length: usize,
+    /// Recreate env runners that failed (old name `recreate_failed_workers`).
+    pub restart_failed_env_runners: bool,
+    /// How many runner restarts are allowed before training fails.
+    pub max_num_env_runner_restarts: usize,
+    /// CPUs reserved per env runner in the resource request.
+    pub num_cpus_per_env_runner: f64,
+    /// GPUs reserved per env runner in the resource request.
+    pub num_gpus_per_env_runner: f64,
+
+    // ---- learners() ----
+    /// Learner workers (new API stack); 0 means the learner runs in the main process.
+    pub num_learners: usize,
+    /// Train batch size per learner (new API stack); overrides `train_batch_size` when set.
+    pub train_batch_size_per_learner: Option<usize>,
+    /// GPUs per learner worker (new API stack).
+    pub num_gpus_per_learner: f64,
+    /// Threads that copy train batches to the GPU (new API stack).
+    pub num_gpu_loader_threads: usize,
+    /// libtorch intra-op threads of the learner (impala-rs option; runners always use 1).
+    pub num_learner_threads: usize,
+
+    // ---- resources() ----
+    /// GPUs for the learner (RLlib's default is 1; impala-rs defaults to 0 so the default
+    /// config runs on any machine).
+    pub num_gpus: f64,
+    /// CPUs for the driver process (old name `num_cpus_for_driver`).
+    pub num_cpus_for_main_process: f64,
+    /// Pretend GPUs exist by placing towers on the CPU (for testing multi-GPU code).
+    #[serde(rename = "_fake_gpus")]
+    pub fake_gpus: bool,
+
+    // ---- reporting() ----
+    /// Minimum seconds per `train()` call.
+    pub min_time_s_per_iteration: f64,
+    /// Minimum env steps sampled per `train()` call.
+    pub min_sample_timesteps_per_iteration: usize,
+    /// Minimum env steps trained per `train()` call.
+    pub min_train_timesteps_per_iteration: usize,
+    /// Episodes averaged for `episode_return_mean`.
+    pub metrics_num_episodes_for_smoothing: usize,
+
+    // ---- evaluation() ----
+    /// Evaluate every this many iterations; `None` = never.
+    pub evaluation_interval: Option<usize>,
+    /// How much to evaluate each time.
+    pub evaluation_duration: usize,
+    /// Unit of `evaluation_duration`.
+    pub evaluation_duration_unit: DurationUnit,
+    /// Env runners dedicated to evaluation (0 = evaluate on the driver thread).
+    pub evaluation_num_env_runners: usize,
+    /// Sample actions during evaluation (false = greedy).
+    pub evaluation_explore: bool,
+
+    // ---- debugging() ----
+    /// Seed for every RNG (envs, policies, replay); `None` = random.
+    pub seed: Option<u64>,
+    /// Log level of the `impala` command.
+    pub log_level: String,
+}
+
+impl Default for ImpalaConfig {
+    fn default() -> Self {
+        ImpalaConfig {
+            env: "CartPole-v1".into(),
+            env_config: BTreeMap::new(),
+            clip_rewards: None,
+            clip_actions: false,
+            normalize_observations: false,
+
+            gamma: 0.99,
+            lr: 0.0005,
+            train_batch_size: 500,
+            model: ModelConfig::default(),
+            vtrace: true,
+            vtrace_clip_rho_threshold: Some(1.0),
+            vtrace_clip_pg_rho_threshold: Some(1.0),
+            vtrace_drop_last_ts: false,
+            num_multi_gpu_tower_stacks: 1,
+            minibatch_buffer_size: 1,
+            num_sgd_iter: 1,
+            replay_proportion: 0.0,
+            replay_buffer_num_slots: 0,
+            learner_queue_size: 16,
+            learner_queue_timeout: 300.0,
+            max_requests_in_flight_per_sampler_worker: 2,
+            max_requests_in_flight_per_aggregator_worker: 2,
+            timeout_s_sampler_manager: 0.0,
+            timeout_s_aggregator_manager: 0.0,
+            broadcast_interval: 1,
+            num_aggregation_workers: 0,
+            grad_clip: Some(40.0),
+            opt_type: OptType::Adam,
+            lr_schedule: None,
+            decay: 0.99,
+            momentum: 0.0,
+            epsilon: 0.1,
+            vf_loss_coeff: 0.5,
+            entropy_coeff: 0.01,
+            entropy_coeff_schedule: None,
+            separate_vf_optimizer: false,
+            lr_vf: 0.0005,
+            loss_reduction: LossReduction::Sum,
+
+            num_env_runners: 2,
+            num_envs_per_env_runner: 1,
+            rollout_fragment_length: 50,
+            restart_failed_env_runners: true,
+            max_num_env_runner_restarts: 1000,
+            num_cpus_per_env_runner: 1.0,
+            num_gpus_per_env_runner: 0.0,
+
+            num_learners: 0,
+            train_batch_size_per_learner: None,
+            num_gpus_per_learner: 0.0,
+            num_gpu_loader_threads: 8,
+            num_learner_threads: 1,
+
+            num_gpus: 0.0,
+            num_cpus_for_main_process: 1.0,
+            fake_gpus: false,
+
+            min_time_s_per_iteration: 10.0,
+            min_sample_timesteps_per_iteration: 0,
+            min_train_timesteps_per_iteration: 0,
+            metrics_num_episodes_for_smoothing: 100,
+
+            evaluation_interval: None,
+            evaluation_duration: 10,
+            evaluation_duration_unit: DurationUnit::Episodes,
+            evaluation_num_env_runners: 0,
+            evaluation_explore: false,
+
+            seed: None,
+            log_level: "WARN".into(),
+        }
+    }
+}

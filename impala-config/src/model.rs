@@ -1,0 +1,56 @@
+//! The model options (RLlib's `MODEL_DEFAULTS` catalog dict, the subset IMPALA uses).
+
+use serde::{Deserialize, Serialize};
+
+/// One conv layer: `[out_channels, kernel, stride]` (RLlib writes kernel and stride as an int or
+/// a `[h, w]` pair; we accept square kernels and strides).
+pub type ConvFilter = [usize; 3];
+
+/// RLlib's model config (`config.model`), with `MODEL_DEFAULTS` values.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ModelConfig {
+    /// Hidden layer sizes of the fully connected net.
+    pub fcnet_hiddens: Vec<usize>,
+    /// Activation of the fully connected net: `tanh`, `relu`, `swish` or `linear`.
+    pub fcnet_activation: String,
+    /// Conv filters; `None` picks RLlib's default for the observation size (84, 64, 42, 10).
+    pub conv_filters: Option<Vec<ConvFilter>>,
+    /// Activation of the conv layers.
+    pub conv_activation: String,
+    /// Hidden layers after the conv stack (or after the LSTM).
+    pub post_fcnet_hiddens: Vec<usize>,
+    /// Activation of `post_fcnet_hiddens`.
+    pub post_fcnet_activation: String,
+    /// Share the torso between policy and value heads.
+    pub vf_share_layers: bool,
+    /// Wrap the model in an LSTM.
+    pub use_lstm: bool,
+    /// LSTM cell size.
+    pub lstm_cell_size: usize,
+    /// Maximum sequence length the LSTM is unrolled over.
+    pub max_seq_len: usize,
+    /// Stack this many frames of observations (RLlib's `framestack` for image envs).
+    pub framestack: usize,
+    /// Use a state-independent log-std for Gaussian actions (RLlib's `free_log_std`).
+    pub free_log_std: bool,
+}
+
+impl Default for ModelConfig {
+    fn default() -> Self {
+        ModelConfig {
+            fcnet_hiddens: vec![256, 256],
+            fcnet_activation: "tanh".into(),
+            conv_filters: None,
+            conv_activation: "relu".into(),
+            post_fcnet_hiddens: vec![],
+            post_fcnet_activation: "relu".into(),
+            vf_share_layers: true,
+            use_lstm: false,
+            lstm_cell_size: 256,
+            max_seq_len: 20,
+            framestack: 1,
+            free_log_std: false,
+        }
+    }
+}

@@ -1,0 +1,323 @@
+//! The time-major sample batch that env runners produce and the learner trains on.
+
+use crate::{CoreError, Result, Space};
+
+/// Experience from `num_rows` environment rows of `fragment_len` consecutive steps each, stored
+/// **time-major**: per-step fields are `[T, B, width]` row-major, so the value of row `b` at step
+/// `t` starts at `(t * B + b) * width`. This is the layout V-trace works on (RLlib's
+/// `make_time_major` output) and the one a vectorised runner writes naturally.
+///
+/// Each row is one contiguous slice of one env's trajectory (episodes may end inside a row; the
+/// env was reset there). The row's bootstrap observation (the observation after its last step)
+/// lets the learner compute `V(x_T)` with its current network. When an episode was truncated
+/// (time limit) at step `t`, `truncation_values[t, b]` holds the behaviour network's value of
+/// that episode's final observation, so the learner can fold `gamma * V(final_obs)` into the
+/// reward and cut the trace there (see DESIGN.md).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct SampleBatch {
+    /// T: steps per row (`rollout_fragment_length`).
+    pub fragment_len: usize,
+    /// B: number of rows.
+    pub num_rows: usize,
+    /// Shape of one observation (product = obs width).
+    pub obs_shape: Vec<usize>,
+    /// Values per action (see [`Space::flat_dim`]).
+    pub action_dim: usize,
+    /// Values per action-distribution input (see [`Space::dist_inputs_dim`]).
+    pub dist_inputs_dim: usize,
+    /// Values per recurrent state (0 for feed-forward policies).
+    pub state_dim: usize,
+    /// Observations `x_t`, `[T, B, obs]`.
+    pub obs: Vec<f32>,
+    /// Actions `a_t`, `[T, B, action_dim]`.
+    pub actions: Vec<f32>,
+    /// Rewards `r_t`, `[T, B]`.
+    pub rewards: Vec<f32>,
+    /// Whether step t ended its episode in a terminal state, `[T, B]`.
+    pub terminateds: Vec<bool>,
+    /// Whether step t ended its episode by truncation, `[T, B]`.
+    pub truncateds: Vec<bool>,
+    /// Behaviour log-probabilities `log mu(a_t|x_t)`, `[T, B]`.
+    pub action_logp: Vec<f32>,
+    /// Behaviour action-distribution inputs, `[T, B, dist_inputs_dim]`.
+    pub action_dist_inputs: Vec<f32>,
+    /// Behaviour value predictions `V_mu(x_t)`, `[T, B]`.
+    pub vf_preds: Vec<f32>,
+    /// Behaviour value of the final observation where step t was truncated, else 0; `[T, B]`.
+    pub truncation_values: Vec<f32>,
+    /// The observation after each row's last step, `[B, obs]`.
+    pub bootstrap_obs: Vec<f32>,
+    /// Recurrent state at the start of each row, `[B, state_dim]`.
+    pub state_in: Vec<f32>,
+    /// Weights version that acted in each row, `[B]`.
+    pub weights_version: Vec<u64>,
+}
+
+impl SampleBatch {
+    /// A zero-filled batch of `fragment_len` steps by `num_rows` rows for these spaces.
+    pub fn zeros(
+        fragment_len: usize,
+        num_rows: usize,
+        observation_space: &Space,
+        action_space: &Space,
+        state_dim: usize,
+    ) -> Self {
+        let n = fragment_len * num_rows;
+        let obs_shape = match observation_space {
+            Space::Discrete(_) => vec![1],
+            other => other.shape(),
+        };
+        let obs_dim: usize = obs_shape.iter().product();
+        let action_dim = action_space.flat_dim();
+        let dist_inputs_dim = action_space.dist_inputs_dim();
+        SampleBatch {
+            fragment_len,
+            num_rows,
+            obs_shape,
+            action_dim,
+            dist_inputs_dim,
+            state_dim,
+            obs: vec![0.0; n * obs_dim],
+            actions: vec![0.0; n * action_dim],
+            rewards: vec![0.0; n],
+            terminateds: vec![false; n],
+            truncateds: vec![false; n],
+            action_logp: vec![0.0; n],
+            action_dist_inputs: vec![0.0; n * dist_inputs_dim],
+            vf_preds: vec![0.0; n],
+            truncation_values: vec![0.0; n],
+            bootstrap_obs: vec![0.0; num_rows * obs_dim],
+            state_in: vec![0.0; num_rows * state_dim],
+            weights_version: vec![0; num_rows],
+        }
+    }
+
+    /// Values per observation.
+    pub fn obs_dim(&self) -> usize {
+        self.obs_shape.iter().product()
+    }
+
+    /// Env steps in the batch (`T * B`), RLlib's `batch.count`.
+    pub fn env_steps(&self) -> usize {
+        self.fragment_len * self.num_rows
+    }
+
+    /// Agent steps; equal to env steps for single-agent envs.
+    pub fn agent_steps(&self) -> usize {
+        self.env_steps()
+    }
+
+    /// Index of step `t` of row `b` in the `[T, B]` fields.
+    pub fn index(&self, t: usize, b: usize) -> usize {
+        t * self.num_rows + b
+    }
+
+    /// Checks that every field has the length its dimensions promise.
+    pub fn validate(&self) -> Result<()> {
+        let n = self.env_steps();
+        let b = self.num_rows;
+        let checks: [(&str, usize, usize); 12] = [
+            ("obs", n * self.obs_dim(), self.obs.len()),
+            ("actions", n * self.action_dim, self.actions.len()),
+            ("rewards", n, self.rewards.len()),
+            ("terminateds", n, self.terminateds.len()),
+            ("truncateds", n, self.truncateds.len()),
+            ("action_logp", n, self.action_logp.len()),
+            ("action_dist_inputs", n * self.dist_inputs_dim, self.action_dist_inputs.len()),
+            ("vf_preds", n, self.vf_preds.len()),
+            ("truncation_values", n, self.truncation_values.len()),
+            ("bootstrap_obs", b * self.obs_dim(), self.bootstrap_obs.len()),
+            ("state_in", b * self.state_dim, self.state_in.len()),
+            ("weights_version", b, self.weights_version.len()),
+        ];
+        for (what, expected, got) in checks {
+            if expected != got {
+                return Err(CoreError::ShapeMismatch { what: what.into(), expected, got });
+            }
+        }
+        Ok(())
+    }
+
+    /// Concatenates batches along the row (B) axis, as RLlib's `concat_samples` builds a train
+    /// batch from fragments. All parts must share T and the per-step layouts.
+    ///
+    /// ```
+    /// use impala_core::{SampleBatch, Space};
+    /// let (o, a) = (Space::Discrete(3), Space::Discrete(2));
+    /// let mut x = SampleBatch::zeros(2, 1, &o, &a, 0);
+    /// x.rewards = vec![1.0, 2.0];
+    /// let mut y = SampleBatch::zeros(2, 2, &o, &a, 0);
+    /// y.rewards = vec![3.0, 4.0, 5.0, 6.0];
+    /// let xy = SampleBatch::concat(&[x, y])?;
+    /// // time-major: step 0 of rows (x0, y0, y1), then step 1.
+    /// assert_eq!(xy.rewards, vec![1.0, 3.0, 4.0, 2.0, 5.0, 6.0]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn concat(parts: &[SampleBatch]) -> Result<SampleBatch> {
+        let Some(first) = parts.first() else {
+            return Err(CoreError::IncompatibleBatches { reason: "no batches given".into() });
+        };
+        for (i, p) in parts.iter().enumerate() {
+            p.validate()?;
+            let same = p.fragment_len == first.fragment_len
+                && p.obs_shape == first.obs_shape
+                && p.action_dim == first.action_dim
+                && p.dist_inputs_dim == first.dist_inputs_dim
+                && p.state_dim == first.state_dim;
+            if !same {
+                return Err(CoreError::IncompatibleBatches {
+                    reason: format!(
+                        "batch {i} has T={} obs={:?} action_dim={} dist_inputs_dim={} state_dim={}, \
+                         batch 0 has T={} obs={:?} action_dim={} dist_inputs_dim={} state_dim={}",
+                        p.fragment_len,
+                        p.obs_shape,
+                        p.action_dim,
+                        p.dist_inputs_dim,
+                        p.state_dim,
+                        first.fragment_len,
+                        first.obs_shape,
+                        first.action_dim,
+                        first.dist_inputs_dim,
+                        first.state_dim
+                    ),
+                });
+            }
+        }
+        let t = first.fragment_len;
+        let rows: Vec<usize> = parts.iter().map(|p| p.num_rows).collect();
+        let steps = |f: fn(&SampleBatch) -> &[f32], w: usize| interleave(parts, &rows, t, w, f);
+        let flags = |f: fn(&SampleBatch) -> &[bool]| interleave(parts, &rows, t, 1, f);
+        let per_row = |f: fn(&SampleBatch) -> &[f32]| parts.iter().flat_map(f).copied().collect();
+        Ok(SampleBatch {
+            fragment_len: t,
+            num_rows: rows.iter().sum(),
+            obs_shape: first.obs_shape.clone(),
+            action_dim: first.action_dim,
+            dist_inputs_dim: first.dist_inputs_dim,
+            state_dim: first.state_dim,
+            obs: steps(|p| &p.obs, first.obs_dim()),
+            actions: steps(|p| &p.actions, first.action_dim),
+            rewards: steps(|p| &p.rewards, 1),
+            terminateds: flags(|p| &p.terminateds),
+            truncateds: flags(|p| &p.truncateds),
+            action_logp: steps(|p| &p.action_logp, 1),
+            action_dist_inputs: steps(|p| &p.action_dist_inputs, first.dist_inputs_dim),
+            vf_preds: steps(|p| &p.vf_preds, 1),
+            truncation_values: steps(|p| &p.truncation_values, 1),
+            bootstrap_obs: per_row(|p| &p.bootstrap_obs),
+            state_in: per_row(|p| &p.state_in),
+            weights_version: parts.iter().flat_map(|p| p.weights_version.iter().copied()).collect(),
+        })
+    }
+
+    /// The rows `start..end` as a new batch (used to shard a train batch across towers).
+    pub fn rows(&self, start: usize, end: usize) -> Result<SampleBatch> {
+        if start > end || end > self.num_rows {
+            return Err(CoreError::ShapeMismatch {
+                what: format!("rows {start}..{end}"),
+                expected: self.num_rows,
+                got: end,
+            });
+        }
+        self.validate()?;
+        let nb = end - start;
+        let t = self.fragment_len;
+        let steps = |v: &[f32], w: usize| select_rows(v, t, self.num_rows, start, end, w);
+        let row_slice = |v: &[f32], w: usize| v[start * w..end * w].to_vec();
+        Ok(SampleBatch {
+            fragment_len: t,
+            num_rows: nb,
+            obs_shape: self.obs_shape.clone(),
+            action_dim: self.action_dim,
+            dist_inputs_dim: self.dist_inputs_dim,
+            state_dim: self.state_dim,
+            obs: steps(&self.obs, self.obs_dim()),
+            actions: steps(&self.actions, self.action_dim),
+            rewards: steps(&self.rewards, 1),
+            terminateds: select_rows(&self.terminateds, t, self.num_rows, start, end, 1),
+            truncateds: select_rows(&self.truncateds, t, self.num_rows, start, end, 1),
+            action_logp: steps(&self.action_logp, 1),
+            action_dist_inputs: steps(&self.action_dist_inputs, self.dist_inputs_dim),
+            vf_preds: steps(&self.vf_preds, 1),
+            truncation_values: steps(&self.truncation_values, 1),
+            bootstrap_obs: row_slice(&self.bootstrap_obs, self.obs_dim()),
+            state_in: row_slice(&self.state_in, self.state_dim),
+            weights_version: self.weights_version[start..end].to_vec(),
+        })
+    }
+}
+
+/// Interleaves `[T, B_i, w]` fields of several batches into one `[T, sum B_i, w]` field.
+fn interleave<V: Copy>(
+    parts: &[SampleBatch],
+    rows: &[usize],
+    t: usize,
+    w: usize,
+    field: impl Fn(&SampleBatch) -> &[V],
+) -> Vec<V> {
+    let total: usize = rows.iter().sum();
+    let mut out = Vec::with_capacity(t * total * w);
+    for step in 0..t {
+        for (p, &b) in parts.iter().zip(rows) {
+            out.extend_from_slice(&field(p)[step * b * w..(step + 1) * b * w]);
+        }
+    }
+    out
+}
+
+/// Rows `start..end` of a `[T, B, w]` field.
+fn select_rows<V: Copy>(v: &[V], t: usize, b: usize, start: usize, end: usize, w: usize) -> Vec<V> {
+    let mut out = Vec::with_capacity(t * (end - start) * w);
+    for step in 0..t {
+        out.extend_from_slice(&v[(step * b + start) * w..(step * b + end) * w]);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn numbered(t: usize, b: usize, offset: f32) -> SampleBatch {
+        let mut s = SampleBatch::zeros(t, b, &Space::Discrete(4), &Space::Discrete(2), 1);
+        for (i, r) in s.rewards.iter_mut().enumerate() {
+            *r = offset + i as f32;
+        }
+        for (i, o) in s.bootstrap_obs.iter_mut().enumerate() {
+            *o = offset + i as f32;
+        }
+        s.weights_version = (0..b as u64).collect();
+        s
+    }
+
+    #[test]
+    fn concat_then_rows_round_trips() -> Result<()> {
+        let (x, y) = (numbered(3, 2, 0.0), numbered(3, 3, 100.0));
+        let xy = SampleBatch::concat(&[x.clone(), y.clone()])?;
+        assert_eq!(xy.num_rows, 5);
+        xy.validate()?;
+        assert_eq!(xy.rows(0, 2)?, x);
+        assert_eq!(xy.rows(2, 5)?, y);
+        Ok(())
+    }
+
+    #[test]
+    fn concat_rejects_mismatched_fragments() {
+        let err = SampleBatch::concat(&[numbered(3, 1, 0.0), numbered(4, 1, 0.0)]);
+        assert!(matches!(err, Err(CoreError::IncompatibleBatches { .. })));
+        assert!(SampleBatch::concat(&[]).is_err());
+    }
+
+    #[test]
+    fn validate_names_the_field() {
+        let mut s = numbered(2, 2, 0.0);
+        s.vf_preds.pop();
+        let err = s.validate().map_err(|e| e.to_string());
+        assert!(err.is_err_and(|e| e.contains("vf_preds")));
+    }
+
+    #[test]
+    fn rows_out_of_range_is_an_error() {
+        assert!(numbered(2, 2, 0.0).rows(1, 3).is_err());
+    }
+}

@@ -1,0 +1,64 @@
+//! The environment trait, shaped like Gymnasium's `Env` (`reset(seed)`, `step(action)`).
+
+use crate::{Result, Space};
+
+/// What an environment is: its Gymnasium id, spaces and time limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct EnvSpec {
+    /// The Gymnasium id, e.g. `CartPole-v1`.
+    pub id: String,
+    /// The observation space (observations are flattened `f32`).
+    pub observation_space: Space,
+    /// The action space.
+    pub action_space: Space,
+    /// Steps after which an episode is truncated (Gymnasium's `TimeLimit`), if any.
+    pub max_episode_steps: Option<usize>,
+}
+
+/// The result of one `step`, without the observation (written into the caller's buffer).
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+pub struct StepOutcome {
+    /// The reward of this transition.
+    pub reward: f64,
+    /// The episode reached a terminal state (no bootstrapping past it).
+    pub terminated: bool,
+    /// The episode was cut short, e.g. by a time limit (bootstrap from the final observation).
+    pub truncated: bool,
+}
+
+impl StepOutcome {
+    /// Whether the episode ended, one way or the other.
+    pub fn done(&self) -> bool {
+        self.terminated || self.truncated
+    }
+}
+
+/// A Gymnasium-compatible environment that writes observations into caller-owned buffers, so
+/// stepping never allocates.
+///
+/// After `terminated` or `truncated`, the caller must call [`Env::reset`] before stepping again.
+pub trait Env: Send {
+    /// The spaces and id of this environment.
+    fn spec(&self) -> &EnvSpec;
+
+    /// Starts a new episode and writes its first observation into `obs`
+    /// (`observation_space.flat_dim()` values). A `Some(seed)` reseeds the env's RNG, as
+    /// Gymnasium's `reset(seed=...)`.
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<()>;
+
+    /// Applies `action` (`action_space.flat_dim()` values, see [`Space`]) and writes the next
+    /// observation into `obs`.
+    fn step(&mut self, action: &[f32], obs: &mut [f32]) -> Result<StepOutcome>;
+}
+
+impl<E: Env + ?Sized> Env for Box<E> {
+    fn spec(&self) -> &EnvSpec {
+        (**self).spec()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<()> {
+        (**self).reset(seed, obs)
+    }
+    fn step(&mut self, action: &[f32], obs: &mut [f32]) -> Result<StepOutcome> {
+        (**self).step(action, obs)
+    }
+}
