@@ -1,5 +1,7 @@
 //! The time-major sample batch that env runners produce and the learner trains on.
 
+use std::borrow::Borrow;
+
 use crate::{CoreError, Result, Space};
 
 /// Experience from `num_rows` environment rows of `fragment_len` consecutive steps each, stored
@@ -139,7 +141,9 @@ impl SampleBatch {
     }
 
     /// Concatenates batches along the row (B) axis, as RLlib's `concat_samples` builds a train
-    /// batch from fragments. All parts must share T and the per-step layouts.
+    /// batch from fragments. All parts must share T and the per-step layouts. Parts may be owned,
+    /// borrowed or shared (`&[SampleBatch]`, `&[&SampleBatch]`, `&[Arc<SampleBatch>]`), so
+    /// callers holding replayed batches copy the data once.
     ///
     /// ```
     /// use impala_core::{SampleBatch, Space};
@@ -153,8 +157,10 @@ impl SampleBatch {
     /// assert_eq!(xy.rewards, vec![1.0, 3.0, 4.0, 2.0, 5.0, 6.0]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
-    pub fn concat(parts: &[SampleBatch]) -> Result<SampleBatch> {
-        let Some(first) = parts.first() else {
+    pub fn concat<B: Borrow<SampleBatch>>(parts: &[B]) -> Result<SampleBatch> {
+        let parts: Vec<&SampleBatch> = parts.iter().map(Borrow::borrow).collect();
+        let parts = parts.as_slice();
+        let Some(&first) = parts.first() else {
             return Err(CoreError::IncompatibleBatches { reason: "no batches given".into() });
         };
         for (i, p) in parts.iter().enumerate() {
@@ -187,7 +193,7 @@ impl SampleBatch {
         let rows: Vec<usize> = parts.iter().map(|p| p.num_rows).collect();
         let steps = |f: fn(&SampleBatch) -> &[f32], w: usize| interleave(parts, &rows, t, w, f);
         let flags = |f: fn(&SampleBatch) -> &[bool]| interleave(parts, &rows, t, 1, f);
-        let per_row = |f: fn(&SampleBatch) -> &[f32]| parts.iter().flat_map(f).copied().collect();
+        let per_row = |f: fn(&SampleBatch) -> &[f32]| parts.iter().flat_map(|p| f(p)).copied().collect();
         Ok(SampleBatch {
             fragment_len: t,
             num_rows: rows.iter().sum(),
@@ -249,7 +255,7 @@ impl SampleBatch {
 
 /// Interleaves `[T, B_i, w]` fields of several batches into one `[T, sum B_i, w]` field.
 fn interleave<V: Copy>(
-    parts: &[SampleBatch],
+    parts: &[&SampleBatch],
     rows: &[usize],
     t: usize,
     w: usize,
@@ -305,7 +311,7 @@ mod tests {
     fn concat_rejects_mismatched_fragments() {
         let err = SampleBatch::concat(&[numbered(3, 1, 0.0), numbered(4, 1, 0.0)]);
         assert!(matches!(err, Err(CoreError::IncompatibleBatches { .. })));
-        assert!(SampleBatch::concat(&[]).is_err());
+        assert!(SampleBatch::concat::<SampleBatch>(&[]).is_err());
     }
 
     #[test]

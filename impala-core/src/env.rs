@@ -28,6 +28,7 @@ pub struct StepOutcome {
 
 impl StepOutcome {
     /// Whether the episode ended, one way or the other.
+    #[inline]
     pub fn done(&self) -> bool {
         self.terminated || self.truncated
     }

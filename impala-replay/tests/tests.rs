@@ -1,1 +1,8 @@
-//! Integration tests.
+//! The single integration-test binary of impala-replay.
+
+mod mixin;
+mod props;
+mod rllib;
+
+/// Tests return this so `?` works on any error.
+type TestResult = Result<(), Box<dyn std::error::Error>>;

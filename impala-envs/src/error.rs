@@ -1,0 +1,78 @@
+//! The crate's error type.
+
+use impala_core::CoreError;
+
+/// Errors raised while building environments, wrappers and vectorised envs.
+///
+/// Stepping errors are [`CoreError`]s (the [`impala_core::Env`] trait's error), wrapped here as
+/// [`EnvError::Core`] when they pass through a [`crate::VectorEnv`].
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EnvError {
+    /// No environment is registered under this id.
+    #[error("unknown environment `{id}`{}; known ids: {}", did_you_mean(.suggestion), .known.join(", "))]
+    UnknownEnv {
+        /// The id asked for.
+        id: String,
+        /// The nearest known id, if one is close.
+        suggestion: Option<String>,
+        /// Every registered id.
+        known: Vec<String>,
+    },
+    /// An `env_config` key that this environment does not take.
+    #[error("unknown env_config key `{key}` for `{env}`{}; accepted keys: {}", did_you_mean(.suggestion), .accepted.join(", "))]
+    UnknownConfigKey {
+        /// The environment id.
+        env: String,
+        /// The offending key.
+        key: String,
+        /// The nearest accepted key, if one is close.
+        suggestion: Option<String>,
+        /// Every key this environment accepts.
+        accepted: Vec<String>,
+    },
+    /// An `env_config` value of the wrong type or out of range.
+    #[error("env_config `{key}` for `{env}` must be {expected}, got {got}")]
+    InvalidConfigValue {
+        /// The environment id.
+        env: String,
+        /// The key.
+        key: String,
+        /// What the value must be.
+        expected: String,
+        /// The value given, as JSON.
+        got: String,
+    },
+    /// A wrapper or vectorised env that cannot be built from what it was given.
+    #[error("cannot build {what}: {reason}")]
+    InvalidSetup {
+        /// Which wrapper or helper.
+        what: String,
+        /// Why.
+        reason: String,
+    },
+    /// An error from an environment (see [`CoreError`]).
+    #[error(transparent)]
+    Core(#[from] CoreError),
+}
+
+fn did_you_mean(suggestion: &Option<String>) -> String {
+    suggestion.as_ref().map(|s| format!(" (did you mean `{s}`?)")).unwrap_or_default()
+}
+
+/// The crate's result alias.
+pub type Result<T, E = EnvError> = std::result::Result<T, E>;
+
+/// The candidate closest to `name` (case-insensitive edit distance), if it is reasonably close.
+pub(crate) fn nearest<'a>(
+    name: &str,
+    candidates: impl IntoIterator<Item = &'a str>,
+) -> Option<String> {
+    let name = name.to_lowercase();
+    candidates
+        .into_iter()
+        .map(|c| (strsim::normalized_damerau_levenshtein(&name, &c.to_lowercase()), c))
+        .filter(|(score, _)| *score >= 0.5)
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, c)| c.to_string())
+}

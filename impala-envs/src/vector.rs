@@ -1,0 +1,229 @@
+//! Stepping N environments together with automatic resets.
+
+use crate::{EnvError, Result};
+use impala_core::{Env, EpisodeStats, Space};
+
+/// What one [`VectorEnv::step`] produced, one entry per env (`[N]`, or `[N, obs_dim]` row-major).
+///
+/// `obs` is the **next observation** each env's policy acts on: for an env whose episode just
+/// ended, it is already the first observation of the next episode (auto-reset in the same step,
+/// as Gymnasium's `AutoresetMode.SAME_STEP` and RLlib's env runners). The observation that ended
+/// the episode lives in `final_obs` (Gymnasium's `final_obs`), which is what a truncated episode
+/// bootstraps from.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct VectorStep {
+    /// Next observations, `[N, obs_dim]` (reset observations where an episode ended).
+    pub obs: Vec<f32>,
+    /// Rewards of this step, `[N]`.
+    pub rewards: Vec<f64>,
+    /// Whether each env's episode reached a terminal state this step, `[N]`.
+    pub terminateds: Vec<bool>,
+    /// Whether each env's episode was truncated (time limit) this step, `[N]`.
+    pub truncateds: Vec<bool>,
+    /// The last observation of each episode that ended this step, `[N, obs_dim]`; rows of envs
+    /// whose episode goes on are zero. Use [`VectorStep::final_obs`].
+    pub final_obs: Vec<f32>,
+    /// `(env index, stats)` of every episode that ended this step.
+    pub episodes: Vec<(usize, EpisodeStats)>,
+    obs_dim: usize,
+}
+
+impl VectorStep {
+    /// Whether env `i`'s episode ended this step.
+    pub fn done(&self, i: usize) -> bool {
+        self.terminateds[i] || self.truncateds[i]
+    }
+
+    /// The final observation of env `i`'s episode if it ended this step.
+    pub fn final_obs(&self, i: usize) -> Option<&[f32]> {
+        let dim = self.obs_dim;
+        self.done(i).then(|| &self.final_obs[i * dim..(i + 1) * dim])
+    }
+}
+
+/// N environments stepped in lock-step by one thread, resetting each one as its episode ends and
+/// tracking per-env episode returns and lengths (RLlib's env runner vectorisation,
+/// `num_envs_per_env_runner`).
+///
+/// Seeding follows Gymnasium's vector envs: `VectorEnv::new(envs, Some(seed))` resets env `i`
+/// with seed `seed + i` on the first [`VectorEnv::reset`]; later resets (automatic or not)
+/// continue each env's own RNG.
+///
+/// ```
+/// use impala_envs::{make, VectorEnv};
+///
+/// let config = Default::default();
+/// let envs = (0..4).map(|_| make("CartPole-v1", &config)).collect::<Result<Vec<_>, _>>()?;
+/// let mut vec_env = VectorEnv::new(envs, Some(0))?;
+/// let obs = vec_env.reset()?;
+/// assert_eq!(obs.len(), 4 * 4);
+/// let mut finished = 0;
+/// for _ in 0..100 {
+///     let step = vec_env.step(&[1.0; 4])?; // always push right: episodes end quickly
+///     for (i, stats) in &step.episodes {
+///         assert!(step.final_obs(*i).is_some());
+///         assert!(stats.episode_len > 0);
+///         finished += 1;
+///     }
+/// }
+/// assert!(finished > 4);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct VectorEnv {
+    envs: Vec<Box<dyn Env>>,
+    obs_dim: usize,
+    action_dim: usize,
+    seed: Option<u64>,
+    started: bool,
+    step: VectorStep,
+    returns: Vec<f64>,
+    lengths: Vec<u64>,
+}
+
+impl std::fmt::Debug for VectorEnv {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VectorEnv")
+            .field("env", &self.envs[0].spec().id)
+            .field("num_envs", &self.envs.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl VectorEnv {
+    /// Vectorises `envs` (at least one, all with the same observation and action spaces).
+    pub fn new(envs: Vec<Box<dyn Env>>, seed: Option<u64>) -> Result<Self> {
+        let invalid = |reason: String| EnvError::InvalidSetup { what: "VectorEnv".into(), reason };
+        let first = envs.first().ok_or_else(|| invalid("needs at least one env".into()))?.spec();
+        let (obs_space, act_space) = (&first.observation_space, &first.action_space);
+        if let Some(i) = envs.iter().position(|e| {
+            e.spec().observation_space != *obs_space || e.spec().action_space != *act_space
+        }) {
+            return Err(invalid(format!(
+                "env {i} ({}) has spaces {} / {}, env 0 ({}) has {obs_space} / {act_space}",
+                envs[i].spec().id,
+                envs[i].spec().observation_space,
+                envs[i].spec().action_space,
+                first.id
+            )));
+        }
+        let (n, obs_dim, action_dim) = (envs.len(), obs_space.flat_dim(), act_space.flat_dim());
+        Ok(Self {
+            envs,
+            obs_dim,
+            action_dim,
+            seed,
+            started: false,
+            step: VectorStep {
+                obs: vec![0.0; n * obs_dim],
+                rewards: vec![0.0; n],
+                terminateds: vec![false; n],
+                truncateds: vec![false; n],
+                final_obs: vec![0.0; n * obs_dim],
+                episodes: Vec::new(),
+                obs_dim,
+            },
+            returns: vec![0.0; n],
+            lengths: vec![0; n],
+        })
+    }
+
+    /// The number of envs.
+    pub fn num_envs(&self) -> usize {
+        self.envs.len()
+    }
+
+    /// The (shared) observation space of one env.
+    pub fn observation_space(&self) -> &Space {
+        &self.envs[0].spec().observation_space
+    }
+
+    /// The (shared) action space of one env.
+    pub fn action_space(&self) -> &Space {
+        &self.envs[0].spec().action_space
+    }
+
+    /// The envs, e.g. to read their specs.
+    pub fn envs(&self) -> &[Box<dyn Env>] {
+        &self.envs
+    }
+
+    /// The current observations, `[N, obs_dim]` (what the last reset or step returned).
+    pub fn obs(&self) -> &[f32] {
+        &self.step.obs
+    }
+
+    /// Resets every env and returns the first observations, `[N, obs_dim]`. Episodes in progress
+    /// are dropped without being reported.
+    pub fn reset(&mut self) -> Result<&[f32]> {
+        let seed = if self.started { None } else { self.seed };
+        for (i, (env, obs)) in
+            self.envs.iter_mut().zip(self.step.obs.chunks_exact_mut(self.obs_dim)).enumerate()
+        {
+            env.reset(seed.map(|s| s.wrapping_add(i as u64)), obs)?;
+        }
+        self.started = true;
+        self.returns.fill(0.0);
+        self.lengths.fill(0);
+        let step = &mut self.step;
+        step.rewards.fill(0.0);
+        step.terminateds.fill(false);
+        step.truncateds.fill(false);
+        step.final_obs.fill(0.0);
+        step.episodes.clear();
+        Ok(&self.step.obs)
+    }
+
+    /// Steps every env with its action (`actions` is `[N, action_dim]`), resets the envs whose
+    /// episode ended, and returns the step (see [`VectorStep`] for which observation is which).
+    /// Calls [`VectorEnv::reset`] first if it never ran. After an error (an invalid action, a
+    /// failing env) some envs have stepped and others not: call [`VectorEnv::reset`].
+    pub fn step(&mut self, actions: &[f32]) -> Result<&VectorStep> {
+        let n = self.envs.len();
+        if actions.len() != n * self.action_dim {
+            return Err(EnvError::Core(impala_core::CoreError::ShapeMismatch {
+                what: "VectorEnv actions".into(),
+                expected: n * self.action_dim,
+                got: actions.len(),
+            }));
+        }
+        if !self.started {
+            self.reset()?;
+        }
+        let step = &mut self.step;
+        step.episodes.clear();
+        let (dim, adim) = (self.obs_dim, self.action_dim);
+        let rows = self
+            .envs
+            .iter_mut()
+            .zip(step.obs.chunks_exact_mut(dim))
+            .zip(step.final_obs.chunks_exact_mut(dim))
+            .zip(actions.chunks_exact(adim))
+            .zip(self.returns.iter_mut().zip(&mut self.lengths));
+        for (i, ((((env, obs), final_obs), action), (episode_return, episode_len))) in
+            rows.enumerate()
+        {
+            if step.terminateds[i] || step.truncateds[i] {
+                final_obs.fill(0.0); // the row held the previous step's final observation
+            }
+            let outcome = env.step(action, obs)?;
+            step.rewards[i] = outcome.reward;
+            step.terminateds[i] = outcome.terminated;
+            step.truncateds[i] = outcome.truncated;
+            *episode_return += outcome.reward;
+            *episode_len += 1;
+            if outcome.terminated || outcome.truncated {
+                final_obs.copy_from_slice(obs);
+                let stats = EpisodeStats {
+                    episode_return: *episode_return,
+                    episode_len: *episode_len,
+                    truncated: outcome.truncated && !outcome.terminated,
+                };
+                step.episodes.push((i, stats));
+                *episode_return = 0.0;
+                *episode_len = 0;
+                env.reset(None, obs)?;
+            }
+        }
+        Ok(&self.step)
+    }
+}
