@@ -30,6 +30,34 @@ pub enum LossReduction {
     Mean,
 }
 
+/// How Ray places the resource bundles (`placement_strategy`); impala-rs runs on one machine and
+/// only reports it in the resource request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum PlacementStrategy {
+    /// All bundles on as few nodes as possible.
+    #[default]
+    Pack,
+    /// Bundles spread over nodes.
+    Spread,
+    /// All bundles on one node, or fail.
+    StrictPack,
+    /// Every bundle on its own node, or fail.
+    StrictSpread,
+}
+
+impl PlacementStrategy {
+    /// RLlib's spelling (`"PACK"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlacementStrategy::Pack => "PACK",
+            PlacementStrategy::Spread => "SPREAD",
+            PlacementStrategy::StrictPack => "STRICT_PACK",
+            PlacementStrategy::StrictSpread => "STRICT_SPREAD",
+        }
+    }
+}
+
 /// How `evaluation_duration` is counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -47,7 +75,10 @@ pub enum DurationUnit {
 /// where RLlib renamed them; the old names are accepted as aliases in config files.
 ///
 /// Fields RLlib spells with a leading underscore (`_separate_vf_optimizer`, `_lr_vf`,
-/// `_fake_gpus`) keep that spelling in files.
+/// `_fake_gpus`, `_env_runners_only`, `_skip_learners`) keep that spelling in files.
+///
+/// The `#[serde(alias)]` names are the ones listed in [`crate::ALIASES`] (a test checks both
+/// agree); optional scalars also accept the string `"none"`, because TOML has no null.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ImpalaConfig {
@@ -57,6 +88,7 @@ pub struct ImpalaConfig {
     /// Keyword arguments for the environment's constructor (e.g. `max_episode_steps`).
     pub env_config: BTreeMap<String, serde_json::Value>,
     /// Clip rewards to `[-c, c]` (RLlib's `clip_rewards`: `None` = no clipping; Atari uses 1).
+    #[serde(deserialize_with = "crate::serde_util::none_or")]
     pub clip_rewards: Option<f64>,
     /// Clip continuous actions to the action space bounds before stepping the env.
     pub clip_actions: bool,
@@ -76,17 +108,24 @@ pub struct ImpalaConfig {
     /// Use V-trace targets (false = A3C-style loss with GAE(lambda=1) advantages).
     pub vtrace: bool,
     /// rho-bar: clip for importance weights in the value targets; `None` = no clipping.
+    #[serde(deserialize_with = "crate::serde_util::none_or")]
     pub vtrace_clip_rho_threshold: Option<f64>,
     /// pg-rho-bar: clip for importance weights in the policy-gradient advantages; `None` = none.
+    #[serde(deserialize_with = "crate::serde_util::none_or")]
     pub vtrace_clip_pg_rho_threshold: Option<f64>,
     /// Drop the last step of every fragment from the loss (RLlib's legacy behaviour, default
     /// `True` there). We bootstrap every row properly from `V(x_T)`, so the default is `false`.
     pub vtrace_drop_last_ts: bool,
     /// Slots per tower stack reserved for loading data in parallel (multi-GPU learner).
     pub num_multi_gpu_tower_stacks: usize,
+    /// RLlib's deprecated name of `num_multi_gpu_tower_stacks`: validation copies it there with
+    /// a deprecation warning, as RLlib's `validate_config` does.
+    #[serde(deserialize_with = "crate::serde_util::none_or")]
+    pub num_data_loader_buffers: Option<usize>,
     /// How many train batches are retained for `num_sgd_iter` passes.
     pub minibatch_buffer_size: usize,
-    /// Passes over each train batch.
+    /// Passes over each train batch (new API stack name `num_epochs`).
+    #[serde(alias = "num_epochs")]
     pub num_sgd_iter: usize,
     /// Replayed batches per new batch on average (`p:1`); 0 disables replay.
     pub replay_proportion: f64,
@@ -97,8 +136,13 @@ pub struct ImpalaConfig {
     /// Seconds the learner waits for a train batch before reporting a stall (not fatal).
     pub learner_queue_timeout: f64,
     /// Unconsumed sample batches allowed per env runner.
+    #[serde(
+        alias = "max_sample_requests_in_flight_per_worker",
+        alias = "max_requests_in_flight_per_env_runner"
+    )]
     pub max_requests_in_flight_per_sampler_worker: usize,
     /// Unconsumed batches allowed per aggregation worker.
+    #[serde(alias = "max_requests_in_flight_per_aggregator_actor")]
     pub max_requests_in_flight_per_aggregator_worker: usize,
     /// Seconds the driver waits for ready samples per training step (0 = only what is ready).
     pub timeout_s_sampler_manager: f64,
@@ -107,8 +151,10 @@ pub struct ImpalaConfig {
     /// Training steps between weight broadcasts to env runners.
     pub broadcast_interval: usize,
     /// Extra threads that apply replay and build train batches off the driver thread.
+    #[serde(alias = "num_aggregator_actors_per_learner")]
     pub num_aggregation_workers: usize,
     /// Clip the global norm of gradients to this; `None` = no clipping.
+    #[serde(deserialize_with = "crate::serde_util::none_or")]
     pub grad_clip: Option<f64>,
     /// The optimizer.
     pub opt_type: OptType,
@@ -134,29 +180,46 @@ pub struct ImpalaConfig {
     pub lr_vf: f64,
     /// How loss terms are reduced (impala-rs option; RLlib's old stack sums).
     pub loss_reduction: LossReduction,
+    /// Train with the single-device `LearnerThread` instead of the multi-GPU learner thread
+    /// (RLlib's `simple_optimizer`; RLlib's validation sets it to false for single-agent torch,
+    /// so the multi-GPU thread is the normal path, and the tower-stack rules apply only there).
+    pub simple_optimizer: bool,
 
     // ---- env_runners() ----
     /// Env runner threads (old name `num_workers`); 0 samples on the driver thread.
+    #[serde(alias = "num_workers", alias = "num_rollout_workers")]
     pub num_env_runners: usize,
     /// Environments stepped together by each runner (old name `num_envs_per_worker`).
+    #[serde(alias = "num_envs_per_worker")]
     pub num_envs_per_env_runner: usize,
     /// Steps per row of a sample batch.
     pub rollout_fragment_length: usize,
     /// Recreate env runners that failed (old name `recreate_failed_workers`).
+    #[serde(alias = "recreate_failed_workers")]
     pub restart_failed_env_runners: bool,
     /// How many runner restarts are allowed before training fails.
+    #[serde(alias = "max_num_worker_restarts")]
     pub max_num_env_runner_restarts: usize,
     /// CPUs reserved per env runner in the resource request.
+    #[serde(alias = "num_cpus_per_worker")]
     pub num_cpus_per_env_runner: f64,
     /// GPUs reserved per env runner in the resource request.
+    #[serde(alias = "num_gpus_per_worker")]
     pub num_gpus_per_env_runner: f64,
+    /// Custom Ray resources reserved per env runner in the resource request (old name
+    /// `custom_resources_per_worker`).
+    #[serde(alias = "custom_resources_per_worker")]
+    pub custom_resources_per_env_runner: BTreeMap<String, f64>,
 
     // ---- learners() ----
     /// Learner workers (new API stack); 0 means the learner runs in the main process.
+    #[serde(alias = "num_learner_workers")]
     pub num_learners: usize,
     /// Train batch size per learner (new API stack); overrides `train_batch_size` when set.
+    #[serde(deserialize_with = "crate::serde_util::none_or")]
     pub train_batch_size_per_learner: Option<usize>,
     /// GPUs per learner worker (new API stack).
+    #[serde(alias = "num_gpus_per_learner_worker")]
     pub num_gpus_per_learner: f64,
     /// Threads that copy train batches to the GPU (new API stack).
     pub num_gpu_loader_threads: usize,
@@ -168,38 +231,54 @@ pub struct ImpalaConfig {
     /// config runs on any machine).
     pub num_gpus: f64,
     /// CPUs for the driver process (old name `num_cpus_for_driver`).
+    #[serde(alias = "num_cpus_for_driver")]
     pub num_cpus_for_main_process: f64,
     /// Pretend GPUs exist by placing towers on the CPU (for testing multi-GPU code).
     #[serde(rename = "_fake_gpus")]
     pub fake_gpus: bool,
+    /// How the bundles of the resource request are placed.
+    pub placement_strategy: PlacementStrategy,
 
     // ---- reporting() ----
     /// Minimum seconds per `train()` call.
+    #[serde(alias = "min_iter_time_s")]
     pub min_time_s_per_iteration: f64,
     /// Minimum env steps sampled per `train()` call.
+    #[serde(alias = "timesteps_per_iteration")]
     pub min_sample_timesteps_per_iteration: usize,
     /// Minimum env steps trained per `train()` call.
     pub min_train_timesteps_per_iteration: usize,
     /// Episodes averaged for `episode_return_mean`.
+    #[serde(alias = "metrics_smoothing_episodes")]
     pub metrics_num_episodes_for_smoothing: usize,
 
     // ---- evaluation() ----
-    /// Evaluate every this many iterations; `None` = never.
+    /// Evaluate every this many iterations; `None` (or 0, as in RLlib) = never.
+    #[serde(deserialize_with = "crate::serde_util::none_or")]
     pub evaluation_interval: Option<usize>,
     /// How much to evaluate each time.
     pub evaluation_duration: usize,
     /// Unit of `evaluation_duration`.
     pub evaluation_duration_unit: DurationUnit,
     /// Env runners dedicated to evaluation (0 = evaluate on the driver thread).
+    #[serde(alias = "evaluation_num_workers")]
     pub evaluation_num_env_runners: usize,
     /// Sample actions during evaluation (false = greedy).
     pub evaluation_explore: bool,
 
     // ---- debugging() ----
     /// Seed for every RNG (envs, policies, replay); `None` = random.
+    #[serde(deserialize_with = "crate::serde_util::none_or")]
     pub seed: Option<u64>,
     /// Log level of the `impala` command.
     pub log_level: String,
+    /// Only run the env runners: discard their samples but report their metrics (RLlib's
+    /// `_env_runners_only`, for measuring sampling throughput).
+    #[serde(rename = "_env_runners_only")]
+    pub env_runners_only: bool,
+    /// Never send train batches to the learner (RLlib's `_skip_learners`).
+    #[serde(rename = "_skip_learners")]
+    pub skip_learners: bool,
 }
 
 impl Default for ImpalaConfig {
@@ -220,6 +299,7 @@ impl Default for ImpalaConfig {
             vtrace_clip_pg_rho_threshold: Some(1.0),
             vtrace_drop_last_ts: false,
             num_multi_gpu_tower_stacks: 1,
+            num_data_loader_buffers: None,
             minibatch_buffer_size: 1,
             num_sgd_iter: 1,
             replay_proportion: 0.0,
@@ -244,6 +324,7 @@ impl Default for ImpalaConfig {
             separate_vf_optimizer: false,
             lr_vf: 0.0005,
             loss_reduction: LossReduction::Sum,
+            simple_optimizer: false,
 
             num_env_runners: 2,
             num_envs_per_env_runner: 1,
@@ -252,6 +333,7 @@ impl Default for ImpalaConfig {
             max_num_env_runner_restarts: 1000,
             num_cpus_per_env_runner: 1.0,
             num_gpus_per_env_runner: 0.0,
+            custom_resources_per_env_runner: BTreeMap::new(),
 
             num_learners: 0,
             train_batch_size_per_learner: None,
@@ -262,6 +344,7 @@ impl Default for ImpalaConfig {
             num_gpus: 0.0,
             num_cpus_for_main_process: 1.0,
             fake_gpus: false,
+            placement_strategy: PlacementStrategy::Pack,
 
             min_time_s_per_iteration: 10.0,
             min_sample_timesteps_per_iteration: 0,
@@ -276,6 +359,8 @@ impl Default for ImpalaConfig {
 
             seed: None,
             log_level: "WARN".into(),
+            env_runners_only: false,
+            skip_learners: false,
         }
     }
 }

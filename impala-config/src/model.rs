@@ -12,7 +12,7 @@ pub type ConvFilter = [usize; 3];
 pub struct ModelConfig {
     /// Hidden layer sizes of the fully connected net.
     pub fcnet_hiddens: Vec<usize>,
-    /// Activation of the fully connected net: `tanh`, `relu`, `swish` or `linear`.
+    /// Activation of the fully connected net: one of [`ModelConfig::ACTIVATIONS`].
     pub fcnet_activation: String,
     /// Conv filters; `None` picks RLlib's default for the observation size (84, 64, 42, 10).
     pub conv_filters: Option<Vec<ConvFilter>>,
@@ -34,6 +34,12 @@ pub struct ModelConfig {
     pub framestack: usize,
     /// Use a state-independent log-std for Gaussian actions (RLlib's `free_log_std`).
     pub free_log_std: bool,
+}
+
+impl ModelConfig {
+    /// The activation names the models accept (`fcnet_activation`, `conv_activation`,
+    /// `post_fcnet_activation`), as RLlib's torch `get_activation_fn`; validation rejects others.
+    pub const ACTIVATIONS: [&'static str; 6] = ["tanh", "relu", "swish", "silu", "elu", "linear"];
 }
 
 impl Default for ModelConfig {

@@ -1,0 +1,114 @@
+//! Validation problems ([`Violation`]) and warnings ([`Warning`]): returned, never printed.
+
+use std::fmt;
+
+/// The rule a [`Violation`] broke; tests and callers match on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Rule {
+    /// `entropy_coeff >= 0` (RLlib's `validate_config`).
+    EntropyCoeffNonNegative,
+    /// `num_aggregation_workers <= num_env_runners` (RLlib's `validate_config`).
+    AggregationWorkersWithinEnvRunners,
+    /// The train batch splits evenly over the learner's devices (RLlib's
+    /// `MultiGPULearnerThread` asserts `train_batch_size % len(devices) == 0`).
+    TrainBatchDivisibleByDevices,
+    /// `_separate_vf_optimizer` needs `_lr_vf > 0`.
+    SeparateVfOptimizer,
+    /// A size or count that must be at least 1.
+    PositiveSize,
+    /// A clip threshold that must be a finite number > 0 when set (`none` turns it off).
+    PositiveThreshold,
+    /// A rate that must be a finite number > 0 (`lr`, `epsilon`).
+    PositiveNumber,
+    /// A finite number that must be >= 0 (timeouts, coefficients, resources).
+    NonNegativeNumber,
+    /// `gamma` in `[0, 1]`.
+    GammaInUnitInterval,
+    /// A schedule that is empty, unsorted, or has a non-finite or negative value.
+    Schedule,
+    /// `replay_proportion > 0` needs `replay_buffer_num_slots > 0`.
+    ReplayNeedsSlots,
+    /// An activation name the models do not know.
+    ActivationName,
+    /// A log level that is not TRACE, DEBUG, INFO, WARN or ERROR.
+    LogLevel,
+    /// More than one GPU must be a whole number of GPUs.
+    WholeGpus,
+    /// The environment id is empty.
+    EnvName,
+}
+
+/// One problem found by [`crate::ImpalaConfig::validate`]: what, where and how to fix it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Violation {
+    /// The offending key (`model.fcnet_activation`, `lr_schedule[2]`).
+    pub key: String,
+    /// The rule broken.
+    pub rule: Rule,
+    /// What is wrong, with the value found.
+    pub problem: String,
+    /// How to fix it.
+    pub fix: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}`: {}; fix: {}", self.key, self.problem, self.fix)
+    }
+}
+
+/// What a [`Warning`] is about.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum WarningKind {
+    /// A deprecated key was used; its value went to `new`.
+    DeprecatedKey {
+        /// The deprecated spelling.
+        old: String,
+        /// The key that now holds the value.
+        new: String,
+    },
+    /// `num_aggregation_workers > num_env_runners / 2` (RLlib's warning).
+    AggregationWorkersAboveHalf,
+    /// `minibatch_buffer_size` was lowered to `num_multi_gpu_tower_stacks` (RLlib's fix-up in
+    /// `make_learner_thread`).
+    MinibatchBufferLowered {
+        /// The configured size.
+        from: usize,
+        /// The size used.
+        to: usize,
+    },
+    /// `minibatch_buffer_size > 1` has no effect with `num_sgd_iter = 1`.
+    MinibatchBufferUnused,
+    /// A train batch is smaller than one sample batch from an env runner.
+    TrainBatchSmallerThanSampleBatch,
+    /// Concatenated sample batches overshoot `train_batch_size`.
+    TrainBatchNotMultipleOfSampleBatch,
+    /// A schedule starts after timestep 0 (RLlib uses its last value there; impala-rs holds
+    /// the first value).
+    ScheduleStartsAfterZero,
+    /// `_lr_vf` was changed but `_separate_vf_optimizer` is off, so it is ignored.
+    LrVfIgnored,
+    /// `_separate_vf_optimizer` with shared layers: only the value head gets `_lr_vf`.
+    SeparateVfOptimizerSharedLayers,
+    /// The request asks for more CPUs than the machine has; threads will time-share.
+    CpusOversubscribed,
+}
+
+/// Something the user should know but that does not stop training.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Warning {
+    /// The key it is about.
+    pub key: String,
+    /// What it is about.
+    pub kind: WarningKind,
+    /// The explanation, with the fix when there is one.
+    pub message: String,
+}
+
+impl fmt::Display for Warning {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "`{}`: {}", self.key, self.message)
+    }
+}

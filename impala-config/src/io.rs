@@ -1,0 +1,555 @@
+//! Config files (TOML, YAML, JSON), `to_dict`, `set` and `key=value` overrides.
+//!
+//! Every path into an [`ImpalaConfig`] checks keys the same way: aliases are resolved (RLlib's
+//! deprecated spellings return a [`Warning`]), an unknown key is an error naming the nearest
+//! valid key, and a value of the wrong type is an error naming the key, what it accepts and,
+//! for files, the line and column.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::diagnostics::{Warning, WarningKind};
+use crate::error::{ConfigError, Origin, Position, Result};
+use crate::keys::{self, alias, key_info, model_key_info, Group};
+use crate::serde_util::is_none_word;
+use crate::ImpalaConfig;
+
+/// A config file format, chosen by file extension.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ConfigFormat {
+    /// `.toml`.
+    Toml,
+    /// `.yaml` or `.yml`.
+    Yaml,
+    /// `.json`.
+    Json,
+}
+
+impl ConfigFormat {
+    /// The format of `path`, from its extension.
+    ///
+    /// ```
+    /// use impala_config::ConfigFormat;
+    /// assert_eq!(ConfigFormat::from_path("cartpole.yml")?, ConfigFormat::Yaml);
+    /// assert!(ConfigFormat::from_path("cartpole.ini").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_path(path: impl AsRef<Path>) -> Result<ConfigFormat> {
+        let path = path.as_ref();
+        let ext = path.extension().and_then(|e| e.to_str()).map(str::to_ascii_lowercase);
+        match ext.as_deref() {
+            Some("toml") => Ok(ConfigFormat::Toml),
+            Some("yaml" | "yml") => Ok(ConfigFormat::Yaml),
+            Some("json") => Ok(ConfigFormat::Json),
+            _ => Err(ConfigError::UnknownFormat { path: path.to_path_buf() }),
+        }
+    }
+}
+
+impl fmt::Display for ConfigFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ConfigFormat::Toml => "TOML",
+            ConfigFormat::Yaml => "YAML",
+            ConfigFormat::Json => "JSON",
+        })
+    }
+}
+
+/// A config read from a file or a dict, with the warnings reading it produced (deprecated key
+/// spellings). Validate it next with [`ImpalaConfig::validate`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct Loaded {
+    /// The config.
+    pub config: ImpalaConfig,
+    /// Warnings about how it was written.
+    pub warnings: Vec<Warning>,
+}
+
+impl ImpalaConfig {
+    /// Reads a config file; the format comes from the extension. Keys left out keep their
+    /// defaults. The file is flat like RLlib's `to_dict()`, with the model in a `model` table.
+    ///
+    /// ```
+    /// use impala_config::ImpalaConfig;
+    /// let dir = tempfile::tempdir()?;
+    /// let path = dir.path().join("impala.yaml");
+    /// std::fs::write(&path, "lr: 0.001\nnum_workers: 4\nmodel:\n  fcnet_hiddens: [64, 64]\n")?;
+    /// let loaded = ImpalaConfig::load(&path)?;
+    /// assert_eq!(loaded.config.num_env_runners, 4);
+    /// assert_eq!(loaded.warnings.len(), 1); // `num_workers` is deprecated
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn load(path: impl AsRef<Path>) -> Result<Loaded> {
+        let path = path.as_ref();
+        let format = ConfigFormat::from_path(path)?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
+        parse(&text, format, &Origin::File(path.to_path_buf()))
+    }
+
+    /// Reads a config from `text` in `format`.
+    ///
+    /// ```
+    /// use impala_config::{ConfigError, ConfigFormat, ImpalaConfig};
+    /// let err = ImpalaConfig::from_str_as("lr = 0.001\nlearner_queue_size = \"big\"\n", ConfigFormat::Toml)
+    ///     .err().ok_or("expected an error")?;
+    /// assert!(matches!(err, ConfigError::WrongType { ref key, .. } if key == "learner_queue_size"));
+    /// assert!(err.to_string().starts_with("<config text>:2:"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_str_as(text: &str, format: ConfigFormat) -> Result<Loaded> {
+        parse(text, format, &Origin::Text)
+    }
+
+    /// Builds a config from a flat dict like the one [`ImpalaConfig::to_dict`] returns, with
+    /// the same key checks as files.
+    pub fn from_dict(dict: BTreeMap<String, Value>) -> Result<Loaded> {
+        let root = Value::Object(dict.into_iter().collect());
+        let origin = Origin::Set;
+        let warnings = check_keys(&root, None, &origin)?;
+        let config = serde_path_to_error::deserialize(root)
+            .map_err(|e| wrong_type(&e.path().to_string(), e.inner().to_string(), &origin, None))?;
+        Ok(Loaded { config, warnings })
+    }
+
+    /// Writes the config to `path`; the format comes from the extension.
+    pub fn save(&self, path: impl AsRef<Path>) -> Result<()> {
+        let path = path.as_ref();
+        let text = self.to_string_as(ConfigFormat::from_path(path)?)?;
+        std::fs::write(path, text)
+            .map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })
+    }
+
+    /// The config as text in `format`, every key included. TOML has no null: an option whose
+    /// default is a value but that is turned off is written `"none"`, other unset options are
+    /// left out.
+    ///
+    /// ```
+    /// use impala_config::{ConfigFormat, ImpalaConfig};
+    /// let config = ImpalaConfig::default().training(|t| t.grad_clip(None));
+    /// for format in [ConfigFormat::Toml, ConfigFormat::Yaml, ConfigFormat::Json] {
+    ///     let text = config.to_string_as(format)?;
+    ///     assert_eq!(ImpalaConfig::from_str_as(&text, format)?.config, config);
+    /// }
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn to_string_as(&self, format: ConfigFormat) -> Result<String> {
+        let serialize_error = |message: String| ConfigError::Serialize { format, message };
+        match format {
+            ConfigFormat::Json => {
+                serde_json::to_string_pretty(self).map_err(|e| serialize_error(e.to_string()))
+            }
+            ConfigFormat::Yaml => {
+                serde_norway::to_string(self).map_err(|e| serialize_error(e.to_string()))
+            }
+            ConfigFormat::Toml => {
+                let mut table = toml::Table::try_from(self).map_err(|e| {
+                    serialize_error(format!(
+                        "{e} (TOML integers are signed 64-bit: a larger `seed` needs JSON or YAML)"
+                    ))
+                })?;
+                let default = ImpalaConfig::default().to_dict();
+                for (key, value) in self.to_dict() {
+                    let turned_off =
+                        value.is_null() && default.get(&key).is_some_and(|d| !d.is_null());
+                    if turned_off && !table.contains_key(&key) {
+                        table.insert(key, toml::Value::String("none".into()));
+                    }
+                }
+                toml::to_string(&table).map_err(|e| serialize_error(e.to_string()))
+            }
+        }
+    }
+
+    /// Every option by its file name, flat like RLlib's `AlgorithmConfig.to_dict()` (the
+    /// model is one nested dict under `model`). Unset options are `null`; so are non-finite
+    /// numbers, which JSON cannot hold.
+    ///
+    /// ```
+    /// let dict = impala_config::ImpalaConfig::default().to_dict();
+    /// assert_eq!(dict["lr"], 0.0005);
+    /// assert_eq!(dict["num_env_runners"], 2);
+    /// assert_eq!(dict["model"]["fcnet_hiddens"], serde_json::json!([256, 256]));
+    /// ```
+    pub fn to_dict(&self) -> BTreeMap<String, Value> {
+        // Serializing plain data with string keys into a JSON value cannot fail.
+        match serde_json::to_value(self) {
+            Ok(Value::Object(map)) => map.into_iter().collect(),
+            _ => BTreeMap::new(),
+        }
+    }
+
+    /// Sets one option by name, as RLlib's dict-style access does. `key` may be an alias, a
+    /// model key (`model.fcnet_hiddens`), an `env_config.<name>` entry or a
+    /// `custom_resources_per_env_runner.<name>` entry. Optional values accept `null` or
+    /// `"none"`. Returns the warnings (a deprecated spelling).
+    ///
+    /// ```
+    /// use impala_config::{ConfigError, ImpalaConfig};
+    /// use serde_json::json;
+    /// let mut config = ImpalaConfig::default();
+    /// let warnings = config.set("num_workers", json!(8))?;
+    /// assert_eq!((config.num_env_runners, warnings.len()), (8, 1));
+    /// config.set("model.fcnet_hiddens", json!([32]))?;
+    /// let err = config.set("lrr", json!(0.1)).err().ok_or("expected an error")?;
+    /// assert!(matches!(err, ConfigError::UnknownKey { ref suggestion, .. } if suggestion == "lr"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn set(&mut self, key: &str, value: Value) -> Result<Vec<Warning>> {
+        self.set_from(key, value, &Origin::Set)
+    }
+
+    /// Applies one command-line override, `key=value` or `group.key=value` (`training.lr=0.001`,
+    /// `env_runners.num_env_runners=4`, `model.fcnet_hiddens=[64,64]`). The value is read as
+    /// JSON, then as a TOML value (`inf`, `{ a = 1 }`), and otherwise taken as a bare string
+    /// (`env=CartPole-v1`); it then goes through [`ImpalaConfig::set`].
+    ///
+    /// ```
+    /// use impala_config::{ConfigError, ImpalaConfig};
+    /// let mut config = ImpalaConfig::default();
+    /// config.apply_override("training.lr=0.001")?;
+    /// config.apply_override("env=Acrobot-v1")?;
+    /// config.apply_override("grad_clip=none")?;
+    /// assert_eq!((config.lr, config.env.as_str(), config.grad_clip), (0.001, "Acrobot-v1", None));
+    /// let err = config.apply_override("resources.lr=0.1").err().ok_or("expected an error")?;
+    /// assert!(matches!(err, ConfigError::WrongGroup { .. }));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn apply_override(&mut self, text: &str) -> Result<Vec<Warning>> {
+        let bad =
+            |reason: &str| ConfigError::BadOverride { text: text.into(), reason: reason.into() };
+        let (lhs, rhs) =
+            text.split_once('=').ok_or_else(|| bad("write it as key=value, e.g. lr=0.001"))?;
+        let lhs = lhs.trim();
+        if lhs.is_empty() {
+            return Err(bad("the key is empty; write it as key=value, e.g. lr=0.001"));
+        }
+        let key = match lhs.split_once('.') {
+            Some((head, rest)) => match Group::from_name(head) {
+                Some(group) => {
+                    check_group(rest, head, group)?;
+                    rest
+                }
+                None => lhs,
+            },
+            None => lhs,
+        };
+        let value = parse_override_value(rhs.trim()).map_err(|reason| bad(&reason))?;
+        self.set_from(key, value, &Origin::Override(text.into()))
+    }
+
+    fn set_from(&mut self, key: &str, value: Value, origin: &Origin) -> Result<Vec<Warning>> {
+        if let Some((head, rest)) = key.split_once('.') {
+            let mut warnings = Vec::new();
+            let head = resolve(head, &mut warnings);
+            return match head {
+                "model" => set_model(self, rest, value, origin).map(|()| warnings),
+                "env_config" => {
+                    self.env_config.insert(rest.into(), value);
+                    Ok(warnings)
+                }
+                "custom_resources_per_env_runner" => {
+                    let amount = serde_json::from_value::<f64>(value)
+                        .map_err(|e| wrong_type(key, e.to_string(), origin, None))?;
+                    self.custom_resources_per_env_runner.insert(rest.into(), amount);
+                    Ok(warnings)
+                }
+                _ => Err(unknown_key(key, origin, None)),
+            };
+        }
+        let mut warnings = Vec::new();
+        let canonical = resolve(key, &mut warnings);
+        let info = key_info(canonical).ok_or_else(|| unknown_key(key, origin, None))?;
+        let value = none_word_to_null(info.type_name, value);
+        if canonical == "model" {
+            self.model = serde_path_to_error::deserialize(value).map_err(|e| {
+                wrong_type(&format!("model.{}", e.path()), e.inner().to_string(), origin, None)
+            })?;
+            return Ok(warnings);
+        }
+        match keys::set_config_field(self, canonical, value) {
+            Some(Ok(())) => Ok(warnings),
+            Some(Err(e)) => Err(wrong_type(canonical, e.to_string(), origin, None)),
+            None => Err(unknown_key(key, origin, None)),
+        }
+    }
+}
+
+fn set_model(config: &mut ImpalaConfig, key: &str, value: Value, origin: &Origin) -> Result<()> {
+    let full = format!("model.{key}");
+    let info = model_key_info(key).ok_or_else(|| unknown_key(&full, origin, None))?;
+    let value = none_word_to_null(info.type_name, value);
+    match keys::set_model_field(&mut config.model, key, value) {
+        Some(Ok(())) => Ok(()),
+        Some(Err(e)) => Err(wrong_type(&full, e.to_string(), origin, None)),
+        None => Err(unknown_key(&full, origin, None)),
+    }
+}
+
+/// `"none"` for an optional key means null.
+fn none_word_to_null(type_name: &str, value: Value) -> Value {
+    match value {
+        Value::String(s) if type_name.starts_with("Option") && is_none_word(&s) => Value::Null,
+        other => other,
+    }
+}
+
+/// The canonical name of `key`, noting a warning when it is a deprecated alias.
+fn resolve<'k>(key: &'k str, warnings: &mut Vec<Warning>) -> &'k str {
+    match alias(key) {
+        Some(a) => {
+            if a.deprecated {
+                warnings.push(deprecated(a.name, a.canonical));
+            }
+            a.canonical
+        }
+        None => key,
+    }
+}
+
+pub(crate) fn deprecated(old: &str, new: &str) -> Warning {
+    Warning {
+        key: old.into(),
+        kind: WarningKind::DeprecatedKey { old: old.into(), new: new.into() },
+        message: format!("`{old}` is deprecated (RLlib renamed it); its value went to `{new}`, write `{new}` instead"),
+    }
+}
+
+/// Errors when `key` (after a `group.` prefix) is not set by `group`.
+fn check_group(key: &str, written: &str, group: Group) -> Result<()> {
+    let head = key.split_once('.').map_or(key, |(h, _)| h);
+    let canonical = alias(head).map_or(head, |a| a.canonical);
+    match key_info(canonical) {
+        Some(info) if info.group != group => Err(ConfigError::WrongGroup {
+            key: key.into(),
+            group: written.into(),
+            expected_group: info.group.name().into(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Reads an override's value: JSON, else a TOML value, else the bare string.
+fn parse_override_value(raw: &str) -> std::result::Result<Value, String> {
+    if let Ok(value) = serde_json::from_str::<Value>(raw) {
+        return Ok(value);
+    }
+    if let Ok(mut table) = toml::from_str::<toml::Table>(&format!("v = {raw}")) {
+        if let Some(value) = table.remove("v") {
+            if let toml::Value::Float(x) = value {
+                if !x.is_finite() {
+                    return Err(format!(
+                        "`{raw}` is not a finite number; config numbers must be finite"
+                    ));
+                }
+            }
+            return serde_json::to_value(value).map_err(|e| e.to_string());
+        }
+    }
+    Ok(Value::String(raw.into()))
+}
+
+/// Reads `text` into a config: first as a generic tree to check its keys, then typed, so that a
+/// wrong type is reported with the format's own line and column.
+fn parse(text: &str, format: ConfigFormat, origin: &Origin) -> Result<Loaded> {
+    if text.trim().is_empty() {
+        return Ok(Loaded { config: ImpalaConfig::default(), warnings: Vec::new() });
+    }
+    let syntax = |message: String, position: Option<Position>| ConfigError::Syntax {
+        format,
+        message,
+        origin: origin.clone(),
+        position,
+    };
+    let tree: Value =
+        match format {
+            ConfigFormat::Json => {
+                serde_json::from_str(text).map_err(|e| syntax(e.to_string(), json_position(&e)))?
+            }
+            ConfigFormat::Yaml => serde_norway::from_str(text)
+                .map_err(|e| syntax(e.to_string(), yaml_position(&e)))?,
+            ConfigFormat::Toml => toml::from_str(text)
+                .map_err(|e| syntax(e.message().into(), toml_position(text, &e)))?,
+        };
+    if tree.is_null() {
+        return Ok(Loaded { config: ImpalaConfig::default(), warnings: Vec::new() });
+    }
+    let warnings = check_keys(&tree, Some(text), origin)?;
+    let config = match format {
+        ConfigFormat::Json => {
+            let mut de = serde_json::Deserializer::from_str(text);
+            serde_path_to_error::deserialize(&mut de).map_err(|e| {
+                wrong_type(
+                    &e.path().to_string(),
+                    e.inner().to_string(),
+                    origin,
+                    json_position(e.inner()),
+                )
+            })?
+        }
+        ConfigFormat::Yaml => serde_path_to_error::deserialize(
+            serde_norway::Deserializer::from_str(text),
+        )
+        .map_err(|e| {
+            wrong_type(
+                &e.path().to_string(),
+                e.inner().to_string(),
+                origin,
+                yaml_position(e.inner()),
+            )
+        })?,
+        ConfigFormat::Toml => serde_path_to_error::deserialize(toml::Deserializer::new(text))
+            .map_err(|e| {
+                let position = toml_position(text, e.inner());
+                wrong_type(&e.path().to_string(), e.inner().message().into(), origin, position)
+            })?,
+    };
+    Ok(Loaded { config, warnings })
+}
+
+fn json_position(e: &serde_json::Error) -> Option<Position> {
+    (e.line() > 0).then(|| Position::new(e.line(), e.column()))
+}
+
+fn yaml_position(e: &serde_norway::Error) -> Option<Position> {
+    e.location().map(|l| Position::new(l.line(), l.column()))
+}
+
+fn toml_position(text: &str, e: &toml::de::Error) -> Option<Position> {
+    e.span().map(|span| Position::from_offset(text, span.start))
+}
+
+/// Checks every key of a config tree: aliases (warnings), duplicates and unknown keys.
+fn check_keys(tree: &Value, text: Option<&str>, origin: &Origin) -> Result<Vec<Warning>> {
+    let Value::Object(map) = tree else {
+        return Err(ConfigError::WrongType {
+            key: ".".into(),
+            expected: "a table of config keys".into(),
+            message: format!("found {tree}"),
+            origin: origin.clone(),
+            position: None,
+        });
+    };
+    let mut warnings = Vec::new();
+    let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
+    for (key, value) in map {
+        let canonical = if key_info(key).is_some() {
+            key.as_str()
+        } else if alias(key).is_some() {
+            resolve(key, &mut warnings)
+        } else {
+            return Err(unknown_key(key, origin, text.and_then(|t| find_key(t, key))));
+        };
+        if let Some(first) = seen.insert(canonical, key) {
+            return Err(ConfigError::DuplicateKey {
+                key: canonical.into(),
+                first: first.into(),
+                second: key.clone(),
+                origin: origin.clone(),
+            });
+        }
+        if let (true, Value::Object(model)) = (canonical == "model", value) {
+            if let Some(bad) = model.keys().find(|k| model_key_info(k).is_none()) {
+                let position = text.and_then(|t| find_key(t, bad));
+                return Err(unknown_key(&format!("model.{bad}"), origin, position));
+            }
+        }
+    }
+    Ok(warnings)
+}
+
+/// The parser's message without the path and position it repeats (those are fields).
+fn bare_message(path: &str, message: &str) -> String {
+    let message = message.strip_prefix(&format!("{path}: ")).unwrap_or(message);
+    let is_position = |tail: &str| {
+        let parts: Vec<&str> = tail.split(" column ").collect();
+        parts.len() == 2
+            && parts.iter().all(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    };
+    let end = message
+        .rfind(" at line ")
+        .filter(|&i| is_position(&message[i + " at line ".len()..]))
+        .unwrap_or(message.len());
+    message[..end].to_string()
+}
+
+fn wrong_type(
+    path: &str,
+    message: String,
+    origin: &Origin,
+    position: Option<Position>,
+) -> ConfigError {
+    let message = bare_message(path, &message);
+    let head = path.split(['.', '[']).next().unwrap_or(path);
+    let canonical = alias(head).map_or(head, |a| a.canonical);
+    let expected = if canonical == "model" {
+        let model_key = path.strip_prefix("model.").and_then(|p| p.split(['.', '[']).next());
+        model_key
+            .and_then(model_key_info)
+            .map_or_else(|| "a table of model options".into(), |i| i.expected())
+    } else {
+        key_info(canonical).map_or_else(|| "a valid value".into(), |i| i.expected())
+    };
+    ConfigError::WrongType { key: path.into(), expected, message, origin: origin.clone(), position }
+}
+
+fn unknown_key(key: &str, origin: &Origin, position: Option<Position>) -> ConfigError {
+    ConfigError::UnknownKey {
+        key: key.into(),
+        suggestion: nearest_key(key),
+        origin: origin.clone(),
+        position,
+    }
+}
+
+/// The valid key nearest to `key` (aliases suggest the key they set).
+pub(crate) fn nearest_key(key: &str) -> String {
+    if let Some(rest) = key.strip_prefix("model.") {
+        let names = keys::model_keys().iter().map(|k| (k.name, k.name));
+        return format!("model.{}", nearest(rest, names));
+    }
+    let names = keys::keys()
+        .iter()
+        .map(|k| (k.name, k.name))
+        .chain(keys::ALIASES.iter().map(|a| (a.name, a.canonical)));
+    nearest(key, names).to_string()
+}
+
+fn nearest<'a>(key: &str, candidates: impl Iterator<Item = (&'a str, &'a str)>) -> &'a str {
+    let score = |name: &str| {
+        (strsim::normalized_damerau_levenshtein(key, name) + strsim::jaro_winkler(key, name)) / 2.0
+    };
+    candidates
+        .map(|(name, target)| (score(name), target))
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .map_or("", |(_, target)| target)
+}
+
+/// Where `key` is written as a key (`key =`, `key:`, `"key":`) in `text`, for formats whose
+/// parsers do not report it.
+fn find_key(text: &str, key: &str) -> Option<Position> {
+    let mut offset = 0;
+    for line in text.split_inclusive('\n') {
+        let mut from = 0;
+        while let Some(found) = line.get(from..).and_then(|l| l.find(key)) {
+            let start = from + found;
+            let end = start + key.len();
+            let before_ok = line[..start]
+                .chars()
+                .next_back()
+                .is_none_or(|c| !(c.is_alphanumeric() || c == '_'));
+            let after = line[end..].trim_start_matches(['"', '\'']).trim_start();
+            if before_ok && (after.starts_with(':') || after.starts_with('=')) {
+                let quoted = line[..start].ends_with(['"', '\'']);
+                return Some(Position::from_offset(text, offset + start - usize::from(quoted)));
+            }
+            from = end;
+        }
+        offset += line.len();
+    }
+    None
+}

@@ -1,0 +1,564 @@
+//! Validation: RLlib's `validate_config` rules for IMPALA plus the checks a user needs.
+//! Problems are collected (all of them are reported at once), warnings are returned.
+
+use std::ops::Deref;
+
+use crate::config::{ImpalaConfig, OptType};
+use crate::diagnostics::{Rule, Violation, Warning, WarningKind};
+use crate::error::{ConfigError, Result};
+use crate::model::ModelConfig;
+use crate::schedule::Schedule;
+
+/// A config that passed [`ImpalaConfig::validate`], with RLlib's fix-ups applied
+/// (`num_data_loader_buffers` moved to `num_multi_gpu_tower_stacks`, `minibatch_buffer_size`
+/// lowered to the tower stacks) and the warnings found. Derefs to [`ImpalaConfig`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidatedConfig {
+    config: ImpalaConfig,
+    warnings: Vec<Warning>,
+}
+
+impl ValidatedConfig {
+    /// The validated (fixed-up) config.
+    pub fn config(&self) -> &ImpalaConfig {
+        &self.config
+    }
+
+    /// The warnings validation found; the caller decides how to show them.
+    pub fn warnings(&self) -> &[Warning] {
+        &self.warnings
+    }
+
+    /// The config and the warnings.
+    pub fn into_parts(self) -> (ImpalaConfig, Vec<Warning>) {
+        (self.config, self.warnings)
+    }
+}
+
+impl Deref for ValidatedConfig {
+    type Target = ImpalaConfig;
+
+    fn deref(&self) -> &ImpalaConfig {
+        &self.config
+    }
+}
+
+/// Log levels the `impala` command knows (RLlib's `log_level` values plus TRACE).
+pub(crate) const LOG_LEVELS: [&str; 5] = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"];
+
+#[derive(Default)]
+struct Checker {
+    violations: Vec<Violation>,
+    warnings: Vec<Warning>,
+}
+
+impl Checker {
+    fn error(&mut self, key: impl Into<String>, rule: Rule, problem: String, fix: String) {
+        self.violations.push(Violation { key: key.into(), rule, problem, fix });
+    }
+
+    fn warn(&mut self, key: &str, kind: WarningKind, message: String) {
+        self.warnings.push(Warning { key: key.into(), kind, message });
+    }
+
+    fn positive_size(&mut self, key: &str, value: usize) {
+        if value == 0 {
+            self.error(
+                key,
+                Rule::PositiveSize,
+                "is 0 but must be at least 1".into(),
+                format!("set `{key}` to 1 or more"),
+            );
+        }
+    }
+
+    fn positive_number(&mut self, key: &str, value: f64) {
+        if !(value.is_finite() && value > 0.0) {
+            let problem = format!("is {value} but must be a finite number > 0");
+            self.error(
+                key,
+                Rule::PositiveNumber,
+                problem,
+                format!("set `{key}` to a positive number"),
+            );
+        }
+    }
+
+    fn non_negative(&mut self, key: &str, value: f64) {
+        if !(value.is_finite() && value >= 0.0) {
+            let problem = format!("is {value} but must be a finite number >= 0");
+            self.error(key, Rule::NonNegativeNumber, problem, format!("set `{key}` to 0 or more"));
+        }
+    }
+
+    fn threshold(&mut self, key: &str, value: Option<f64>) {
+        match value {
+            Some(v) if !(v.is_finite() && v > 0.0) => self.error(
+                key,
+                Rule::PositiveThreshold,
+                format!("is {v} but a threshold must be a finite number > 0"),
+                format!("set `{key}` to a positive number, or to none to turn it off"),
+            ),
+            _ => {}
+        }
+    }
+
+    /// Non-empty, sorted by timestep, values finite and >= 0.
+    fn schedule(&mut self, key: &str, schedule: Option<&Schedule>) {
+        let Some(schedule) = schedule else { return };
+        let points = &schedule.points;
+        if points.is_empty() {
+            let fix = format!("give `{key}` at least one [timestep, value] pair, or remove it");
+            self.error(key, Rule::Schedule, "is empty".into(), fix);
+            return;
+        }
+        for (i, pair) in points.windows(2).enumerate() {
+            if pair[1].0 < pair[0].0 {
+                let problem = format!(
+                    "timestep {} comes after timestep {}; schedules must be sorted by timestep",
+                    pair[1].0, pair[0].0
+                );
+                self.error(
+                    format!("{key}[{}]", i + 1),
+                    Rule::Schedule,
+                    problem,
+                    format!("sort `{key}` by timestep"),
+                );
+            }
+        }
+        for (i, &(_, value)) in points.iter().enumerate() {
+            if !(value.is_finite() && value >= 0.0) {
+                let problem = format!("has value {value}; schedule values must be finite and >= 0");
+                self.error(
+                    format!("{key}[{i}]"),
+                    Rule::Schedule,
+                    problem,
+                    "use finite values >= 0".into(),
+                );
+            }
+        }
+        if points[0].0 > 0 {
+            let message = format!(
+                "starts at timestep {}; before it impala-rs holds the first value (RLlib would use the last); start it at 0 to make that explicit",
+                points[0].0
+            );
+            self.warn(key, WarningKind::ScheduleStartsAfterZero, message);
+        }
+    }
+
+    fn activation(&mut self, key: &str, name: &str) {
+        if !ModelConfig::ACTIVATIONS.contains(&name) {
+            let problem = format!("`{name}` is not an activation the models know");
+            let fix = format!("use one of {}", ModelConfig::ACTIVATIONS.join(", "));
+            self.error(key, Rule::ActivationName, problem, fix);
+        }
+    }
+}
+
+impl ImpalaConfig {
+    /// Checks every rule and returns the config with RLlib's fix-ups applied plus the warnings,
+    /// or [`ConfigError::Invalid`] listing every problem found (not only the first).
+    ///
+    /// ```
+    /// use impala_config::{ConfigError, ImpalaConfig, Rule};
+    /// let bad = ImpalaConfig::default().training(|t| t.entropy_coeff(-0.1).gamma(1.5));
+    /// let Err(ConfigError::Invalid { violations }) = bad.validate() else {
+    ///     return Err("expected problems".into());
+    /// };
+    /// let rules: Vec<Rule> = violations.iter().map(|v| v.rule).collect();
+    /// assert_eq!(rules, [Rule::GammaInUnitInterval, Rule::EntropyCoeffNonNegative]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn validate(&self) -> Result<ValidatedConfig> {
+        let mut fixed = self.clone();
+        let mut c = Checker::default();
+
+        // RLlib's `validate_config`: the deprecated name wins over the default, with a warning.
+        if let Some(n) = fixed.num_data_loader_buffers.take() {
+            c.warnings.push(crate::io::deprecated(
+                "num_data_loader_buffers",
+                "num_multi_gpu_tower_stacks",
+            ));
+            fixed.num_multi_gpu_tower_stacks = n;
+        }
+
+        check_environment(&fixed, &mut c);
+        check_training(&fixed, &mut c);
+        check_model(&fixed.model, &mut c);
+        check_resources(&fixed, &mut c);
+        check_learner_thread(&mut fixed, &mut c);
+        check_rest(&fixed, &mut c);
+
+        if c.violations.is_empty() {
+            Ok(ValidatedConfig { config: fixed, warnings: c.warnings })
+        } else {
+            Err(ConfigError::Invalid { violations: c.violations })
+        }
+    }
+
+    /// `replay_proportion` as the fraction of replayed batches in the output: `p / (1 + p)`
+    /// (`p = 1` gives half replayed, `p = 3` three quarters).
+    ///
+    /// RLlib documents `replay_proportion` as "replayed with a p:1 proportion to new data"
+    /// but computes `replay_ratio = 1 / replay_proportion`, so `p = 0.5` replays nothing and
+    /// `p = 2` gives a 1:1 mix (ray-project/ray#18799). impala-rs implements the documented
+    /// meaning and does not port that conversion.
+    ///
+    /// ```
+    /// use impala_config::ImpalaConfig;
+    /// let config = ImpalaConfig::default().training(|t| t.replay_proportion(3.0));
+    /// assert_eq!(config.replay_ratio(), 0.75);
+    /// assert_eq!(ImpalaConfig::default().replay_ratio(), 0.0);
+    /// ```
+    pub fn replay_ratio(&self) -> f64 {
+        let p = self.replay_proportion;
+        if p > 0.0 {
+            p / (1.0 + p)
+        } else {
+            0.0
+        }
+    }
+
+    /// The learner's devices (towers): `ceil(num_gpus)`, at least 1 (CPU), as RLlib's torch
+    /// policy counts them; with `_fake_gpus` the towers are CPU copies, same count.
+    ///
+    /// ```
+    /// use impala_config::ImpalaConfig;
+    /// assert_eq!(ImpalaConfig::default().num_learner_devices(), 1);
+    /// let config = ImpalaConfig::default().resources(|r| r.num_gpus(4.0).fake_gpus(true));
+    /// assert_eq!(config.num_learner_devices(), 4);
+    /// ```
+    pub fn num_learner_devices(&self) -> usize {
+        let gpus = self.num_gpus.max(0.0).ceil();
+        // `num_gpus` is validated finite; a silly value saturates instead of panicking.
+        (gpus as usize).max(1)
+    }
+
+    /// Env steps in one sample batch from an env runner:
+    /// `rollout_fragment_length * num_envs_per_env_runner`.
+    pub fn sample_batch_size(&self) -> usize {
+        self.rollout_fragment_length.saturating_mul(self.num_envs_per_env_runner)
+    }
+
+    /// The train batch one learner sees: `train_batch_size_per_learner`, else
+    /// `train_batch_size / max(num_learners, 1)` (RLlib's `train_batch_size_per_learner`
+    /// property).
+    pub fn learner_train_batch_size(&self) -> usize {
+        self.train_batch_size_per_learner
+            .unwrap_or(self.train_batch_size / self.num_learners.max(1))
+    }
+
+    /// The train batch of all learners together (RLlib's `total_train_batch_size`).
+    ///
+    /// ```
+    /// use impala_config::ImpalaConfig;
+    /// let config = ImpalaConfig::default()
+    ///     .training(|t| t.train_batch_size_per_learner(Some(256)))
+    ///     .learners(|l| l.num_learners(2));
+    /// assert_eq!((config.learner_train_batch_size(), config.total_train_batch_size()), (256, 512));
+    /// ```
+    pub fn total_train_batch_size(&self) -> usize {
+        match self.train_batch_size_per_learner {
+            Some(per_learner) => per_learner.saturating_mul(self.num_learners.max(1)),
+            None => self.train_batch_size,
+        }
+    }
+
+    /// Whether evaluation runs (`evaluation_interval` set and not 0, as RLlib's truthiness test).
+    pub fn evaluation_enabled(&self) -> bool {
+        self.evaluation_interval.is_some_and(|n| n > 0)
+    }
+
+    /// The learning rate after `timestep` trained steps: `lr_schedule` if set, else `lr`.
+    ///
+    /// ```
+    /// use impala_config::{ImpalaConfig, Schedule};
+    /// let config = ImpalaConfig::default()
+    ///     .training(|t| t.lr_schedule(Some(Schedule { points: vec![(0, 1e-3), (1000, 0.0)] })));
+    /// assert_eq!(config.lr_at(500), 5e-4);
+    /// ```
+    pub fn lr_at(&self, timestep: u64) -> f64 {
+        self.lr_schedule.as_ref().map_or(self.lr, |s| s.value_at(timestep))
+    }
+
+    /// The entropy coefficient after `timestep` trained steps: `entropy_coeff_schedule` if
+    /// set, else `entropy_coeff`.
+    pub fn entropy_coeff_at(&self, timestep: u64) -> f64 {
+        self.entropy_coeff_schedule.as_ref().map_or(self.entropy_coeff, |s| s.value_at(timestep))
+    }
+}
+
+fn check_environment(config: &ImpalaConfig, c: &mut Checker) {
+    if config.env.trim().is_empty() {
+        c.error(
+            "env",
+            Rule::EnvName,
+            "is empty".into(),
+            "set `env` to an environment id such as CartPole-v1".into(),
+        );
+    }
+    c.threshold("clip_rewards", config.clip_rewards);
+}
+
+fn check_training(config: &ImpalaConfig, c: &mut Checker) {
+    if !(0.0..=1.0).contains(&config.gamma) {
+        let problem = format!("is {} but a discount must be in [0, 1]", config.gamma);
+        c.error(
+            "gamma",
+            Rule::GammaInUnitInterval,
+            problem,
+            "set `gamma` between 0 and 1 (e.g. 0.99)".into(),
+        );
+    }
+    if config.lr_schedule.is_none() {
+        c.positive_number("lr", config.lr);
+    }
+    c.schedule("lr_schedule", config.lr_schedule.as_ref());
+    // RLlib: "`entropy_coeff` must be >= 0.0!"
+    if !(config.entropy_coeff.is_finite() && config.entropy_coeff >= 0.0) {
+        let problem = format!(
+            "is {} but must be >= 0 (a negative bonus punishes exploration)",
+            config.entropy_coeff
+        );
+        c.error(
+            "entropy_coeff",
+            Rule::EntropyCoeffNonNegative,
+            problem,
+            "set `entropy_coeff` to 0 or more".into(),
+        );
+    }
+    c.schedule("entropy_coeff_schedule", config.entropy_coeff_schedule.as_ref());
+    c.non_negative("vf_loss_coeff", config.vf_loss_coeff);
+    c.threshold("vtrace_clip_rho_threshold", config.vtrace_clip_rho_threshold);
+    c.threshold("vtrace_clip_pg_rho_threshold", config.vtrace_clip_pg_rho_threshold);
+    c.threshold("grad_clip", config.grad_clip);
+
+    for (key, value) in [
+        ("train_batch_size", config.train_batch_size),
+        ("rollout_fragment_length", config.rollout_fragment_length),
+        ("num_envs_per_env_runner", config.num_envs_per_env_runner),
+        ("learner_queue_size", config.learner_queue_size),
+        ("num_sgd_iter", config.num_sgd_iter),
+        ("minibatch_buffer_size", config.minibatch_buffer_size),
+        ("num_multi_gpu_tower_stacks", config.num_multi_gpu_tower_stacks),
+        ("broadcast_interval", config.broadcast_interval),
+        (
+            "max_requests_in_flight_per_sampler_worker",
+            config.max_requests_in_flight_per_sampler_worker,
+        ),
+        (
+            "max_requests_in_flight_per_aggregator_worker",
+            config.max_requests_in_flight_per_aggregator_worker,
+        ),
+        ("num_gpu_loader_threads", config.num_gpu_loader_threads),
+        ("num_learner_threads", config.num_learner_threads),
+        ("metrics_num_episodes_for_smoothing", config.metrics_num_episodes_for_smoothing),
+    ] {
+        c.positive_size(key, value);
+    }
+    if let Some(n) = config.train_batch_size_per_learner {
+        c.positive_size("train_batch_size_per_learner", n);
+    }
+
+    c.non_negative("replay_proportion", config.replay_proportion);
+    if config.replay_proportion > 0.0 && config.replay_buffer_num_slots == 0 {
+        // RLlib falls back to a buffer of one slot, which only ever replays the newest batch.
+        c.error(
+            "replay_buffer_num_slots",
+            Rule::ReplayNeedsSlots,
+            format!("is 0 but replay_proportion = {} asks for replay", config.replay_proportion),
+            "set `replay_buffer_num_slots` to the number of sample batches to keep (e.g. 100), or `replay_proportion` to 0".into(),
+        );
+    }
+    for (key, value) in [
+        ("learner_queue_timeout", config.learner_queue_timeout),
+        ("timeout_s_sampler_manager", config.timeout_s_sampler_manager),
+        ("timeout_s_aggregator_manager", config.timeout_s_aggregator_manager),
+    ] {
+        c.non_negative(key, value);
+    }
+    if config.opt_type == OptType::Rmsprop {
+        c.positive_number("epsilon", config.epsilon);
+        c.non_negative("decay", config.decay);
+        c.non_negative("momentum", config.momentum);
+    }
+
+    // RLlib's `validate_config`: aggregation workers only make sense below the env runners.
+    let (aggregators, runners) = (config.num_aggregation_workers, config.num_env_runners);
+    if aggregators > runners {
+        c.error(
+            "num_aggregation_workers",
+            Rule::AggregationWorkersWithinEnvRunners,
+            format!("is {aggregators} but `num_env_runners` is {runners}; aggregation makes no sense otherwise"),
+            format!("set `num_aggregation_workers` to at most {runners} (0.5 * num_env_runners or less is best)"),
+        );
+    } else if aggregators as f64 > runners as f64 / 2.0 {
+        c.warn(
+            "num_aggregation_workers",
+            WarningKind::AggregationWorkersAboveHalf,
+            format!(
+                "{aggregators} aggregation workers for {runners} env runners: `num_aggregation_workers` should be significantly smaller than `num_env_runners`; try {} or less",
+                runners / 2
+            ),
+        );
+    }
+
+    // `_separate_vf_optimizer`: RLlib supports it only for tf (it raises for torch) and gives
+    // the value-only variables their own optimizer; impala-rs does the same with torch.
+    if config.separate_vf_optimizer {
+        if !(config.lr_vf.is_finite() && config.lr_vf > 0.0) {
+            c.error(
+                "_lr_vf",
+                Rule::SeparateVfOptimizer,
+                format!(
+                    "is {} but `_separate_vf_optimizer` trains the value function with it",
+                    config.lr_vf
+                ),
+                "set `_lr_vf` to a positive learning rate (e.g. 0.0005)".into(),
+            );
+        }
+        if config.model.vf_share_layers {
+            c.warn(
+                "_separate_vf_optimizer",
+                WarningKind::SeparateVfOptimizerSharedLayers,
+                "with `model.vf_share_layers = true` the value optimizer trains only the value head and the shared layers learn from the policy loss alone; set `model.vf_share_layers = false` for a separate value network".into(),
+            );
+        }
+    } else if config.lr_vf != ImpalaConfig::default().lr_vf {
+        c.warn(
+            "_lr_vf",
+            WarningKind::LrVfIgnored,
+            "is set but `_separate_vf_optimizer` is false, so it is ignored; set `_separate_vf_optimizer = true` to use it".into(),
+        );
+    }
+}
+
+fn check_model(model: &ModelConfig, c: &mut Checker) {
+    c.activation("model.fcnet_activation", &model.fcnet_activation);
+    c.activation("model.conv_activation", &model.conv_activation);
+    c.activation("model.post_fcnet_activation", &model.post_fcnet_activation);
+    for (key, sizes) in [
+        ("model.fcnet_hiddens", &model.fcnet_hiddens),
+        ("model.post_fcnet_hiddens", &model.post_fcnet_hiddens),
+    ] {
+        for (i, &size) in sizes.iter().enumerate() {
+            c.positive_size(&format!("{key}[{i}]"), size);
+        }
+    }
+    for (i, filter) in model.conv_filters.iter().flatten().enumerate() {
+        if filter.contains(&0) {
+            c.error(
+                format!("model.conv_filters[{i}]"),
+                Rule::PositiveSize,
+                format!("is {filter:?} but channels, kernel and stride must be at least 1"),
+                "write each filter as [out_channels, kernel, stride] with positive numbers".into(),
+            );
+        }
+    }
+    c.positive_size("model.framestack", model.framestack);
+    if model.use_lstm {
+        c.positive_size("model.lstm_cell_size", model.lstm_cell_size);
+        c.positive_size("model.max_seq_len", model.max_seq_len);
+    }
+}
+
+fn check_resources(config: &ImpalaConfig, c: &mut Checker) {
+    for (key, value) in [
+        ("num_gpus", config.num_gpus),
+        ("num_cpus_for_main_process", config.num_cpus_for_main_process),
+        ("num_cpus_per_env_runner", config.num_cpus_per_env_runner),
+        ("num_gpus_per_env_runner", config.num_gpus_per_env_runner),
+        ("num_gpus_per_learner", config.num_gpus_per_learner),
+    ] {
+        c.non_negative(key, value);
+    }
+    for (name, &amount) in &config.custom_resources_per_env_runner {
+        c.non_negative(&format!("custom_resources_per_env_runner.{name}"), amount);
+    }
+    if config.num_gpus > 1.0 && config.num_gpus.fract() != 0.0 {
+        c.error(
+            "num_gpus",
+            Rule::WholeGpus,
+            format!("is {} but only a fraction below 1 can share a GPU", config.num_gpus),
+            format!("set `num_gpus` to {} or {}", config.num_gpus.floor(), config.num_gpus.ceil()),
+        );
+    }
+}
+
+/// RLlib's `make_learner_thread` and `MultiGPULearnerThread` rules (multi-GPU path only).
+fn check_learner_thread(config: &mut ImpalaConfig, c: &mut Checker) {
+    if !config.simple_optimizer {
+        let (stacks, buffer) = (config.num_multi_gpu_tower_stacks, config.minibatch_buffer_size);
+        if stacks > 0 && stacks < buffer {
+            c.warn(
+                "minibatch_buffer_size",
+                WarningKind::MinibatchBufferLowered { from: buffer, to: stacks },
+                format!(
+                    "in multi-GPU mode you should have at least as many tower stacks as buffer slots; you have {stacks} stacks and a buffer of {buffer}, so `minibatch_buffer_size` is set to {stacks}"
+                ),
+            );
+            config.minibatch_buffer_size = stacks;
+        }
+        let (devices, batch) = (config.num_learner_devices(), config.learner_train_batch_size());
+        if batch > 0 && batch % devices != 0 {
+            let key = if config.train_batch_size_per_learner.is_some() {
+                "train_batch_size_per_learner"
+            } else {
+                "train_batch_size"
+            };
+            let lower = batch / devices * devices;
+            let fix = if lower > 0 {
+                format!(
+                    "set `{key}` to a multiple of {devices}, e.g. {lower} or {}",
+                    lower + devices
+                )
+            } else {
+                format!("set `{key}` to a multiple of {devices}, e.g. {devices}")
+            };
+            c.error(key, Rule::TrainBatchDivisibleByDevices, format!("is {batch}, which does not split evenly over {devices} learner devices (num_gpus = {})", config.num_gpus), fix);
+        }
+    }
+    if config.minibatch_buffer_size > 1 && config.num_sgd_iter == 1 {
+        c.warn(
+            "minibatch_buffer_size",
+            WarningKind::MinibatchBufferUnused,
+            format!("is {} but only matters when `num_sgd_iter` > 1", config.minibatch_buffer_size),
+        );
+    }
+}
+
+fn check_rest(config: &ImpalaConfig, c: &mut Checker) {
+    c.non_negative("min_time_s_per_iteration", config.min_time_s_per_iteration);
+    if config.evaluation_enabled() {
+        c.positive_size("evaluation_duration", config.evaluation_duration);
+    }
+    if !LOG_LEVELS.contains(&config.log_level.to_ascii_uppercase().as_str()) {
+        c.error(
+            "log_level",
+            Rule::LogLevel,
+            format!("`{}` is not a log level", config.log_level),
+            format!("use one of {}", LOG_LEVELS.join(", ")),
+        );
+    }
+    let (train, sample) = (config.train_batch_size, config.sample_batch_size());
+    if train > 0 && sample > 0 {
+        if train < sample {
+            c.warn(
+                "train_batch_size",
+                WarningKind::TrainBatchSmallerThanSampleBatch,
+                format!(
+                    "is {train}, smaller than one sample batch (rollout_fragment_length * num_envs_per_env_runner = {sample}); every train batch will hold {sample} steps"
+                ),
+            );
+        } else if train % sample != 0 {
+            c.warn(
+                "train_batch_size",
+                WarningKind::TrainBatchNotMultipleOfSampleBatch,
+                format!(
+                    "is {train}, not a multiple of the sample batch size {sample}; train batches will hold {} steps. Set it to a multiple of {sample}",
+                    train.div_ceil(sample) * sample
+                ),
+            );
+        }
+    }
+}
