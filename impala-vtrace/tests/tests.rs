@@ -1,1 +1,8 @@
-//! Integration tests.
+//! Integration tests of impala-vtrace (one test binary, see the workspace's `autotests = false`).
+
+mod common;
+mod errors;
+mod golden;
+mod logits;
+mod properties;
+mod reference;
