@@ -1,1 +1,8 @@
-//! Integration tests.
+//! Integration tests of impala-sampler (one binary, modules below).
+
+mod support;
+
+mod builder;
+mod faults;
+mod group;
+mod runner;

@@ -1,0 +1,105 @@
+//! The sampler's error type.
+
+use impala_core::CoreError;
+
+/// Everything that can go wrong while sampling.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SamplerError {
+    /// An environment or policy failed (building it, stepping it, inference).
+    #[error(transparent)]
+    Core(#[from] CoreError),
+    /// Building or stepping the vectorised envs failed.
+    #[error(transparent)]
+    Env(#[from] impala_envs::EnvError),
+    /// A config value the sampler cannot work with.
+    #[error("invalid sampler config: `{field}` {reason}")]
+    InvalidConfig {
+        /// The `ImpalaConfig` field.
+        field: &'static str,
+        /// Why it is rejected.
+        reason: String,
+    },
+    /// A policy returned buffers of the wrong size.
+    #[error("policy output `{what}` has {got} values, expected {expected}")]
+    PolicyOutput {
+        /// Which output buffer.
+        what: &'static str,
+        /// Expected number of values.
+        expected: usize,
+        /// Number of values received.
+        got: usize,
+    },
+    /// An env runner failed (env or policy error, or a panic) and restarting it is disabled
+    /// (`restart_failed_env_runners = false`).
+    #[error("env runner {runner_id} failed: {reason}")]
+    EnvRunnerFailed {
+        /// The runner's id (1-based; 0 is the local runner).
+        runner_id: usize,
+        /// The error or panic message.
+        reason: String,
+    },
+    /// An env runner failed after the group used up `max_num_env_runner_restarts`.
+    #[error(
+        "env runner {runner_id} failed and the {max_restarts} allowed restarts \
+         (max_num_env_runner_restarts) are used up; last failure: {reason}"
+    )]
+    TooManyRestarts {
+        /// The runner's id.
+        runner_id: usize,
+        /// The configured limit.
+        max_restarts: usize,
+        /// The last error or panic message.
+        reason: String,
+    },
+    /// An aggregation worker failed (a batch that does not concatenate, or a panic).
+    #[error("aggregation worker {worker_index} failed: {reason}")]
+    AggregationWorkerFailed {
+        /// The worker's index.
+        worker_index: usize,
+        /// What happened.
+        reason: String,
+    },
+    /// The mix-in replay buffer rejected its settings or failed to concatenate.
+    #[error("mix-in replay: {reason}")]
+    Replay {
+        /// The replay buffer's error, as text.
+        reason: String,
+    },
+    /// A sampler thread panicked outside the code that catches panics.
+    #[error("thread `{thread}` panicked: {reason}")]
+    ThreadPanicked {
+        /// The thread's name.
+        thread: String,
+        /// The panic message.
+        reason: String,
+    },
+    /// The OS refused to start a thread.
+    #[error("could not spawn thread `{thread}`: {reason}")]
+    Spawn {
+        /// The thread's name.
+        thread: String,
+        /// The OS error.
+        reason: String,
+    },
+}
+
+impl From<impala_replay::ReplayError> for SamplerError {
+    fn from(e: impala_replay::ReplayError) -> Self {
+        SamplerError::Replay { reason: e.to_string() }
+    }
+}
+
+/// The crate's result alias.
+pub type Result<T, E = SamplerError> = std::result::Result<T, E>;
+
+/// The message of a caught panic payload.
+pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = payload.downcast_ref::<&str>() {
+        format!("panic: {s}")
+    } else if let Some(s) = payload.downcast_ref::<String>() {
+        format!("panic: {s}")
+    } else {
+        "panic with a non-string payload".into()
+    }
+}

@@ -1,0 +1,353 @@
+//! One env runner: `num_envs_per_env_runner` environments and one policy copy, stepped together.
+
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use impala_config::ImpalaConfig;
+use impala_core::{
+    EnvSpec, EpisodeStats, Policy, PolicyInput, PolicyOutput, SampleBatch, Space, Weights,
+};
+use impala_envs::VectorEnv;
+
+use crate::weights::WeightSlot;
+use crate::{EnvContext, EnvFactory, PolicyFactory, Result, SamplerError};
+
+/// One sample result from a runner: `num_envs_per_env_runner` rows of `rollout_fragment_length`
+/// steps (RLlib's `RolloutWorker.sample()` output).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Fragment {
+    /// The runner that sampled it (0 = local runner).
+    pub runner_id: usize,
+    /// The rows, time-major.
+    pub batch: SampleBatch,
+    /// Episodes that ended during this fragment.
+    pub episodes: Vec<EpisodeStats>,
+}
+
+/// Counters a runner shares with its group (read without stopping the runner).
+#[derive(Debug, Default)]
+pub(crate) struct RunnerStats {
+    /// Weight snapshots applied to the policy.
+    pub(crate) weight_syncs: AtomicU64,
+    /// Sum of the delays from publication to application, in nanoseconds.
+    pub(crate) weight_sync_nanos: AtomicU64,
+}
+
+/// RLlib's `RolloutWorker` / `SingleAgentEnvRunner`: owns `num_envs_per_env_runner` envs and one
+/// policy copy, steps all envs with one batched inference call per step and returns time-major
+/// fragments. Between fragments it loads the newest published weights.
+///
+/// Per step it writes straight into the fragment's buffers; the only allocations are the
+/// fragment itself (once per fragment) and the values of truncated episodes' final observations.
+///
+/// Episode bookkeeping follows DESIGN.md: at a truncation (the env's or the spec's time limit,
+/// without termination) the behaviour value of the episode's final observation goes into
+/// `truncation_values[t, b]`; recurrent state is carried across steps and fragments and zeroed
+/// when an episode starts; `state_in` holds each row's starting state.
+///
+/// ```
+/// use std::sync::Arc;
+/// use impala_config::ImpalaConfig;
+/// use impala_core::{CoreError, Env, EnvSpec, Space, StepOutcome};
+/// use impala_sampler::{EnvFactory, EnvRunner, PolicyFactory, RandomPolicy};
+///
+/// /// A corridor: the episode terminates after 3 steps.
+/// struct Corridor { spec: EnvSpec, pos: usize }
+/// impl Env for Corridor {
+///     fn spec(&self) -> &EnvSpec { &self.spec }
+///     fn reset(&mut self, _seed: Option<u64>, obs: &mut [f32]) -> Result<(), CoreError> {
+///         self.pos = 0;
+///         obs[0] = 0.0;
+///         Ok(())
+///     }
+///     fn step(&mut self, _action: &[f32], obs: &mut [f32]) -> Result<StepOutcome, CoreError> {
+///         self.pos += 1;
+///         obs[0] = self.pos as f32;
+///         Ok(StepOutcome { reward: 1.0, terminated: self.pos == 3, truncated: false })
+///     }
+/// }
+///
+/// let spec = EnvSpec {
+///     id: "Corridor".into(),
+///     observation_space: Space::continuous(vec![0.0], vec![3.0])?,
+///     action_space: Space::Discrete(2),
+///     max_episode_steps: None,
+/// };
+/// let env_spec = spec.clone();
+/// let env_factory: EnvFactory =
+///     Arc::new(move |_ctx| Ok(Box::new(Corridor { spec: env_spec.clone(), pos: 0 }) as Box<dyn Env>));
+/// let policy_factory: PolicyFactory = Arc::new(move |id| {
+///     Ok(Box::new(RandomPolicy::new(&spec, id as u64)) as Box<dyn impala_core::Policy>)
+/// });
+/// let mut config = ImpalaConfig::default();
+/// config.num_envs_per_env_runner = 2;
+/// config.rollout_fragment_length = 4;
+/// let mut runner = EnvRunner::new(&config, 0, &env_factory, &policy_factory)?;
+/// let fragment = runner.sample()?;
+/// assert_eq!(fragment.batch.env_steps(), 8);
+/// assert_eq!(fragment.episodes.len(), 2); // each env finished one 3-step episode
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct EnvRunner {
+    runner_id: usize,
+    envs: VectorEnv,
+    policy: Box<dyn Policy>,
+    spec: EnvSpec,
+    fragment_len: usize,
+    clip_rewards: Option<f64>,
+    clip_actions: bool,
+    explore: bool,
+    obs_dim: usize,
+    state_dim: usize,
+    /// The current recurrent state of every env, `[B, state_dim]`.
+    state: Vec<f32>,
+    out: PolicyOutput,
+    /// Scratch for clipped actions, `[B, action_dim]`.
+    env_actions: Vec<f32>,
+    /// Rows truncated at the current step, with their final observations and states.
+    truncated_rows: Vec<usize>,
+    final_obs: Vec<f32>,
+    final_state: Vec<f32>,
+    /// Whether the envs were reset once (the first fragment resets them, seeded).
+    started: bool,
+    weights: Arc<WeightSlot>,
+    seen_publications: u64,
+    stats: Arc<RunnerStats>,
+}
+
+impl std::fmt::Debug for EnvRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnvRunner")
+            .field("runner_id", &self.runner_id)
+            .field("env", &self.spec.id)
+            .field("num_envs", &self.envs.num_envs())
+            .field("fragment_len", &self.fragment_len)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EnvRunner {
+    /// Builds runner `runner_id` (0 = local): `num_envs_per_env_runner` envs from `env_factory`,
+    /// vectorised with auto-reset, and one policy from `policy_factory`. All envs must share
+    /// their spaces. Time limits are the envs' own (`impala_envs::make` adds `TimeLimit`).
+    pub fn new(
+        config: &ImpalaConfig,
+        runner_id: usize,
+        env_factory: &EnvFactory,
+        policy_factory: &PolicyFactory,
+    ) -> Result<Self> {
+        let num_envs = config.num_envs_per_env_runner;
+        if num_envs == 0 {
+            return Err(SamplerError::InvalidConfig {
+                field: "num_envs_per_env_runner",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if config.rollout_fragment_length == 0 {
+            return Err(SamplerError::InvalidConfig {
+                field: "rollout_fragment_length",
+                reason: "must be at least 1".into(),
+            });
+        }
+        let mut envs = Vec::with_capacity(num_envs);
+        for env_index in 0..num_envs {
+            let ctx = EnvContext::new(runner_id, env_index, config.seed, config.env_config.clone());
+            envs.push(env_factory(&ctx)?);
+        }
+        // VectorEnv seeds env i with `seed + i` on its first reset: with the runner's base seed
+        // that is exactly each env's `EnvContext::seed`.
+        let base_seed = EnvContext::new(runner_id, 0, config.seed, BTreeMap::new()).seed;
+        let envs = VectorEnv::new(envs, base_seed)?;
+        let spec = envs.envs()[0].spec().clone();
+        let policy = policy_factory(runner_id)?;
+        let state_dim = policy.state_dim();
+        let template = SampleBatch::zeros(1, 1, &spec.observation_space, &spec.action_space, 0);
+        let obs_dim = template.obs_dim();
+        Ok(EnvRunner {
+            runner_id,
+            envs,
+            policy,
+            fragment_len: config.rollout_fragment_length,
+            clip_rewards: config.clip_rewards,
+            clip_actions: config.clip_actions,
+            explore: true,
+            obs_dim,
+            state_dim,
+            state: vec![0.0; num_envs * state_dim],
+            out: PolicyOutput::default(),
+            env_actions: vec![0.0; num_envs * spec.action_space.flat_dim()],
+            truncated_rows: Vec::with_capacity(num_envs),
+            final_obs: vec![0.0; num_envs * obs_dim],
+            final_state: vec![0.0; num_envs * state_dim],
+            started: false,
+            weights: Arc::default(),
+            seen_publications: 0,
+            stats: Arc::default(),
+            spec,
+        })
+    }
+
+    /// The environments' spec.
+    pub fn spec(&self) -> &EnvSpec {
+        &self.spec
+    }
+
+    /// This runner's id (0 = local).
+    pub fn runner_id(&self) -> usize {
+        self.runner_id
+    }
+
+    /// Sample actions (`true`, the default) or act greedily (evaluation with `explore=False`).
+    pub fn set_explore(&mut self, explore: bool) {
+        self.explore = explore;
+    }
+
+    /// Offers weights to this runner; they are loaded before the next fragment (newest wins).
+    pub fn publish_weights(&self, weights: Arc<Weights>) {
+        self.weights.publish(weights);
+    }
+
+    /// The version of the weights the policy acts with now.
+    pub fn weights_version(&self) -> u64 {
+        self.policy.weights_version()
+    }
+
+    pub(crate) fn weight_slot(&self) -> Arc<WeightSlot> {
+        Arc::clone(&self.weights)
+    }
+
+    pub(crate) fn stats(&self) -> Arc<RunnerStats> {
+        Arc::clone(&self.stats)
+    }
+
+    /// Loads the newest published weights, if any arrived since the last fragment.
+    fn apply_new_weights(&mut self) -> Result<()> {
+        if let Some((weights, published)) = self.weights.take_newer(&mut self.seen_publications) {
+            self.policy.set_weights(&weights)?;
+            let nanos = u64::try_from(published.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            self.stats.weight_syncs.fetch_add(1, Ordering::Relaxed);
+            self.stats.weight_sync_nanos.fetch_add(nanos, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn check_output(&self) -> Result<()> {
+        let b = self.envs.num_envs();
+        let checks = [
+            ("actions", b * self.spec.action_space.flat_dim(), self.out.actions.len()),
+            ("action_logp", b, self.out.action_logp.len()),
+            (
+                "action_dist_inputs",
+                b * self.spec.action_space.dist_inputs_dim(),
+                self.out.action_dist_inputs.len(),
+            ),
+            ("vf_preds", b, self.out.vf_preds.len()),
+            ("state_out", b * self.state_dim, self.out.state_out.len()),
+        ];
+        for (what, expected, got) in checks {
+            if expected != got {
+                return Err(SamplerError::PolicyOutput { what, expected, got });
+            }
+        }
+        Ok(())
+    }
+
+    /// Steps every env `rollout_fragment_length` times and returns the fragment.
+    pub fn sample(&mut self) -> Result<Fragment> {
+        self.apply_new_weights()?;
+        if !self.started {
+            self.envs.reset()?;
+            self.started = true;
+        }
+        let (num_steps, num_envs) = (self.fragment_len, self.envs.num_envs());
+        let (od, sd) = (self.obs_dim, self.state_dim);
+        let ad = self.spec.action_space.flat_dim();
+        let dd = self.spec.action_space.dist_inputs_dim();
+        let mut batch = SampleBatch::zeros(
+            num_steps,
+            num_envs,
+            &self.spec.observation_space,
+            &self.spec.action_space,
+            sd,
+        );
+        batch.state_in.copy_from_slice(&self.state);
+        batch.weights_version.fill(self.policy.weights_version());
+        let mut episodes = Vec::new();
+        for t in 0..num_steps {
+            let input = PolicyInput {
+                obs: self.envs.obs(),
+                num_envs,
+                state: &self.state,
+                explore: self.explore,
+            };
+            self.policy.compute_actions(&input, &mut self.out)?;
+            self.check_output()?;
+            let row = t * num_envs;
+            let span = |w: usize| row * w..(row + num_envs) * w;
+            batch.obs[span(od)].copy_from_slice(self.envs.obs());
+            batch.actions[span(ad)].copy_from_slice(&self.out.actions);
+            batch.action_logp[span(1)].copy_from_slice(&self.out.action_logp);
+            batch.action_dist_inputs[span(dd)].copy_from_slice(&self.out.action_dist_inputs);
+            batch.vf_preds[span(1)].copy_from_slice(&self.out.vf_preds);
+            let actions = match (&self.spec.action_space, self.clip_actions) {
+                (Space::Box { low, high, .. }, true) => {
+                    for (i, (clipped, a)) in
+                        self.env_actions.iter_mut().zip(&self.out.actions).enumerate()
+                    {
+                        *clipped = a.clamp(low[i % ad], high[i % ad]);
+                    }
+                    &self.env_actions
+                }
+                _ => &self.out.actions,
+            };
+            let step = self.envs.step(actions)?;
+            self.truncated_rows.clear();
+            for b in 0..num_envs {
+                let i = row + b;
+                let terminated = step.terminateds[b];
+                let truncated = step.truncateds[b] && !terminated;
+                batch.rewards[i] = match self.clip_rewards {
+                    Some(c) => step.rewards[b].clamp(-c, c) as f32,
+                    None => step.rewards[b] as f32,
+                };
+                batch.terminateds[i] = terminated;
+                batch.truncateds[i] = truncated;
+                if truncated {
+                    let k = self.truncated_rows.len();
+                    self.final_obs[k * od..(k + 1) * od]
+                        .copy_from_slice(&step.final_obs[b * od..(b + 1) * od]);
+                    self.final_state[k * sd..(k + 1) * sd]
+                        .copy_from_slice(&self.out.state_out[b * sd..(b + 1) * sd]);
+                    self.truncated_rows.push(b);
+                }
+            }
+            // Carry the recurrent state; episodes that just ended start the next one from zero.
+            self.state.copy_from_slice(&self.out.state_out);
+            for (b, stats) in &step.episodes {
+                self.state[b * sd..(b + 1) * sd].fill(0.0);
+                episodes.push(*stats);
+            }
+            if !self.truncated_rows.is_empty() {
+                let k = self.truncated_rows.len();
+                let values = self.policy.compute_values(
+                    &self.final_obs[..k * od],
+                    k,
+                    &self.final_state[..k * sd],
+                )?;
+                if values.len() != k {
+                    return Err(SamplerError::PolicyOutput {
+                        what: "compute_values",
+                        expected: k,
+                        got: values.len(),
+                    });
+                }
+                for (&b, v) in self.truncated_rows.iter().zip(values) {
+                    batch.truncation_values[row + b] = v;
+                }
+            }
+        }
+        batch.bootstrap_obs.copy_from_slice(self.envs.obs());
+        Ok(Fragment { runner_id: self.runner_id, batch, episodes })
+    }
+}

@@ -1,0 +1,218 @@
+//! `EnvRunner`: the layout of fragments, episodes, truncation values, recurrent state, weights.
+
+use std::sync::Arc;
+
+use impala_core::{CoreError, Policy, PolicyInput, PolicyOutput, Weights};
+use impala_sampler::{EnvRunner, PolicyFactory, Result, SamplerError};
+
+use crate::support::{config, counting_policies, EnvSetup};
+
+#[test]
+fn fragments_are_time_major_with_episode_boundaries() -> Result<()> {
+    // 3 envs, episodes terminate after 4 steps, fragments of 5 steps.
+    let setup = EnvSetup::default();
+    let mut runner = EnvRunner::new(&config(0, 3, 5), 0, &setup.factory(), &counting_policies())?;
+    let f = runner.sample()?;
+    let b = &f.batch;
+    b.validate()?;
+    assert_eq!((b.fragment_len, b.num_rows, b.obs_dim()), (5, 3, 3));
+    for t in 0..5 {
+        for row in 0..3 {
+            let i = b.index(t, row);
+            // obs[1] is the step in the episode: 0,1,2,3 then the new episode's 0.
+            assert_eq!(b.obs[i * 3 + 1], (t % 4) as f32, "t={t} row={row}");
+            assert_eq!(b.terminateds[i], t == 3);
+            assert!(!b.truncateds[i]);
+            assert_eq!(b.rewards[i], 1.0);
+        }
+    }
+    // The bootstrap observation is the one after the last step (step 1 of the 2nd episode).
+    for row in 0..3 {
+        assert_eq!(b.bootstrap_obs[row * 3 + 1], 1.0);
+        // Rows come from distinct envs.
+        assert_eq!(b.bootstrap_obs[row * 3], b.obs[b.index(0, row) * 3]);
+    }
+    assert_eq!(f.episodes.len(), 3);
+    assert!(f
+        .episodes
+        .iter()
+        .all(|e| e.episode_len == 4 && e.episode_return == 4.0 && !e.truncated));
+    Ok(())
+}
+
+#[test]
+fn truncation_stores_the_value_of_the_final_observation() -> Result<()> {
+    // The spec's time limit (3 steps) truncates episodes that never terminate.
+    let setup =
+        EnvSetup { max_episode_steps: Some(3), terminate_after: None, ..EnvSetup::default() };
+    let mut runner = EnvRunner::new(&config(0, 2, 4), 0, &setup.factory(), &counting_policies())?;
+    let f = runner.sample()?;
+    let b = &f.batch;
+    for row in 0..2 {
+        for t in 0..4 {
+            let i = b.index(t, row);
+            assert_eq!(b.truncateds[i], t == 2);
+            assert!(!b.terminateds[i]);
+            // CountingPolicy: 100 + obs[1] of the final observation (3) + 1000 * state after the
+            // last step (3 steps into the episode).
+            let expected = if t == 2 { 100.0 + 3.0 + 3000.0 } else { 0.0 };
+            assert_eq!(b.truncation_values[i], expected, "t={t} row={row}");
+        }
+    }
+    assert!(f.episodes.iter().all(|e| e.truncated && e.episode_len == 3));
+    Ok(())
+}
+
+#[test]
+fn recurrent_state_is_carried_and_zeroed_at_episode_start() -> Result<()> {
+    // One env, episodes of 4 steps, fragments of 3: CountingPolicy's state counts the steps
+    // since the episode started, and it reports the state it was given as vf_preds.
+    let setup = EnvSetup::default();
+    let mut runner = EnvRunner::new(&config(0, 1, 3), 0, &setup.factory(), &counting_policies())?;
+    let f1 = runner.sample()?;
+    let f2 = runner.sample()?;
+    let f3 = runner.sample()?;
+    assert_eq!(f1.batch.state_in, vec![0.0]);
+    assert_eq!(f1.batch.vf_preds, vec![0.0, 1.0, 2.0]);
+    assert_eq!(f2.batch.state_in, vec![3.0]);
+    // Step 3 ends the episode; the next episode starts from a zero state.
+    assert_eq!(f2.batch.vf_preds, vec![3.0, 0.0, 1.0]);
+    assert_eq!(f3.batch.state_in, vec![2.0]);
+    assert_eq!(f3.batch.vf_preds, vec![2.0, 3.0, 0.0]);
+    Ok(())
+}
+
+#[test]
+fn rewards_are_clipped_but_returns_are_not() -> Result<()> {
+    let setup = EnvSetup { reward: 5.0, ..EnvSetup::default() };
+    let mut cfg = config(0, 1, 4);
+    cfg.clip_rewards = Some(1.0);
+    let mut runner = EnvRunner::new(&cfg, 0, &setup.factory(), &counting_policies())?;
+    let f = runner.sample()?;
+    assert!(f.batch.rewards.iter().all(|&r| r == 1.0));
+    assert_eq!(f.episodes[0].episode_return, 20.0);
+    Ok(())
+}
+
+#[test]
+fn envs_are_seeded_once_by_runner_and_index() -> Result<()> {
+    let setup = EnvSetup::default();
+    let mut cfg = config(0, 2, 5);
+    cfg.seed = Some(10);
+    let mut runner = EnvRunner::new(&cfg, 3, &setup.factory(), &counting_policies())?;
+    runner.sample()?;
+    let seeds = setup
+        .seeds
+        .lock()
+        .map_err(|_| SamplerError::InvalidConfig { field: "seeds", reason: "poisoned".into() })?
+        .clone();
+    // First resets get seed + 1000 * runner + env; resets after an episode get None.
+    assert_eq!(seeds, vec![Some(3010), Some(3011), None, None]);
+    Ok(())
+}
+
+#[test]
+fn weights_published_before_a_fragment_are_used_in_it() -> Result<()> {
+    let setup = EnvSetup::default();
+    let mut runner = EnvRunner::new(&config(0, 2, 3), 0, &setup.factory(), &counting_policies())?;
+    assert_eq!(runner.sample()?.batch.weights_version, vec![0, 0]);
+    runner.publish_weights(Arc::new(Weights::new(7, vec![])));
+    runner.publish_weights(Arc::new(Weights::new(6, vec![]))); // older: ignored
+    assert_eq!(runner.sample()?.batch.weights_version, vec![7, 7]);
+    assert_eq!(runner.weights_version(), 7);
+    Ok(())
+}
+
+/// Returns one action too few.
+struct ShortPolicy;
+
+impl Policy for ShortPolicy {
+    fn compute_actions(
+        &mut self,
+        input: &PolicyInput<'_>,
+        out: &mut PolicyOutput,
+    ) -> Result<(), CoreError> {
+        out.actions = vec![0.0; input.num_envs - 1];
+        Ok(())
+    }
+    fn compute_values(&mut self, _: &[f32], n: usize, _: &[f32]) -> Result<Vec<f32>, CoreError> {
+        Ok(vec![0.0; n])
+    }
+    fn set_weights(&mut self, _: &Arc<Weights>) -> Result<(), CoreError> {
+        Ok(())
+    }
+    fn weights_version(&self) -> u64 {
+        0
+    }
+}
+
+#[test]
+fn a_policy_with_wrong_output_sizes_is_an_error() -> Result<()> {
+    let policies: PolicyFactory = Arc::new(|_| Ok(Box::new(ShortPolicy) as Box<dyn Policy>));
+    let mut runner =
+        EnvRunner::new(&config(0, 2, 3), 0, &EnvSetup::default().factory(), &policies)?;
+    let err = runner.sample().err();
+    assert!(matches!(
+        err,
+        Some(SamplerError::PolicyOutput { what: "actions", expected: 2, got: 1 })
+    ));
+    Ok(())
+}
+
+#[test]
+fn zero_envs_is_a_config_error() {
+    let err =
+        EnvRunner::new(&config(0, 0, 3), 0, &EnvSetup::default().factory(), &counting_policies())
+            .err();
+    assert!(matches!(
+        err,
+        Some(SamplerError::InvalidConfig { field: "num_envs_per_env_runner", .. })
+    ));
+}
+
+/// Box actions in [-0.1, 0.1]; the observation echoes the action the env received.
+struct Echo {
+    spec: impala_core::EnvSpec,
+}
+
+impl impala_core::Env for Echo {
+    fn spec(&self) -> &impala_core::EnvSpec {
+        &self.spec
+    }
+    fn reset(&mut self, _: Option<u64>, obs: &mut [f32]) -> Result<(), CoreError> {
+        obs[0] = 0.0;
+        Ok(())
+    }
+    fn step(
+        &mut self,
+        action: &[f32],
+        obs: &mut [f32],
+    ) -> Result<impala_core::StepOutcome, CoreError> {
+        obs[0] = action[0];
+        Ok(impala_core::StepOutcome::default())
+    }
+}
+
+#[test]
+fn clip_actions_clips_what_the_env_gets_not_what_the_batch_keeps() -> Result<()> {
+    let spec = impala_core::EnvSpec {
+        id: "Echo".into(),
+        observation_space: impala_core::Space::continuous(vec![-1.0], vec![1.0])?,
+        action_space: impala_core::Space::continuous(vec![-0.1], vec![0.1])?,
+        max_episode_steps: None,
+    };
+    let (s1, s2) = (spec.clone(), spec);
+    let envs: impala_sampler::EnvFactory =
+        Arc::new(move |_| Ok(Box::new(Echo { spec: s1.clone() }) as Box<dyn impala_core::Env>));
+    let policies: PolicyFactory = Arc::new(move |_| {
+        Ok(Box::new(impala_sampler::RandomPolicy::new(&s2, 0)) as Box<dyn Policy>)
+    });
+    let mut cfg = config(0, 1, 200);
+    cfg.clip_actions = true;
+    let f = EnvRunner::new(&cfg, 0, &envs, &policies)?.sample()?;
+    let b = &f.batch;
+    // Standard-normal actions: most exceed 0.1 in the batch, none reach the env unclipped.
+    assert!(b.actions.iter().filter(|a| a.abs() > 0.1).count() > 100);
+    assert!(b.obs.iter().chain(&b.bootstrap_obs).all(|o| o.abs() <= 0.1));
+    Ok(())
+}
