@@ -1,1 +1,64 @@
-//! TODO
+//! The learner side of IMPALA on libtorch (tch): RLlib's catalog models, the V-trace loss of
+//! RLlib's old-stack torch policy, its optimizers, the learner thread and the multi-GPU towers,
+//! plus [`TorchPolicy`], the CPU inference copy env runners act with.
+//!
+//! - [`Learner`]: towers + optimizer(s) + loss; [`Learner::update`] is one SGD step on a
+//!   time-major [`impala_core::SampleBatch`] and returns RLlib's [`LearnerStats`].
+//! - [`LearnerHandle`]: the learner thread (RLlib's `LearnerThread` / `MultiGPULearnerThread`)
+//!   with its bounded inqueue, [`MinibatchBuffer`], loader threads and outqueue.
+//! - [`TorchPolicy`]: implements [`impala_core::Policy`] and loads the learner's
+//!   [`impala_core::Weights`] snapshots.
+//!
+//! V-trace targets are computed on the CPU by `impala-vtrace` from the current network's
+//! values and log-probabilities (they carry no gradient, as in RLlib's `vtrace_torch_v2`).
+//!
+//! Deviation from the lead's interface note: [`Learner::weights`] returns
+//! `Result<Arc<Weights>>` (copying weights off a device can fail) instead of `Arc<Weights>`.
+//!
+//! ```
+//! use impala_config::ImpalaConfig;
+//! use impala_core::{EnvSpec, Policy, SampleBatch, Space};
+//! use impala_learner::{Learner, TorchPolicy};
+//!
+//! let spec = EnvSpec {
+//!     id: "CartPole-v1".into(),
+//!     observation_space: Space::continuous(vec![-5.0; 4], vec![5.0; 4])?,
+//!     action_space: Space::Discrete(2),
+//!     max_episode_steps: Some(500),
+//! };
+//! let config = ImpalaConfig::default();
+//! let mut learner = Learner::new(&config, &spec, tch::Device::Cpu)?;
+//! let mut policy = TorchPolicy::new(&config, &spec, 0)?;
+//! let mut batch = SampleBatch::zeros(50, 10, &spec.observation_space, &spec.action_space, 0);
+//! batch.action_logp = vec![(0.5f32).ln(); 500];
+//! let stats = learner.update(&batch, 0)?;
+//! println!("total_loss {} grad_gnorm {}", stats.total_loss, stats.grad_gnorm);
+//! policy.set_weights(&learner.weights()?)?;
+//! assert_eq!(policy.weights_version(), 1);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(missing_docs)]
+
+mod batch;
+mod distribution;
+mod error;
+mod learner;
+mod minibatch;
+mod model;
+mod optim;
+mod policy;
+mod thread;
+
+pub use batch::{BatchLoader, LoadedBatch};
+pub use distribution::ActionDistribution;
+pub use error::{LearnerError, Result};
+pub use learner::{learner_devices, Learner, LearnerStats, LEARNER_STATE_FILE, MODEL_FILE};
+pub use minibatch::{Minibatch, MinibatchBuffer};
+pub use model::ActorCritic;
+pub use policy::TorchPolicy;
+pub use thread::{LearnerHandle, LearnerOutput, LearnerQueueStats};
+
+/// The README's snippet, compiled and run as a doctest.
+#[doc = include_str!("../README.md")]
+#[cfg(doctest)]
+pub struct ReadmeDoctest;

@@ -1,0 +1,208 @@
+//! Trained samples per second of the CartPole MLP (RLlib's default model: [256, 256] tanh,
+//! shared value layer) at train_batch_size 500 (T = 50, B = 10) with one libtorch thread:
+//!
+//! - `bare_libtorch_step`: forward, the same loss terms, backward and libtorch's own Adam step
+//!   on the same model, nothing else (the floor);
+//! - `learner_update`: `Learner::update` (batch upload, bootstrap forward, V-trace on the CPU,
+//!   global-norm clipping, our Adam, stats);
+//! - `learner_thread`: the same through `LearnerHandle` (inqueue, learner thread, outqueue,
+//!   weight snapshots), with a few batches queued ahead as in training.
+//!
+//! Plus `TorchPolicy` inference for 1, 8 and 32 envs, and on a CUDA machine the learner step on
+//! the GPU for the CartPole MLP and for RLlib's 84x84x4 Atari conv net.
+//!
+//! `cargo bench -p impala-learner --bench learner -- --measurement-time 3 --warm-up-time 1`
+
+#![allow(missing_docs, reason = "criterion_group! generates an undocumented function")]
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use impala_config::ImpalaConfig;
+use impala_core::{EnvSpec, Policy, PolicyInput, PolicyOutput, SampleBatch, Space};
+use impala_learner::{Learner, LearnerHandle, TorchPolicy};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tch::nn::{self, Module, OptimizerConfig};
+use tch::{Device, Kind, Tensor};
+
+const T: usize = 50;
+const B: usize = 10;
+
+fn cartpole() -> EnvSpec {
+    EnvSpec {
+        id: "CartPole-v1".into(),
+        observation_space: Space::Box {
+            low: vec![-4.8, -5.0, -0.42, -5.0],
+            high: vec![4.8, 5.0, 0.42, 5.0],
+            shape: vec![4],
+        },
+        action_space: Space::Discrete(2),
+        max_episode_steps: Some(500),
+    }
+}
+
+fn atari() -> EnvSpec {
+    let n = 84 * 84 * 4;
+    EnvSpec {
+        id: "ALE/Pong-v5".into(),
+        observation_space: Space::Box {
+            low: vec![0.0; n],
+            high: vec![1.0; n],
+            shape: vec![84, 84, 4],
+        },
+        action_space: Space::Discrete(6),
+        max_episode_steps: None,
+    }
+}
+
+fn batch(spec: &EnvSpec, seed: u64) -> SampleBatch {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut b = SampleBatch::zeros(T, B, &spec.observation_space, &spec.action_space, 0);
+    let n_actions = spec.action_space.dist_inputs_dim();
+    b.obs
+        .iter_mut()
+        .chain(b.bootstrap_obs.iter_mut())
+        .for_each(|x| *x = rng.random_range(-0.5..0.5));
+    for i in 0..T * B {
+        b.actions[i] = rng.random_range(0..n_actions) as f32;
+        b.action_logp[i] = -(n_actions as f32).ln() + rng.random_range(-0.1..0.1);
+        b.rewards[i] = 1.0;
+        b.terminateds[i] = rng.random::<f32>() < 0.02;
+    }
+    b
+}
+
+/// The same network and loss terms in plain tch with libtorch's Adam.
+struct Bare {
+    net: nn::Sequential,
+    logits: nn::Linear,
+    value: nn::Linear,
+    opt: nn::Optimizer,
+}
+
+impl Bare {
+    fn new() -> Result<Self, tch::TchError> {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let p = vs.root();
+        let net = nn::seq()
+            .add(nn::linear(&p / "fc0", 4, 256, Default::default()))
+            .add_fn(|x| x.tanh())
+            .add(nn::linear(&p / "fc1", 256, 256, Default::default()))
+            .add_fn(|x| x.tanh());
+        let logits = nn::linear(&p / "logits", 256, 2, Default::default());
+        let value = nn::linear(&p / "value", 256, 1, Default::default());
+        let opt = nn::Adam::default().build(&vs, 5e-4)?;
+        Ok(Bare { net, logits, value, opt })
+    }
+
+    fn step(&mut self, obs: &Tensor, actions: &Tensor, adv: &Tensor, targets: &Tensor) -> f64 {
+        let h = self.net.forward(obs);
+        let logp = self.logits.forward(&h).log_softmax(-1, Kind::Float);
+        let v = self.value.forward(&h).squeeze_dim(1);
+        let pi = -(logp.gather(1, actions, false).squeeze_dim(1) * adv).sum(Kind::Float);
+        let entropy = -(logp.exp() * &logp).sum(Kind::Float);
+        let vf = (v - targets).square().sum(Kind::Float) * 0.5;
+        let loss = pi - entropy * 0.01 + vf * 0.5;
+        self.opt.backward_step(&loss);
+        loss.double_value(&[])
+    }
+}
+
+fn cartpole_train_batch(c: &mut Criterion) {
+    tch::set_num_threads(1);
+    let spec = cartpole();
+    let config = ImpalaConfig { seed: Some(0), ..ImpalaConfig::default() };
+    let train = batch(&spec, 0);
+    let mut group = c.benchmark_group("cartpole_train_batch_500");
+    group.throughput(Throughput::Elements((T * B) as u64));
+
+    if let Ok(mut bare) = Bare::new() {
+        let obs = Tensor::from_slice(&train.obs).view([(T * B) as i64, 4]);
+        let actions =
+            Tensor::from_slice(&train.actions).to_kind(Kind::Int64).view([(T * B) as i64, 1]);
+        let adv = Tensor::from_slice(&train.rewards);
+        let targets = Tensor::from_slice(&train.rewards);
+        group.bench_function("bare_libtorch_step", |b| {
+            b.iter(|| black_box(bare.step(&obs, &actions, &adv, &targets)))
+        });
+    }
+    if let Ok(mut learner) = Learner::new(&config, &spec, Device::Cpu) {
+        group.bench_function("learner_update", |b| {
+            b.iter(|| black_box(learner.update(&train, 0).map(|s| s.total_loss)))
+        });
+    }
+    if let Ok(handle) =
+        Learner::new(&config, &spec, Device::Cpu).and_then(|l| LearnerHandle::spawn(&config, l))
+    {
+        // Steady state: the driver keeps AHEAD batches queued (as a training loop does), so the
+        // learner thread never waits on the driver; one iteration = one batch trained.
+        const AHEAD: usize = 4;
+        let (mut sent, mut received) = (0usize, 0usize);
+        group.bench_function("learner_thread", |b| {
+            b.iter(|| {
+                while sent < received + AHEAD + 1 {
+                    let mut pending = Some(train.clone());
+                    while let Some(batch) = pending.take() {
+                        pending = handle.try_enqueue(batch).err();
+                    }
+                    sent += 1;
+                }
+                while received + AHEAD < sent {
+                    match handle.drain_wait(Duration::from_secs(60)) {
+                        Ok(out) => received += out.len(),
+                        Err(_) => return,
+                    }
+                }
+            })
+        });
+    }
+    group.finish();
+}
+
+fn policy_inference(c: &mut Criterion) {
+    tch::set_num_threads(1);
+    let spec = cartpole();
+    let Ok(mut policy) = TorchPolicy::new(&ImpalaConfig::default(), &spec, 0) else { return };
+    let mut group = c.benchmark_group("cartpole_policy_inference");
+    for n in [1usize, 8, 32] {
+        let obs: Vec<f32> = (0..n * 4).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
+        let mut out = PolicyOutput::default();
+        group.throughput(Throughput::Elements(n as u64));
+        group.bench_with_input(BenchmarkId::new("compute_actions", n), &n, |b, &n| {
+            b.iter(|| {
+                black_box(policy.compute_actions(
+                    &PolicyInput { obs: &obs, num_envs: n, state: &[], explore: true },
+                    &mut out,
+                ))
+            })
+        });
+    }
+    group.finish();
+}
+
+/// GPU learner steps (only where libtorch sees CUDA; `Learner::update` reads its stats back,
+/// which synchronises the device before the clock stops).
+fn cuda_train_batch(c: &mut Criterion) {
+    let devices = tch::Cuda::device_count();
+    println!("tch::Cuda::device_count() = {devices}");
+    if devices == 0 {
+        return;
+    }
+    let mut group = c.benchmark_group("cuda_train_batch_500");
+    group.throughput(Throughput::Elements((T * B) as u64));
+    for (name, spec) in [("cartpole_mlp", cartpole()), ("atari_84x84x4_conv", atari())] {
+        let config = ImpalaConfig { seed: Some(0), ..ImpalaConfig::default() };
+        let train = batch(&spec, 1);
+        if let Ok(mut learner) = Learner::new(&config, &spec, Device::Cuda(0)) {
+            group.bench_function(name, |b| {
+                b.iter(|| black_box(learner.update(&train, 0).map(|s| s.total_loss)))
+            });
+        }
+    }
+    group.finish();
+}
+
+criterion_group!(benches, cartpole_train_batch, policy_inference, cuda_train_batch);
+criterion_main!(benches);

@@ -1,0 +1,138 @@
+//! Turning a time-major [`SampleBatch`] into per-tower tensors (RLlib's
+//! `load_batch_into_buffer`): the part of a train batch that loader threads prepare ahead of the
+//! SGD step.
+
+use impala_core::SampleBatch;
+use tch::{Device, Tensor};
+
+use crate::{LearnerError, Result};
+
+/// A train batch split row-wise into one shard per tower, each on its tower's device.
+#[derive(Debug)]
+pub struct LoadedBatch {
+    pub(crate) shards: Vec<Shard>,
+    /// Env steps in the whole batch.
+    pub env_steps: usize,
+    /// Agent steps in the whole batch.
+    pub agent_steps: usize,
+}
+
+/// The rows of one tower: tensors the network reads on the device, plus the `[T, B]` inputs of
+/// V-trace on the CPU (where the targets are computed).
+#[derive(Debug)]
+pub(crate) struct Shard {
+    /// T.
+    pub steps: usize,
+    /// B.
+    pub rows: usize,
+    /// `[T * B, obs_dim]`.
+    pub obs: Tensor,
+    /// `[T * B, action_dim]`.
+    pub actions: Tensor,
+    /// `[B, obs_dim]`.
+    pub bootstrap_obs: Tensor,
+    /// `[B, state_dim]`.
+    pub state_in: Tensor,
+    /// `[T, B, 1]`: 0 after steps that ended an episode (recurrent models only).
+    pub not_done: Option<Tensor>,
+    /// Behaviour log-probs `log mu(a_t|x_t)`, `[T, B]`.
+    pub behaviour_logp: Vec<f32>,
+    /// Rewards with `gamma * V(final_obs)` folded in at truncated steps, `[T, B]`.
+    pub rewards: Vec<f32>,
+    /// `gamma * (1 - (terminated || truncated))`, `[T, B]`.
+    pub discounts: Vec<f32>,
+    /// Behaviour values (the A3C loss's advantage baseline), `[T, B]`.
+    pub vf_preds: Vec<f32>,
+}
+
+/// What a batch must look like for a model, and where its shards go. Cheap to clone: every
+/// loader thread holds one.
+#[derive(Debug, Clone)]
+pub struct BatchLoader {
+    pub(crate) devices: Vec<Device>,
+    pub(crate) gamma: f32,
+    pub(crate) obs_dim: usize,
+    pub(crate) action_dim: usize,
+    pub(crate) state_dim: usize,
+}
+
+impl BatchLoader {
+    /// Checks `batch` against the model, splits its rows across the towers and copies them to
+    /// the towers' devices.
+    pub fn load(&self, batch: &SampleBatch) -> Result<LoadedBatch> {
+        batch.validate()?;
+        let mismatch = |what: &str, model: usize, got: usize| LearnerError::Batch {
+            reason: format!("the model expects {what} {model}, the batch has {got}"),
+        };
+        if batch.obs_dim() != self.obs_dim {
+            return Err(mismatch("observations of", self.obs_dim, batch.obs_dim()));
+        }
+        if batch.action_dim != self.action_dim {
+            return Err(mismatch("actions of", self.action_dim, batch.action_dim));
+        }
+        if batch.state_dim != self.state_dim {
+            return Err(mismatch("recurrent states of", self.state_dim, batch.state_dim));
+        }
+        let towers = self.devices.len();
+        if batch.num_rows < towers || batch.fragment_len == 0 {
+            return Err(LearnerError::Batch {
+                reason: format!(
+                    "{} rows of {} steps cannot feed {towers} tower(s)",
+                    batch.num_rows, batch.fragment_len
+                ),
+            });
+        }
+        let shards = if towers == 1 {
+            vec![self.shard(batch, self.devices[0])?]
+        } else {
+            let b = batch.num_rows;
+            (0..towers)
+                .map(|i| {
+                    self.shard(&batch.rows(i * b / towers, (i + 1) * b / towers)?, self.devices[i])
+                })
+                .collect::<Result<Vec<_>>>()?
+        };
+        Ok(LoadedBatch { shards, env_steps: batch.env_steps(), agent_steps: batch.agent_steps() })
+    }
+
+    fn shard(&self, batch: &SampleBatch, device: Device) -> Result<Shard> {
+        let (t, b) = (batch.fragment_len, batch.num_rows);
+        let n = t * b;
+        let upload = |v: &[f32], shape: &[i64]| -> Result<Tensor> {
+            Ok(Tensor::f_from_slice(v)?.f_view(shape)?.f_to_device(device)?)
+        };
+        let gamma = self.gamma;
+        let mut rewards = batch.rewards.clone();
+        let mut discounts = vec![0.0f32; n];
+        for i in 0..n {
+            let (term, trunc) = (batch.terminateds[i], batch.truncateds[i]);
+            if trunc && !term {
+                // DESIGN.md: bootstrap a time-limit truncation from the final observation's
+                // value and cut the trace there.
+                rewards[i] += gamma * batch.truncation_values[i];
+            }
+            discounts[i] = if term || trunc { 0.0 } else { gamma };
+        }
+        let not_done = if self.state_dim > 0 {
+            let nd: Vec<f32> = (0..n)
+                .map(|i| if batch.terminateds[i] || batch.truncateds[i] { 0.0 } else { 1.0 })
+                .collect();
+            Some(upload(&nd, &[t as i64, b as i64, 1])?)
+        } else {
+            None
+        };
+        Ok(Shard {
+            steps: t,
+            rows: b,
+            obs: upload(&batch.obs, &[n as i64, self.obs_dim as i64])?,
+            actions: upload(&batch.actions, &[n as i64, self.action_dim as i64])?,
+            bootstrap_obs: upload(&batch.bootstrap_obs, &[b as i64, self.obs_dim as i64])?,
+            state_in: upload(&batch.state_in, &[b as i64, self.state_dim as i64])?,
+            not_done,
+            behaviour_logp: batch.action_logp.clone(),
+            rewards,
+            discounts,
+            vf_preds: batch.vf_preds.clone(),
+        })
+    }
+}

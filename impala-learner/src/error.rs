@@ -1,0 +1,82 @@
+//! The crate's error type.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the learner, the policy or their threads.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LearnerError {
+    /// libtorch reported an error (shape, device, out of memory, ...).
+    #[error("libtorch: {0}")]
+    Torch(#[from] tch::TchError),
+    /// A batch or spec from impala-core was inconsistent.
+    #[error(transparent)]
+    Core(#[from] impala_core::CoreError),
+    /// V-trace rejected its inputs (non-finite values, shapes).
+    #[error("v-trace: {0}")]
+    VTrace(#[from] impala_vtrace::VTraceError),
+    /// The config asks for something this learner cannot build.
+    #[error("invalid learner config: {reason}")]
+    Config {
+        /// What is wrong.
+        reason: String,
+    },
+    /// A batch does not fit the model (wrong observation size, too few rows for the towers, ...).
+    #[error("batch does not fit the model: {reason}")]
+    Batch {
+        /// What does not fit.
+        reason: String,
+    },
+    /// The loss or the gradient norm was NaN or infinite; the optimizer step was skipped, so
+    /// the weights are still the last good ones.
+    #[error(
+        "non-finite loss: total_loss={total_loss}, policy_loss={policy_loss}, \
+         vf_loss={vf_loss}, entropy={entropy}, grad_gnorm={grad_gnorm}"
+    )]
+    NonFiniteLoss {
+        /// Total loss.
+        total_loss: f64,
+        /// Policy-gradient loss.
+        policy_loss: f64,
+        /// Value-function loss.
+        vf_loss: f64,
+        /// Mean entropy.
+        entropy: f64,
+        /// Gradient global norm before clipping.
+        grad_gnorm: f64,
+    },
+    /// A checkpoint could not be written or does not match this model.
+    #[error("checkpoint {path}: {reason}")]
+    Checkpoint {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// `num_gpus` asks for more CUDA devices than libtorch sees.
+    #[error(
+        "num_gpus={requested} but libtorch sees {available} CUDA device(s) (is libtorch_cuda.so \
+         linked with --no-as-needed? set _fake_gpus to run the towers on the CPU)"
+    )]
+    NoCuda {
+        /// Devices asked for.
+        requested: usize,
+        /// Devices libtorch sees.
+        available: i64,
+    },
+    /// The learner thread or a loader thread stopped unexpectedly (panic or failure).
+    #[error("the learner thread died: {reason}")]
+    ThreadDied {
+        /// Why, as far as it is known.
+        reason: String,
+    },
+}
+
+/// The crate's result alias.
+pub type Result<T, E = LearnerError> = std::result::Result<T, E>;
+
+impl From<LearnerError> for impala_core::CoreError {
+    fn from(e: LearnerError) -> Self {
+        impala_core::CoreError::Policy { reason: e.to_string() }
+    }
+}

@@ -1,0 +1,207 @@
+//! [`TorchPolicy`]: the env runners' CPU copy of the model (RLlib's rollout-worker policy).
+
+use std::cell::Cell;
+use std::sync::Arc;
+
+use impala_config::ImpalaConfig;
+use impala_core::{CoreError, EnvSpec, Policy, PolicyInput, PolicyOutput, Weights};
+use rand::rngs::SmallRng;
+use rand::SeedableRng;
+use tch::{nn, Device, Tensor};
+
+use crate::model::{ActorCritic, ModelOutput, Unroll};
+use crate::{LearnerError, Result};
+
+thread_local! {
+    /// Whether this thread already limited libtorch to one intra-op thread.
+    static SINGLE_THREADED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runners step many policies side by side: each uses one libtorch thread (OpenMP spinning
+/// across threads is very slow on small machines). Set once per calling thread.
+fn use_one_libtorch_thread() {
+    SINGLE_THREADED.with(|done| {
+        if !done.get() {
+            tch::set_num_threads(1);
+            done.set(true);
+        }
+    });
+}
+
+/// A CPU inference copy of the learner's model: no gradients, one libtorch thread, seeded
+/// sampling (in Rust, from the distribution inputs libtorch computes). Loads the learner's
+/// [`Weights`] by copying values into its own tensors; nothing is serialised.
+///
+/// ```
+/// use impala_config::ImpalaConfig;
+/// use impala_core::{EnvSpec, Policy, PolicyInput, PolicyOutput, Space};
+/// use impala_learner::TorchPolicy;
+///
+/// let spec = EnvSpec {
+///     id: "CartPole-v1".into(),
+///     observation_space: Space::continuous(vec![-5.0; 4], vec![5.0; 4])?,
+///     action_space: Space::Discrete(2),
+///     max_episode_steps: Some(500),
+/// };
+/// let mut policy = TorchPolicy::new(&ImpalaConfig::default(), &spec, 7)?;
+/// let mut out = PolicyOutput::default();
+/// let obs = [0.0f32; 8]; // two envs
+/// policy.compute_actions(&PolicyInput { obs: &obs, num_envs: 2, state: &[], explore: true }, &mut out)?;
+/// assert_eq!(out.actions.len(), 2);
+/// assert_eq!(out.action_dist_inputs.len(), 4);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct TorchPolicy {
+    /// Owns the variables `model` and `params` point into.
+    _vs: nn::VarStore,
+    model: ActorCritic,
+    /// Sorted by name, as [`Weights`].
+    params: Vec<(String, Tensor)>,
+    rng: SmallRng,
+    version: u64,
+    /// The snapshot loaded last: setting the same `Arc` again copies nothing.
+    loaded: Option<Arc<Weights>>,
+}
+
+impl TorchPolicy {
+    /// Builds the model of `config.model` for `spec` on the CPU. Its initial weights are the
+    /// learner's (both seed from `config.seed`); `seed` seeds action sampling.
+    pub fn new(config: &ImpalaConfig, spec: &EnvSpec, seed: u64) -> Result<Self> {
+        use_one_libtorch_thread();
+        let vs = nn::VarStore::new(Device::Cpu);
+        let model = ActorCritic::new(&vs.root(), &config.model, spec, config.seed.unwrap_or(0))?;
+        let mut params: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
+        params.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(TorchPolicy {
+            _vs: vs,
+            model,
+            params,
+            rng: SmallRng::seed_from_u64(seed),
+            version: 0,
+            loaded: None,
+        })
+    }
+
+    /// The model (for its distribution and sizes).
+    pub fn model(&self) -> &ActorCritic {
+        &self.model
+    }
+
+    fn run(&self, obs: &[f32], num_envs: usize, state: &[f32]) -> Result<ModelOutput> {
+        use_one_libtorch_thread();
+        let (obs_dim, state_dim) = (self.model.obs_dim(), self.model.state_dim());
+        for (what, expected, got) in
+            [("obs", num_envs * obs_dim, obs.len()), ("state", num_envs * state_dim, state.len())]
+        {
+            if expected != got {
+                return Err(CoreError::ShapeMismatch { what: what.into(), expected, got }.into());
+            }
+        }
+        let _guard = tch::no_grad_guard();
+        let obs = Tensor::f_from_slice(obs)?.f_view([num_envs as i64, obs_dim as i64])?;
+        let state_t;
+        let unroll = if state_dim > 0 {
+            state_t = Tensor::f_from_slice(state)?.f_view([num_envs as i64, state_dim as i64])?;
+            Some(Unroll { steps: 1, rows: num_envs, state: &state_t, not_done: None })
+        } else {
+            None
+        };
+        self.model.forward(&obs, unroll)
+    }
+}
+
+/// Copies a `[N, ...]` f32 tensor into `dst`, resizing it.
+fn copy_out(t: &Tensor, dst: &mut Vec<f32>) -> Result<()> {
+    let n = t.numel();
+    dst.resize(n, 0.0);
+    t.f_contiguous()?.f_copy_data(dst, n)?;
+    Ok(())
+}
+
+impl Policy for TorchPolicy {
+    fn compute_actions(
+        &mut self,
+        input: &PolicyInput<'_>,
+        out: &mut PolicyOutput,
+    ) -> impala_core::Result<()> {
+        let n = input.num_envs;
+        let result = self.run(input.obs, n, input.state)?;
+        copy_out(&result.dist_inputs, &mut out.action_dist_inputs)?;
+        copy_out(&result.values, &mut out.vf_preds)?;
+        match &result.state {
+            Some((h, c)) => {
+                let hc = Tensor::f_cat(&[h, c], 1).map_err(LearnerError::from)?;
+                copy_out(&hc, &mut out.state_out)?;
+            }
+            None => out.state_out.clear(),
+        }
+        let dist = self.model.distribution();
+        let (d_in, d_act) = (dist.inputs_dim(), dist.action_dim());
+        out.actions.resize(n * d_act, 0.0);
+        out.action_logp.resize(n, 0.0);
+        for ((inputs, action), logp) in out
+            .action_dist_inputs
+            .chunks_exact(d_in)
+            .zip(out.actions.chunks_exact_mut(d_act))
+            .zip(out.action_logp.iter_mut())
+        {
+            *logp = dist.sample_row(inputs, input.explore, &mut self.rng, action);
+        }
+        Ok(())
+    }
+
+    fn compute_values(
+        &mut self,
+        obs: &[f32],
+        num_envs: usize,
+        state: &[f32],
+    ) -> impala_core::Result<Vec<f32>> {
+        let mut values = Vec::with_capacity(num_envs);
+        copy_out(&self.run(obs, num_envs, state)?.values, &mut values)?;
+        Ok(values)
+    }
+
+    fn state_dim(&self) -> usize {
+        self.model.state_dim()
+    }
+
+    fn set_weights(&mut self, weights: &Arc<Weights>) -> impala_core::Result<()> {
+        if self.loaded.as_ref().is_some_and(|w| Arc::ptr_eq(w, weights)) {
+            return Ok(());
+        }
+        if weights.tensors.len() != self.params.len() {
+            return Err(CoreError::Policy {
+                reason: format!(
+                    "weights hold {} tensors, the model has {}",
+                    weights.tensors.len(),
+                    self.params.len()
+                ),
+            });
+        }
+        // Check every tensor before copying any, so a bad snapshot leaves the policy as it was.
+        for ((name, p), w) in self.params.iter().zip(&weights.tensors) {
+            let shape: Vec<usize> = p.size().iter().map(|&d| d as usize).collect();
+            if *name != w.name || shape != w.shape || w.data.len() != p.numel() {
+                return Err(CoreError::Policy {
+                    reason: format!(
+                        "weight `{}` {:?} does not fit model parameter `{name}` {shape:?}",
+                        w.name, w.shape
+                    ),
+                });
+            }
+        }
+        let _guard = tch::no_grad_guard();
+        for ((_, p), w) in self.params.iter_mut().zip(&weights.tensors) {
+            let src = Tensor::f_from_slice(&w.data).and_then(|t| t.f_view(p.size().as_slice()));
+            src.and_then(|src| p.f_copy_(&src)).map_err(LearnerError::from)?;
+        }
+        self.version = weights.version;
+        self.loaded = Some(Arc::clone(weights));
+        Ok(())
+    }
+
+    fn weights_version(&self) -> u64 {
+        self.version
+    }
+}

@@ -1,0 +1,530 @@
+//! RLlib's `LearnerThread` and `MultiGPULearnerThread` (with its `_MultiGPULoaderThread`s) behind
+//! one [`LearnerHandle`].
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{
+    bounded, select, unbounded, Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError,
+};
+use impala_config::ImpalaConfig;
+use impala_core::{SampleBatch, Weights};
+
+use crate::batch::{BatchLoader, LoadedBatch};
+use crate::minibatch::{Minibatch, MinibatchBuffer};
+use crate::{Learner, LearnerError, LearnerStats, Result};
+
+/// RLlib's `WindowStat("size", 50)` and timer windows.
+const STATS_WINDOW: usize = 50;
+
+/// What the learner thread sends back per SGD step (RLlib's outqueue item).
+#[derive(Debug, Clone, PartialEq)]
+pub struct LearnerOutput {
+    /// Env steps in the batch trained on (every pass counts, as in RLlib).
+    pub env_steps: usize,
+    /// Agent steps in the batch trained on.
+    pub agent_steps: usize,
+    /// The step's learner stats.
+    pub stats: LearnerStats,
+}
+
+/// Queue and timing statistics under RLlib's names (`learner_queue`, `timing_breakdown`); the
+/// sizes and times are over the last 50 steps.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct LearnerQueueStats {
+    /// Number of inqueue sizes in the window.
+    pub size_count: usize,
+    /// Mean inqueue size (train batches waiting) after each step.
+    pub size_mean: f64,
+    /// Standard deviation of the inqueue size.
+    pub size_std: f64,
+    /// Min, 25%, median, 75% and max inqueue size.
+    pub size_quantiles: [f64; 5],
+    /// Mean time the learner waited for its next batch (RLlib's `learner_dequeue_time_ms`).
+    pub learner_dequeue_time_ms: f64,
+    /// Mean time to split a batch and copy it to the towers' devices.
+    pub learner_load_time_ms: f64,
+    /// Mean time loader threads waited for a free tower stack.
+    pub learner_load_wait_time_ms: f64,
+    /// Mean time of one SGD step (forward, V-trace, backward, optimizer step).
+    pub learner_grad_time_ms: f64,
+    /// Times the learner waited `learner_queue_timeout` without data (stalls, not failures).
+    pub num_learner_queue_timeouts: u64,
+    /// SGD steps done.
+    pub num_steps_trained: u64,
+}
+
+#[derive(Debug, Default)]
+struct Window(VecDeque<f64>);
+
+impl Window {
+    fn push(&mut self, x: f64) {
+        if self.0.len() == STATS_WINDOW {
+            self.0.pop_front();
+        }
+        self.0.push_back(x);
+    }
+
+    fn mean(&self) -> f64 {
+        if self.0.is_empty() {
+            return 0.0;
+        }
+        self.0.iter().sum::<f64>() / self.0.len() as f64
+    }
+}
+
+#[derive(Debug, Default)]
+struct Metrics {
+    size: Window,
+    dequeue_ms: Window,
+    load_ms: Window,
+    load_wait_ms: Window,
+    grad_ms: Window,
+    timeouts: u64,
+    steps: u64,
+}
+
+fn lock(m: &Mutex<Metrics>) -> MutexGuard<'_, Metrics> {
+    // Metrics stay usable even if a thread panicked while holding the lock.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn millis(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1e3
+}
+
+enum Control {
+    Save(PathBuf, Sender<Result<()>>),
+    Stop,
+}
+
+/// A loaded batch and the tower stack it occupies (multi-GPU path).
+struct Slot {
+    stack: Option<usize>,
+    batch: LoadedBatch,
+}
+
+/// Where the learner thread gets its batches.
+enum Source {
+    /// `LearnerThread`: straight from the inqueue, loaded on the learner thread.
+    Inqueue { inqueue: Receiver<SampleBatch>, loader: BatchLoader },
+    /// `MultiGPULearnerThread`: tower stacks that loader threads filled.
+    Stacks { ready: Receiver<Result<Slot>>, idle: Sender<usize> },
+}
+
+/// Why no batch came.
+enum Interrupt {
+    Timeout,
+    Stop,
+    Failed(LearnerError),
+}
+
+/// What the learner thread shares with the handle.
+struct Shared {
+    outqueue: Sender<Result<LearnerOutput>>,
+    new_weights: Arc<Mutex<Option<Arc<Weights>>>>,
+    metrics: Arc<Mutex<Metrics>>,
+    /// A receiver of the inqueue, only to read its length.
+    inqueue_len: Receiver<SampleBatch>,
+}
+
+/// The learner thread (RLlib's `LearnerThread`, or `MultiGPULearnerThread` with loader threads
+/// when `num_gpus > 0`, real or `_fake_gpus`), seen from the driver.
+///
+/// - The inqueue is bounded (`learner_queue_size`); [`LearnerHandle::try_enqueue`] never blocks.
+/// - Each train batch is trained on `num_sgd_iter` times through a [`MinibatchBuffer`]
+///   (`minibatch_buffer_size` slots, or `num_multi_gpu_tower_stacks` on the multi-GPU path).
+/// - Waiting longer than `learner_queue_timeout` for data counts a stall and keeps waiting.
+/// - A failure (non-finite loss, libtorch error) stops the thread; [`LearnerHandle::drain`]
+///   returns its cause. The learner's weights are the last good ones.
+///
+/// ```
+/// use impala_config::ImpalaConfig;
+/// use impala_core::{EnvSpec, SampleBatch, Space};
+/// use impala_learner::{Learner, LearnerHandle};
+///
+/// let spec = EnvSpec {
+///     id: "Toy".into(),
+///     observation_space: Space::continuous(vec![-1.0; 4], vec![1.0; 4])?,
+///     action_space: Space::Discrete(2),
+///     max_episode_steps: None,
+/// };
+/// let mut config = ImpalaConfig::default();
+/// config.model.fcnet_hiddens = vec![8];
+/// let learner = Learner::new(&config, &spec, tch::Device::Cpu)?;
+/// let handle = LearnerHandle::spawn(&config, learner)?;
+/// let batch = SampleBatch::zeros(4, 2, &spec.observation_space, &spec.action_space, 0);
+/// assert!(handle.try_enqueue(batch).is_ok());
+/// let outputs = handle.drain_wait(std::time::Duration::from_secs(60))?;
+/// assert_eq!(outputs[0].env_steps, 8);
+/// let learner = handle.stop()?;
+/// assert_eq!(learner.version(), 1);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug)]
+pub struct LearnerHandle {
+    inqueue: Option<Sender<SampleBatch>>,
+    outqueue: Receiver<Result<LearnerOutput>>,
+    control: Sender<Control>,
+    new_weights: Arc<Mutex<Option<Arc<Weights>>>>,
+    metrics: Arc<Mutex<Metrics>>,
+    learner_thread: Option<JoinHandle<Learner>>,
+    loader_threads: Vec<JoinHandle<()>>,
+}
+
+impl LearnerHandle {
+    /// Starts the learner thread (and loader threads on the multi-GPU path) for `learner`.
+    pub fn spawn(config: &ImpalaConfig, learner: Learner) -> Result<Self> {
+        let bad = |reason: String| Err(LearnerError::Config { reason });
+        if config.learner_queue_size == 0 {
+            return bad("learner_queue_size must be at least 1".into());
+        }
+        if config.num_sgd_iter == 0 {
+            return bad("num_sgd_iter must be at least 1".into());
+        }
+        if !(config.learner_queue_timeout > 0.0 && config.learner_queue_timeout.is_finite()) {
+            return bad(format!(
+                "learner_queue_timeout must be a positive number of seconds, got {}",
+                config.learner_queue_timeout
+            ));
+        }
+        let timeout = Duration::from_secs_f64(config.learner_queue_timeout);
+        let (in_tx, in_rx) = bounded::<SampleBatch>(config.learner_queue_size);
+        let (out_tx, out_rx) = unbounded();
+        let (control_tx, control_rx) = unbounded();
+        let new_weights = Arc::new(Mutex::new(None));
+        let metrics = Arc::new(Mutex::new(Metrics::default()));
+        let shared = Shared {
+            outqueue: out_tx,
+            new_weights: Arc::clone(&new_weights),
+            metrics: Arc::clone(&metrics),
+            inqueue_len: in_rx.clone(),
+        };
+        let passes = config.num_sgd_iter;
+        let multi_gpu = config.num_gpus > 0.0 || learner.num_towers() > 1;
+        let mut loader_threads = Vec::new();
+        let (source, buffer) = if multi_gpu {
+            let stacks = config.num_multi_gpu_tower_stacks.max(1);
+            let (idle_tx, idle_rx) = bounded(stacks);
+            let (ready_tx, ready_rx) = bounded(stacks);
+            for i in 0..stacks {
+                // The channel holds `stacks` items, so this cannot block or fail.
+                let _ = idle_tx.send(i);
+            }
+            for i in 0..config.num_gpu_loader_threads.clamp(1, stacks) {
+                let (inqueue, idle, ready, loader) =
+                    (in_rx.clone(), idle_rx.clone(), ready_tx.clone(), learner.loader());
+                let metrics = Arc::clone(&metrics);
+                let handle = std::thread::Builder::new()
+                    .name(format!("impala-loader-{i}"))
+                    .spawn(move || loader_loop(&inqueue, &idle, &ready, &loader, &metrics))
+                    .map_err(|e| LearnerError::ThreadDied {
+                        reason: format!("cannot spawn a loader thread: {e}"),
+                    })?;
+                loader_threads.push(handle);
+            }
+            // RLlib's ready_tower_stacks_buffer: one slot per stack, passes ramp up from 1.
+            (
+                Source::Stacks { ready: ready_rx, idle: idle_tx },
+                MinibatchBuffer::new(stacks, passes, 1),
+            )
+        } else {
+            let source = Source::Inqueue { inqueue: in_rx, loader: learner.loader() };
+            (source, MinibatchBuffer::new(config.minibatch_buffer_size, passes, passes))
+        };
+        let threads = config.num_learner_threads.max(1) as i32;
+        let learner_thread = std::thread::Builder::new()
+            .name("impala-learner".into())
+            .spawn(move || {
+                tch::set_num_threads(threads);
+                learner_loop(learner, &source, buffer, &control_rx, timeout, &shared)
+            })
+            .map_err(|e| LearnerError::ThreadDied {
+                reason: format!("cannot spawn the learner thread: {e}"),
+            })?;
+        Ok(LearnerHandle {
+            inqueue: Some(in_tx),
+            outqueue: out_rx,
+            control: control_tx,
+            new_weights,
+            metrics,
+            learner_thread: Some(learner_thread),
+            loader_threads,
+        })
+    }
+
+    /// Non-blocking put (RLlib's `inqueue.put` without blocking): gives the batch back when the
+    /// queue is full or the learner is gone (then [`LearnerHandle::drain`] says why).
+    #[allow(clippy::result_large_err, reason = "the caller keeps the batch it could not place")]
+    pub fn try_enqueue(&self, batch: SampleBatch) -> std::result::Result<(), SampleBatch> {
+        match &self.inqueue {
+            Some(tx) => tx.try_send(batch).map_err(|e| match e {
+                TrySendError::Full(b) | TrySendError::Disconnected(b) => b,
+            }),
+            None => Err(batch),
+        }
+    }
+
+    /// Drains finished SGD steps (RLlib's outqueue). A failed learner thread surfaces its error
+    /// here (once; later calls report the thread as dead).
+    pub fn drain(&self) -> Result<Vec<LearnerOutput>> {
+        let mut outputs = Vec::new();
+        loop {
+            match self.outqueue.try_recv() {
+                Ok(Ok(o)) => outputs.push(o),
+                Ok(Err(e)) => return Err(e),
+                Err(TryRecvError::Empty) => return Ok(outputs),
+                Err(TryRecvError::Disconnected) if !outputs.is_empty() => return Ok(outputs),
+                Err(TryRecvError::Disconnected) => {
+                    return Err(LearnerError::ThreadDied {
+                        reason: "the learner thread is gone (it failed earlier or panicked)".into(),
+                    })
+                }
+            }
+        }
+    }
+
+    /// Like [`LearnerHandle::drain`], but first waits up to `timeout` for a step to finish
+    /// (for a driver with nothing else to do, tests and benches; no busy waiting).
+    pub fn drain_wait(&self, timeout: Duration) -> Result<Vec<LearnerOutput>> {
+        match self.outqueue.recv_timeout(timeout) {
+            Ok(Ok(first)) => {
+                let mut outputs = vec![first];
+                outputs.extend(self.drain()?);
+                Ok(outputs)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(RecvTimeoutError::Timeout) => Ok(Vec::new()),
+            Err(RecvTimeoutError::Disconnected) => self.drain(),
+        }
+    }
+
+    /// The newest weights if the learner has updated since the last call (for broadcast).
+    pub fn take_new_weights(&self) -> Option<Arc<Weights>> {
+        self.new_weights.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// Queue sizes, timings and stall counts (RLlib's `learner_queue` and `timing_breakdown`).
+    pub fn queue_stats(&self) -> LearnerQueueStats {
+        let m = lock(&self.metrics);
+        let mut sizes: Vec<f64> = m.size.0.iter().copied().collect();
+        sizes.sort_by(f64::total_cmp);
+        let mean = m.size.mean();
+        let std = if sizes.is_empty() {
+            0.0
+        } else {
+            (sizes.iter().map(|s| (s - mean) * (s - mean)).sum::<f64>() / sizes.len() as f64).sqrt()
+        };
+        let quantile = |q: f64| {
+            if sizes.is_empty() {
+                0.0
+            } else {
+                sizes[((sizes.len() - 1) as f64 * q).round() as usize]
+            }
+        };
+        LearnerQueueStats {
+            size_count: sizes.len(),
+            size_mean: mean,
+            size_std: std,
+            size_quantiles: [
+                quantile(0.0),
+                quantile(0.25),
+                quantile(0.5),
+                quantile(0.75),
+                quantile(1.0),
+            ],
+            learner_dequeue_time_ms: m.dequeue_ms.mean(),
+            learner_load_time_ms: m.load_ms.mean(),
+            learner_load_wait_time_ms: m.load_wait_ms.mean(),
+            learner_grad_time_ms: m.grad_ms.mean(),
+            num_learner_queue_timeouts: m.timeouts,
+            num_steps_trained: m.steps,
+        }
+    }
+
+    /// Checkpoints the learner between two SGD steps (the thread pauses while it writes).
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let (tx, rx) = bounded(1);
+        let dead =
+            || LearnerError::ThreadDied { reason: "the learner thread is not running".into() };
+        self.control.send(Control::Save(dir.to_path_buf(), tx)).map_err(|_| dead())?;
+        rx.recv().map_err(|_| dead())?
+    }
+
+    /// Stops the threads and returns the [`Learner`] (for checkpointing), or the failure that
+    /// stopped the thread if [`LearnerHandle::drain`] has not reported it yet.
+    pub fn stop(mut self) -> Result<Learner> {
+        let learner = self.shutdown();
+        if let Some(Err(e)) = self.outqueue.try_iter().find(|o| o.is_err()) {
+            return Err(e);
+        }
+        learner
+    }
+
+    fn shutdown(&mut self) -> Result<Learner> {
+        let _ = self.control.send(Control::Stop);
+        self.inqueue = None;
+        let joined = match self.learner_thread.take() {
+            Some(t) => t.join().map_err(|_| LearnerError::ThreadDied {
+                reason: "the learner thread panicked".into(),
+            }),
+            None => Err(LearnerError::ThreadDied { reason: "already stopped".into() }),
+        };
+        for t in self.loader_threads.drain(..) {
+            let _ = t.join();
+        }
+        joined
+    }
+}
+
+impl Drop for LearnerHandle {
+    fn drop(&mut self) {
+        if self.learner_thread.is_some() {
+            let _ = self.shutdown();
+        }
+    }
+}
+
+/// Waits for the next batch, serving checkpoint requests meanwhile.
+fn fetch(
+    source: &Source,
+    control: &Receiver<Control>,
+    timeout: Duration,
+    learner: &Learner,
+    metrics: &Mutex<Metrics>,
+) -> std::result::Result<Slot, Interrupt> {
+    loop {
+        let handled = match source {
+            Source::Inqueue { inqueue, loader } => select! {
+                recv(control) -> msg => serve(msg.ok(), learner),
+                recv(inqueue) -> msg => {
+                    let Ok(batch) = msg else { return Err(Interrupt::Stop) };
+                    let start = Instant::now();
+                    let loaded = loader.load(&batch).map_err(Interrupt::Failed)?;
+                    lock(metrics).load_ms.push(millis(start));
+                    return Ok(Slot { stack: None, batch: loaded });
+                },
+                default(timeout) => return Err(Interrupt::Timeout),
+            },
+            Source::Stacks { ready, .. } => select! {
+                recv(control) -> msg => serve(msg.ok(), learner),
+                recv(ready) -> msg => match msg {
+                    Ok(Ok(slot)) => return Ok(slot),
+                    Ok(Err(e)) => return Err(Interrupt::Failed(e)),
+                    Err(_) => return Err(Interrupt::Stop),
+                },
+                default(timeout) => return Err(Interrupt::Timeout),
+            },
+        };
+        handled?;
+    }
+}
+
+/// Handles a control message; `Err(Stop)` when the thread should end.
+fn serve(msg: Option<Control>, learner: &Learner) -> std::result::Result<(), Interrupt> {
+    match msg {
+        Some(Control::Save(dir, reply)) => {
+            let _ = reply.send(learner.save(&dir));
+            Ok(())
+        }
+        Some(Control::Stop) | None => Err(Interrupt::Stop),
+    }
+}
+
+fn learner_loop(
+    mut learner: Learner,
+    source: &Source,
+    mut buffer: MinibatchBuffer<Slot>,
+    control: &Receiver<Control>,
+    timeout: Duration,
+    shared: &Shared,
+) -> Learner {
+    loop {
+        match control.try_recv() {
+            Ok(msg) => {
+                if serve(Some(msg), &learner).is_err() {
+                    break;
+                }
+                continue;
+            }
+            Err(TryRecvError::Disconnected) => break,
+            Err(TryRecvError::Empty) => {}
+        }
+        let start = Instant::now();
+        let minibatch =
+            match buffer.get(|| fetch(source, control, timeout, &learner, &shared.metrics)) {
+                Ok(m) => m,
+                Err(Interrupt::Timeout) => {
+                    lock(&shared.metrics).timeouts += 1;
+                    continue;
+                }
+                Err(Interrupt::Stop) => break,
+                Err(Interrupt::Failed(e)) => {
+                    let _ = shared.outqueue.send(Err(e));
+                    break;
+                }
+            };
+        let dequeue_ms = millis(start);
+        let start = Instant::now();
+        let timestep = learner.agent_steps_trained();
+        let slot = minibatch.item();
+        let (env_steps, agent_steps) = (slot.batch.env_steps, slot.batch.agent_steps);
+        let result = learner
+            .update_loaded(&slot.batch, timestep)
+            .and_then(|stats| Ok((stats, learner.weights()?)));
+        if let (Minibatch::Released(Slot { stack: Some(i), .. }), Source::Stacks { idle, .. }) =
+            (minibatch, source)
+        {
+            let _ = idle.send(i);
+        }
+        match result {
+            Ok((stats, weights)) => {
+                {
+                    let mut m = lock(&shared.metrics);
+                    m.dequeue_ms.push(dequeue_ms);
+                    m.grad_ms.push(millis(start));
+                    m.size.push(shared.inqueue_len.len() as f64);
+                    m.steps += 1;
+                }
+                *shared.new_weights.lock().unwrap_or_else(|e| e.into_inner()) = Some(weights);
+                if shared
+                    .outqueue
+                    .send(Ok(LearnerOutput { env_steps, agent_steps, stats }))
+                    .is_err()
+                {
+                    break;
+                }
+            }
+            Err(e) => {
+                let _ = shared.outqueue.send(Err(e));
+                break;
+            }
+        }
+    }
+    learner
+}
+
+/// RLlib's `_MultiGPULoaderThread`: batch from the inqueue -> free tower stack -> load -> ready.
+fn loader_loop(
+    inqueue: &Receiver<SampleBatch>,
+    idle: &Receiver<usize>,
+    ready: &Sender<Result<Slot>>,
+    loader: &BatchLoader,
+    metrics: &Mutex<Metrics>,
+) {
+    tch::set_num_threads(1);
+    while let Ok(batch) = inqueue.recv() {
+        let start = Instant::now();
+        let Ok(stack) = idle.recv() else { return };
+        lock(metrics).load_wait_ms.push(millis(start));
+        let start = Instant::now();
+        let loaded = loader.load(&batch).map(|batch| Slot { stack: Some(stack), batch });
+        lock(metrics).load_ms.push(millis(start));
+        if ready.send(loaded).is_err() {
+            return;
+        }
+    }
+}

@@ -1,0 +1,45 @@
+//! The device-generic bodies on CUDA (`--features cuda-tests`, needs a CUDA machine).
+
+use tch::{Cuda, Device};
+
+use crate::common::{config, TestResult};
+
+fn cuda() -> Device {
+    let n = Cuda::device_count();
+    println!("tch::Cuda::device_count() = {n}, cudnn = {}", Cuda::cudnn_is_available());
+    assert!(n > 0, "cuda-tests need a CUDA device (is libtorch_cuda.so on the loader path?)");
+    Device::Cuda(0)
+}
+
+#[test]
+fn cuda_loss_and_step_match_the_hand_computation() -> TestResult {
+    crate::loss::check_loss_and_step(cuda())
+}
+
+/// Compared on the same kind of device: Adam's first steps are nearly `lr * sign(g)`, so CPU
+/// and GPU rounding of tiny gradients could flip a step.
+#[test]
+fn cuda_towers_equal_one_cuda_tower() -> TestResult {
+    let d = cuda();
+    crate::towers::towers_match_one_tower(d, &[d, d, d])?;
+    let all: Vec<Device> = (0..Cuda::device_count() as usize).map(Device::Cuda).collect();
+    crate::towers::towers_match_one_tower(d, &all)
+}
+
+#[test]
+fn cuda_learns_the_bandit() -> TestResult {
+    crate::learning::check_learning(cuda())
+}
+
+#[test]
+fn cuda_checkpoint_round_trip() -> TestResult {
+    crate::checkpoint::checkpoint_round_trip(cuda())
+}
+
+#[test]
+fn cuda_learner_thread_failure_reaches_the_driver() -> TestResult {
+    let _ = cuda();
+    let mut c = config(vec![8]);
+    c.num_gpus = 1.0;
+    crate::threads::failure_reaches_the_driver(&c)
+}
