@@ -14,8 +14,9 @@ pub enum OptType {
     /// `torch.optim.Adam(lr)`.
     #[default]
     Adam,
-    /// `torch.optim.RMSprop(lr, weight_decay=decay, momentum, eps=epsilon)`, as RLlib's torch
-    /// policy builds it.
+    /// `torch.optim.RMSprop(lr, alpha=decay, momentum, eps=epsilon)`: `decay` is the RMSProp
+    /// decay, as RLlib documents it (RLlib's old torch policy passes it as `weight_decay`, a bug
+    /// we do not port).
     Rmsprop,
 }
 
@@ -160,7 +161,7 @@ pub struct ImpalaConfig {
     pub opt_type: OptType,
     /// Piecewise-linear learning-rate schedule `[[timestep, lr], ...]`.
     pub lr_schedule: Option<Schedule>,
-    /// RMSProp decay (passed as torch's `weight_decay`, as RLlib's torch policy does).
+    /// RMSProp decay of the squared-gradient average (torch's `alpha`; see [`OptType::Rmsprop`]).
     pub decay: f64,
     /// RMSProp momentum.
     pub momentum: f64,

@@ -178,7 +178,7 @@ impl Learner {
             OptType::Adam => OptimizerKind::Adam,
             OptType::Rmsprop => OptimizerKind::RmsProp {
                 eps: config.epsilon,
-                weight_decay: config.decay,
+                alpha: config.decay,
                 momentum: config.momentum,
             },
         };

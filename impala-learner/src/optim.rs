@@ -8,20 +8,22 @@ use crate::{LearnerError, Result};
 /// torch's Adam defaults (RLlib passes only `lr`).
 const ADAM_BETAS: (f64, f64) = (0.9, 0.999);
 const ADAM_EPS: f64 = 1e-8;
-/// torch's RMSprop `alpha` (RLlib does not set it; its `decay` goes to `weight_decay`).
-const RMSPROP_ALPHA: f64 = 0.99;
 
 /// Which update rule, with its hyper-parameters (the learning rate comes per step).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(crate) enum OptimizerKind {
     /// `torch.optim.Adam(lr)`.
     Adam,
-    /// `torch.optim.RMSprop(lr, alpha=0.99, eps, weight_decay, momentum)`.
+    /// `torch.optim.RMSprop(lr, alpha=decay, eps=epsilon, momentum)`.
+    ///
+    /// RLlib's `decay` is the RMSProp decay (its docs; TF's `RMSPropOptimizer(decay=...)`;
+    /// DeepMind's reference uses 0.99). RLlib's old torch policy passes it as `weight_decay`
+    /// instead, which shrinks every weight by `lr * 0.99` per step; we do not port that bug.
     RmsProp {
         /// `eps` (RLlib's `epsilon`).
         eps: f64,
-        /// `weight_decay` (RLlib's `decay`).
-        weight_decay: f64,
+        /// torch's `alpha`, the squared-gradient moving-average decay (RLlib's `decay`).
+        alpha: f64,
         /// `momentum`.
         momentum: f64,
     },
@@ -79,18 +81,13 @@ impl Optimizer {
                     let _ = denom.f_mul_scalar_(-bias1 / lr)?;
                     let _ = p.f_addcdiv_(s0, &denom)?;
                 }
-                OptimizerKind::RmsProp { eps, weight_decay, momentum } => {
-                    let g = if weight_decay != 0.0 {
-                        g.f_add(&p.f_mul_scalar(weight_decay)?)?
-                    } else {
-                        g.shallow_clone()
-                    };
-                    let _ = s0.f_mul_scalar_(RMSPROP_ALPHA)?;
-                    let _ = s0.f_addcmul_(&g.f_mul_scalar(1.0 - RMSPROP_ALPHA)?, &g)?;
+                OptimizerKind::RmsProp { eps, alpha, momentum } => {
+                    let _ = s0.f_mul_scalar_(alpha)?;
+                    let _ = s0.f_addcmul_(&g.f_mul_scalar(1.0 - alpha)?, g)?;
                     let avg = s0.f_sqrt()?.f_add_scalar(eps)?;
                     if momentum > 0.0 {
                         let _ = s1.f_mul_scalar_(momentum)?;
-                        let _ = s1.f_addcdiv_(&g, &avg)?;
+                        let _ = s1.f_addcdiv_(g, &avg)?;
                         let _ = p.f_add_(&s1.f_mul_scalar(-lr)?)?;
                     } else {
                         let _ = p.f_addcdiv_(&g.f_mul_scalar(-lr)?, &avg)?;

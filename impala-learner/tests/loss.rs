@@ -50,7 +50,7 @@ fn variant_config(v: Variant) -> ImpalaConfig {
         Variant::A3cSum => c.vtrace = false,
         Variant::RmsProp => {
             c.opt_type = OptType::Rmsprop;
-            c.decay = 0.01;
+            c.decay = 0.9;
         }
         Variant::SeparateVf => {
             c.separate_vf_optimizer = true;
@@ -250,8 +250,8 @@ fn expected(c: &ImpalaConfig, w: &Weights, batch: &SampleBatch) -> Result<Expect
     })
 }
 
-/// The first optimizer step by hand: Adam moves by `lr * g / (|g| + 1e-8)`; RMSprop (alpha
-/// 0.99, weight_decay = decay) by `lr * g' / (sqrt(0.01 g'^2) + eps)` with `g' = g + decay p`.
+/// The first optimizer step by hand: Adam moves by `lr * g / (|g| + 1e-8)`; RMSprop (alpha =
+/// decay, square_avg starting at 0) by `lr * g / (sqrt((1 - decay) g^2) + eps)`.
 fn expected_step(c: &ImpalaConfig, name: &str, p: f64, g: f64) -> f64 {
     match c.opt_type {
         OptType::Adam => {
@@ -259,10 +259,7 @@ fn expected_step(c: &ImpalaConfig, name: &str, p: f64, g: f64) -> f64 {
                 if c.separate_vf_optimizer && name.starts_with("value.") { c.lr_vf } else { c.lr };
             p - lr * g / (g.abs() + 1e-8)
         }
-        OptType::Rmsprop => {
-            let g = g + c.decay * p;
-            p - c.lr * g / ((0.01 * g * g).sqrt() + c.epsilon)
-        }
+        OptType::Rmsprop => p - c.lr * g / (((1.0 - c.decay) * g * g).sqrt() + c.epsilon),
     }
 }
 
