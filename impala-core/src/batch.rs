@@ -193,7 +193,8 @@ impl SampleBatch {
         let rows: Vec<usize> = parts.iter().map(|p| p.num_rows).collect();
         let steps = |f: fn(&SampleBatch) -> &[f32], w: usize| interleave(parts, &rows, t, w, f);
         let flags = |f: fn(&SampleBatch) -> &[bool]| interleave(parts, &rows, t, 1, f);
-        let per_row = |f: fn(&SampleBatch) -> &[f32]| parts.iter().flat_map(|p| f(p)).copied().collect();
+        let per_row =
+            |f: fn(&SampleBatch) -> &[f32]| parts.iter().flat_map(|p| f(p)).copied().collect();
         Ok(SampleBatch {
             fragment_len: t,
             num_rows: rows.iter().sum(),

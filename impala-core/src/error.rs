@@ -51,7 +51,9 @@ pub enum CoreError {
         reason: String,
     },
     /// `step` was called on an environment that has not been reset or whose episode ended.
-    #[error("environment `{env}` must be reset before stepping (episode not started or already ended)")]
+    #[error(
+        "environment `{env}` must be reset before stepping (episode not started or already ended)"
+    )]
     NeedsReset {
         /// The environment id.
         env: String,

@@ -106,7 +106,11 @@ impl Space {
             reason,
         };
         if action.len() != self.flat_dim() {
-            return Err(reject(format!("expected {} values, got {}", self.flat_dim(), action.len())));
+            return Err(reject(format!(
+                "expected {} values, got {}",
+                self.flat_dim(),
+                action.len()
+            )));
         }
         let check_index = |a: f32, n: usize| -> Result<()> {
             if a.fract() != 0.0 || a < 0.0 || a >= n as f32 {

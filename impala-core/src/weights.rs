@@ -47,9 +47,6 @@ impl Weights {
 
     /// The tensor with this name, if any.
     pub fn get(&self, name: &str) -> Option<&NamedTensor> {
-        self.tensors
-            .binary_search_by(|t| t.name.as_str().cmp(name))
-            .ok()
-            .map(|i| &self.tensors[i])
+        self.tensors.binary_search_by(|t| t.name.as_str().cmp(name)).ok().map(|i| &self.tensors[i])
     }
 }
