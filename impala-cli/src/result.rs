@@ -1,0 +1,228 @@
+//! The result of one `Impala::train()` call, with RLlib's names, and its flattened form as Tune
+//! writes it to `progress.csv` (`info/learner/default_policy/learner_stats/total_loss`, ...).
+
+use std::collections::BTreeMap;
+
+use serde::Serialize;
+
+/// RLlib's policy id for the single policy.
+pub const DEFAULT_POLICY_ID: &str = "default_policy";
+
+/// One training iteration's result (RLlib's result dict). Non-finite numbers mean "not
+/// available yet" (no episode completed, no SGD step done) and are written as JSON `null`.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct IterationResult {
+    /// 1-based iteration counter.
+    pub training_iteration: u64,
+    /// Seconds this iteration took.
+    pub time_this_iter_s: f64,
+    /// Seconds of training so far, over all iterations (including before a resume).
+    pub time_total_s: f64,
+    /// Unix time at the end of the iteration.
+    pub timestamp: u64,
+    /// Tune's name for `num_env_steps_sampled` (the key Tune's stoppers and plots use).
+    pub timesteps_total: u64,
+    /// Env steps sampled over the run.
+    pub num_env_steps_sampled: u64,
+    /// Env steps trained on over the run (counts a batch once per SGD pass, as RLlib).
+    pub num_env_steps_trained: u64,
+    /// Agent steps sampled over the run (= env steps, single agent).
+    pub num_agent_steps_sampled: u64,
+    /// Agent steps trained over the run.
+    pub num_agent_steps_trained: u64,
+    /// Env steps sampled in this iteration.
+    pub num_env_steps_sampled_this_iter: u64,
+    /// Env steps trained in this iteration.
+    pub num_env_steps_trained_this_iter: u64,
+    /// Agent steps sampled in this iteration.
+    pub num_agent_steps_sampled_this_iter: u64,
+    /// Agent steps trained in this iteration.
+    pub num_agent_steps_trained_this_iter: u64,
+    /// Env steps sampled per second in this iteration.
+    pub num_env_steps_sampled_throughput_per_sec: f64,
+    /// Env steps trained per second in this iteration.
+    pub num_env_steps_trained_throughput_per_sec: f64,
+    /// Mean return of the last `metrics_num_episodes_for_smoothing` completed episodes.
+    pub episode_return_mean: f64,
+    /// Smallest return in that window.
+    pub episode_return_min: f64,
+    /// Largest return in that window.
+    pub episode_return_max: f64,
+    /// Mean episode length in that window.
+    pub episode_len_mean: f64,
+    /// Episodes completed in this iteration.
+    pub num_episodes: u64,
+    /// Episodes completed over the run.
+    pub episodes_total: u64,
+    /// Learner and driver-loop internals.
+    pub info: ResultInfo,
+    /// Env runner health (healthy runners, restarts, in-flight requests, ...).
+    pub env_runners: BTreeMap<String, f64>,
+    /// The latest evaluation, in iterations that evaluated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evaluation: Option<EvaluationResult>,
+    /// Process resource use.
+    pub perf: Perf,
+}
+
+/// RLlib's `result["info"]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct ResultInfo {
+    /// Learner results per policy id (`default_policy`).
+    pub learner: BTreeMap<String, PolicyLearnerInfo>,
+    /// Weight broadcasts to env runners over the run.
+    pub num_weight_broadcasts: u64,
+    /// Times a train batch did not fit the learner queue (kept and retried, never dropped).
+    pub num_times_learner_queue_full: u64,
+    /// `training_step` calls over the run.
+    pub num_training_step_calls: u64,
+    /// Learner input-queue statistics.
+    pub learner_queue: LearnerQueueInfo,
+    /// Learner timings in ms (`learner_grad_time_ms`, `learner_load_time_ms`, ...).
+    pub timing_breakdown: BTreeMap<String, f64>,
+}
+
+/// RLlib's `result["info"]["learner_queue"]`: the learner inqueue's size over its last 50
+/// steps, plus stalls and the train batches waiting on the driver for room in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct LearnerQueueInfo {
+    /// Sizes in the window.
+    pub size_count: u64,
+    /// Mean size.
+    pub size_mean: f64,
+    /// Standard deviation of the size.
+    pub size_std: f64,
+    /// Min, 25%, median, 75% and max size.
+    pub size_quantiles: Vec<f64>,
+    /// Times the learner waited `learner_queue_timeout` without data (stalls, not failures).
+    pub num_learner_queue_timeouts: u64,
+    /// Train batches kept on the driver because the queue was full.
+    pub num_train_batches_waiting_on_driver: u64,
+}
+
+/// RLlib's `result["info"]["learner"][policy_id]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct PolicyLearnerInfo {
+    /// The loss statistics (`total_loss`, `policy_loss`, `vf_loss`, `entropy`, ...), averaged
+    /// over the SGD steps of the iteration.
+    pub learner_stats: BTreeMap<String, f64>,
+    /// Agent steps trained over the run.
+    pub num_agent_steps_trained: u64,
+    /// SGD steps over the run (the weights version).
+    pub num_grad_updates_lifetime: u64,
+}
+
+/// RLlib's `result["evaluation"]`.
+#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+pub struct EvaluationResult {
+    /// Mean return of the evaluation episodes.
+    pub episode_return_mean: f64,
+    /// Smallest evaluation return.
+    pub episode_return_min: f64,
+    /// Largest evaluation return.
+    pub episode_return_max: f64,
+    /// Mean evaluation episode length.
+    pub episode_len_mean: f64,
+    /// Evaluation episodes run.
+    pub num_episodes: u64,
+    /// Env steps the evaluation took.
+    pub num_env_steps_sampled: u64,
+}
+
+/// Process resource use.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+pub struct Perf {
+    /// Peak resident memory of the process so far, MiB.
+    pub peak_rss_mib: f64,
+}
+
+impl IterationResult {
+    /// The result as RLlib's nested result dict.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// The learner stats of the default policy (empty before the first SGD step).
+    pub fn learner_stats(&self) -> Option<&BTreeMap<String, f64>> {
+        self.info.learner.get(DEFAULT_POLICY_ID).map(|p| &p.learner_stats)
+    }
+
+    /// The one-line progress report the `impala` command prints per iteration.
+    ///
+    /// ```
+    /// let r = impala_cli::IterationResult {
+    ///     training_iteration: 3, time_total_s: 4.5, num_env_steps_sampled: 30_000,
+    ///     num_env_steps_trained: 29_500, episode_return_mean: 187.25, episode_len_mean: 187.25,
+    ///     num_env_steps_sampled_throughput_per_sec: 6_800.0, ..Default::default()
+    /// };
+    /// assert!(r.progress_line().starts_with("iter     3 |    4.5s | sampled     30000"));
+    /// ```
+    pub fn progress_line(&self) -> String {
+        let mut line = format!(
+            "iter {:>5} | {:>6.1}s | sampled {:>9} | trained {:>9} | return {:>8.2} | len {:>7.1} \
+             | eps {:>4} | {:>7.0} steps/s",
+            self.training_iteration,
+            self.time_total_s,
+            self.num_env_steps_sampled,
+            self.num_env_steps_trained,
+            self.episode_return_mean,
+            self.episode_len_mean,
+            self.num_episodes,
+            self.num_env_steps_sampled_throughput_per_sec,
+        );
+        if let Some(loss) = self.learner_stats().and_then(|s| s.get("total_loss")) {
+            line.push_str(&format!(" | loss {loss:>9.3}"));
+        }
+        if let Some(e) = &self.evaluation {
+            line.push_str(&format!(" | eval {:>8.2}", e.episode_return_mean));
+        }
+        line
+    }
+}
+
+/// Flattens a nested JSON object into `a/b/c` keys (Tune's `flatten_dict` with `/`), keeping
+/// scalars; arrays are kept as their JSON text.
+pub fn flatten(value: &serde_json::Value) -> BTreeMap<String, serde_json::Value> {
+    fn walk(prefix: &str, v: &serde_json::Value, out: &mut BTreeMap<String, serde_json::Value>) {
+        match v {
+            serde_json::Value::Object(map) => {
+                for (k, child) in map {
+                    let key = if prefix.is_empty() { k.clone() } else { format!("{prefix}/{k}") };
+                    walk(&key, child, out);
+                }
+            }
+            other => {
+                out.insert(prefix.to_string(), other.clone());
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk("", value, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flattened_keys_follow_rllib() {
+        let mut r = IterationResult {
+            training_iteration: 2,
+            episode_return_mean: f64::NAN,
+            ..Default::default()
+        };
+        let stats = BTreeMap::from([("total_loss".to_string(), 1.5)]);
+        r.info.learner.insert(
+            DEFAULT_POLICY_ID.into(),
+            PolicyLearnerInfo { learner_stats: stats, ..Default::default() },
+        );
+        let flat = flatten(&r.to_json());
+        assert_eq!(flat["info/learner/default_policy/learner_stats/total_loss"], 1.5);
+        assert_eq!(flat["training_iteration"], 2);
+        // NaN (no episode yet) is written as null, never as invalid JSON.
+        assert!(flat["episode_return_mean"].is_null());
+        assert!(!flat.contains_key("evaluation/episode_return_mean"));
+        assert!(flat.contains_key("perf/peak_rss_mib"));
+    }
+}

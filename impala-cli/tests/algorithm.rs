@@ -1,0 +1,83 @@
+//! The `Impala` library type on its less common paths: sampling on the driver, aggregation
+//! workers with mix-in replay, evaluation during training, save/restore in-process.
+
+use impala_cli::{Impala, DEFAULT_POLICY_ID};
+use impala_config::ImpalaConfig;
+
+use crate::common::TestResult;
+
+fn quick(config: &mut ImpalaConfig) {
+    config.min_time_s_per_iteration = 0.3;
+    config.num_envs_per_env_runner = 4;
+    config.rollout_fragment_length = 10;
+    config.train_batch_size = 80;
+    config.model.fcnet_hiddens = vec![32, 32];
+    config.seed = Some(11);
+}
+
+#[test]
+fn driver_sampling_aggregation_replay_and_evaluation() -> TestResult {
+    // num_env_runners = 0: RLlib's local worker samples on the driver thread.
+    let mut local = ImpalaConfig::default();
+    quick(&mut local);
+    local.num_env_runners = 0;
+    local.evaluation_interval = Some(1);
+    local.evaluation_duration = 2;
+    // Aggregation worker threads build train batches with 1:1 mix-in replay.
+    let mut aggregated = ImpalaConfig::default();
+    quick(&mut aggregated);
+    aggregated.num_env_runners = 1;
+    aggregated.num_aggregation_workers = 1;
+    aggregated.replay_proportion = 1.0;
+    aggregated.replay_buffer_num_slots = 8;
+    for config in [local, aggregated] {
+        let label = format!(
+            "runners={} aggregation={}",
+            config.num_env_runners, config.num_aggregation_workers
+        );
+        let evaluates = config.evaluation_interval.is_some();
+        let mut algo = Impala::new(config.validate()?.into_parts().0)?;
+        let result = algo.train()?;
+        assert_eq!(result.training_iteration, 1, "{label}");
+        assert!(result.num_env_steps_sampled > 0, "{label}");
+        assert!(result.num_env_steps_trained > 0, "{label}: nothing trained");
+        let stats = &result.info.learner[DEFAULT_POLICY_ID].learner_stats;
+        assert!(stats["total_loss"].is_finite(), "{label}");
+        assert_eq!(
+            result.evaluation.as_ref().map(|e| e.num_episodes),
+            evaluates.then_some(2),
+            "{label}"
+        );
+        algo.stop()?;
+    }
+    Ok(())
+}
+
+#[test]
+fn save_and_restore_continue_counters_and_weights() -> TestResult {
+    let mut config = ImpalaConfig::default();
+    quick(&mut config);
+    let dir = tempfile::tempdir()?;
+    let mut algo = Impala::new(config.clone())?;
+    let first = algo.train()?;
+    let checkpoint = algo.save(dir.path())?;
+    algo.stop()?;
+
+    let mut restored = Impala::new(config.clone())?;
+    restored.restore(&checkpoint)?;
+    assert_eq!(restored.iteration(), 1);
+    assert_eq!(restored.counters().num_env_steps_sampled, first.num_env_steps_sampled);
+    assert!(restored.evaluate()?.num_episodes > 0);
+    let second = restored.train()?;
+    assert_eq!(second.training_iteration, 2);
+    assert!(second.num_env_steps_sampled > first.num_env_steps_sampled);
+    restored.stop()?;
+
+    // A checkpoint of another model is refused with the reason.
+    config.model.fcnet_hiddens = vec![16];
+    let mut other = Impala::new(config)?;
+    let err = other.restore(&checkpoint).err().ok_or("restore should fail")?.to_string();
+    assert!(err.contains("model"), "{err}");
+    other.stop()?;
+    Ok(())
+}

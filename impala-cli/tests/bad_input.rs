@@ -1,0 +1,110 @@
+//! Bad input: each is one error line naming the problem and the fix, a non-zero exit, and
+//! nothing half-written.
+
+use std::fs;
+
+use crate::common::{entries, impala, TestResult};
+
+#[test]
+fn missing_config_file() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let run = impala(dir.path(), &["train", "nope.toml", "--run-dir", "run"])?;
+    run.assert_one_line_error(&["nope.toml", "no such file"]);
+    assert!(entries(dir.path()).is_empty(), "left behind: {:?}", entries(dir.path()));
+    Ok(())
+}
+
+#[test]
+fn malformed_config_file_names_line_and_key() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    fs::write(dir.path().join("bad.toml"), "lr = 0.001\nlearner_queue_size = \"big\"\n")?;
+    let run = impala(dir.path(), &["train", "bad.toml", "--run-dir", "run"])?;
+    run.assert_one_line_error(&["bad.toml:2", "learner_queue_size"]);
+    fs::write(dir.path().join("typo.toml"), "lrr = 0.001\n")?;
+    let run = impala(dir.path(), &["config", "typo.toml"])?;
+    run.assert_one_line_error(&["unknown key `lrr`", "`lr`"]);
+    fs::write(dir.path().join("syntax.yaml"), "lr: [0.1\n")?;
+    let run = impala(dir.path(), &["train", "syntax.yaml", "--run-dir", "run"])?;
+    run.assert_one_line_error(&["syntax.yaml", "yaml"]);
+    assert!(!dir.path().join("run").exists());
+    Ok(())
+}
+
+#[test]
+fn invalid_values_are_all_listed_on_one_line() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let run = impala(dir.path(), &["config", "--set", "gamma=1.5", "--set", "entropy_coeff=-1"])?;
+    run.assert_one_line_error(&["gamma", "entropy_coeff", "fix"]);
+    Ok(())
+}
+
+#[test]
+fn unknown_env_id_suggests_the_nearest() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let run = impala(dir.path(), &["train", "--env", "CartPole-v0", "--run-dir", "run"])?;
+    run.assert_one_line_error(&["unknown environment `CartPole-v0`", "did you mean `CartPole-v1`"]);
+    assert!(!dir.path().join("run").exists());
+    Ok(())
+}
+
+#[test]
+fn impossible_resource_request() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let run = impala(dir.path(), &["train", "--set", "num_gpus=4", "--run-dir", "run"])?;
+    run.assert_one_line_error(&["4 gpu", "num_gpus = 0"]);
+    assert!(!dir.path().join("run").exists());
+    Ok(())
+}
+
+#[test]
+fn unwritable_run_folder() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    // A folder below a regular file cannot be created, even by root.
+    fs::write(dir.path().join("file"), "")?;
+    let run = impala(dir.path(), &["train", "--stop-iters", "1", "--run-dir", "file/run"])?;
+    run.assert_one_line_error(&["run folder `file/run` is not writable", "--run-dir"]);
+    assert_eq!(entries(dir.path()), vec!["file".to_string()]);
+    Ok(())
+}
+
+#[test]
+fn missing_corrupt_and_incompatible_checkpoints() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let run = impala(dir.path(), &["train", "--resume", "nowhere"])?;
+    run.assert_one_line_error(&["no checkpoint found at `nowhere`", "checkpoint_nnnnnn"]);
+    let run = impala(dir.path(), &["evaluate", "--checkpoint", "nowhere"])?;
+    run.assert_one_line_error(&["no checkpoint found"]);
+
+    let ckpt = dir.path().join("run/checkpoint_000003");
+    fs::create_dir_all(ckpt.join("learner"))?;
+    fs::write(ckpt.join("algorithm_state.json"), "{truncated")?;
+    let run = impala(dir.path(), &["train", "--resume", "run"])?;
+    run.assert_one_line_error(&[
+        "checkpoint_000003",
+        "unreadable",
+        "not valid json",
+        "start a new run",
+    ]);
+
+    fs::write(
+        ckpt.join("algorithm_state.json"),
+        r#"{"format_version": 99, "impala_rs_version": "9.0.0"}"#,
+    )?;
+    let run = impala(dir.path(), &["evaluate", "--checkpoint", "run/checkpoint_000003"])?;
+    run.assert_one_line_error(&["cannot be used here", "format 99", "impala-rs 9.0.0"]);
+    // Nothing was written next to the bad checkpoint.
+    assert_eq!(entries(&dir.path().join("run")), vec!["checkpoint_000003".to_string()]);
+    Ok(())
+}
+
+#[test]
+fn bad_override_and_bad_flag() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let run = impala(dir.path(), &["config", "--set", "lr"])?;
+    run.assert_one_line_error(&["bad override `lr`", "key=value"]);
+    // clap's own usage errors exit with 2 and name the flag.
+    let run = impala(dir.path(), &["train", "--stop-iterz", "3"])?;
+    assert!(!run.success);
+    assert!(run.stderr.contains("--stop-iterz"), "{}", run.stderr);
+    Ok(())
+}

@@ -1,0 +1,57 @@
+//! Running the `impala` binary.
+
+use std::path::Path;
+use std::process::Command;
+
+pub type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// What a finished `impala` run printed.
+pub struct Run {
+    pub success: bool,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    /// The `error: ...` lines of stderr (warnings are allowed besides them).
+    pub fn error_lines(&self) -> Vec<&str> {
+        self.stderr.lines().filter(|l| l.starts_with("error: ")).collect()
+    }
+
+    /// Asserts the run failed with exactly one error line, nothing else but warnings on
+    /// stderr, and that the line mentions every `needle` (case-insensitive).
+    pub fn assert_one_line_error(&self, needles: &[&str]) {
+        assert!(!self.success, "expected failure, got success; stdout: {}", self.stdout);
+        let errors = self.error_lines();
+        assert_eq!(errors.len(), 1, "stderr: {}", self.stderr);
+        for line in self.stderr.lines() {
+            assert!(
+                line.starts_with("error: ") || line.starts_with("warning: "),
+                "unexpected stderr line `{line}`"
+            );
+        }
+        let line = errors[0].to_lowercase();
+        for needle in needles {
+            assert!(line.contains(&needle.to_lowercase()), "`{needle}` not in `{}`", errors[0]);
+        }
+    }
+}
+
+/// Runs `impala args...` in `cwd`.
+pub fn impala(cwd: &Path, args: &[&str]) -> Result<Run, std::io::Error> {
+    let out = Command::new(env!("CARGO_BIN_EXE_impala")).current_dir(cwd).args(args).output()?;
+    Ok(Run {
+        success: out.status.success(),
+        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+    })
+}
+
+/// Names in `dir` (empty if it does not exist).
+pub fn entries(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .map(|rd| rd.filter_map(|e| e.ok()?.file_name().into_string().ok()).collect())
+        .unwrap_or_default();
+    names.sort();
+    names
+}

@@ -1,0 +1,180 @@
+//! A short CartPole run end to end: result files, checkpoints, resume, evaluate, config, envs.
+
+use std::fs;
+
+use impala_cli::tensorboard::read_scalars;
+use impala_cli::{read_result_lines, PROGRESS_FILE, RESULT_FILE};
+
+use crate::common::{entries, impala, TestResult};
+
+const FAST: [&str; 6] =
+    ["--set", "min_time_s_per_iteration=0.3", "--set", "num_envs_per_env_runner=4", "--seed", "3"];
+
+#[test]
+fn train_writes_results_and_checkpoints_then_resumes() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let mut args =
+        vec!["train", "--stop-iters", "2", "--checkpoint-every", "1", "--run-dir", "run"];
+    args.extend(FAST);
+    let run = impala(dir.path(), &args)?;
+    assert!(run.success, "{}", run.stderr);
+    let progress_lines: Vec<&str> = run.stdout.lines().filter(|l| l.starts_with("iter ")).collect();
+    assert_eq!(progress_lines.len(), 2, "{}", run.stdout);
+
+    let run_dir = dir.path().join("run");
+    let names = entries(&run_dir);
+    for expected in
+        ["checkpoint_000001", "checkpoint_000002", "params.json", "progress.csv", "result.json"]
+    {
+        assert!(names.contains(&expected.to_string()), "{expected} missing from {names:?}");
+    }
+    assert!(names.iter().all(|n| !n.starts_with('.')), "temporary files left: {names:?}");
+    let events: Vec<&String> =
+        names.iter().filter(|n| n.starts_with("events.out.tfevents.")).collect();
+    assert_eq!(events.len(), 1);
+    let scalars = read_scalars(&run_dir.join(events[0]))?;
+    assert!(scalars.iter().any(|(_, tag, _)| tag == "ray/tune/num_env_steps_sampled"));
+
+    let results = read_result_lines(&run_dir.join(RESULT_FILE))?;
+    assert_eq!(results.len(), 2);
+    let sampled_2 =
+        results[1].1["num_env_steps_sampled"].as_u64().ok_or("no num_env_steps_sampled")?;
+    assert!(sampled_2 > 0);
+    assert!(results[1].1["info"]["learner"]["default_policy"]["learner_stats"]["total_loss"]
+        .is_number());
+    let csv = fs::read_to_string(run_dir.join(PROGRESS_FILE))?;
+    assert_eq!(csv.lines().count(), 3);
+    let header = csv.lines().next().ok_or("empty progress.csv")?;
+    assert!(header.starts_with("training_iteration,"), "{header}");
+    assert!(header.contains("info/learner/default_policy/learner_stats/total_loss"));
+    let params: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(run_dir.join("params.json"))?)?;
+    assert_eq!(params["env"], "CartPole-v1");
+
+    // Resume from the run folder (its newest checkpoint) and train one more iteration.
+    let mut args = vec!["train", "--resume", "run", "--stop-iters", "3"];
+    args.extend(&FAST[..4]);
+    let run = impala(dir.path(), &args)?;
+    assert!(run.success, "{}", run.stderr);
+    let results = read_result_lines(&run_dir.join(RESULT_FILE))?;
+    let iters: Vec<u64> =
+        results.iter().filter_map(|(_, r)| r["training_iteration"].as_u64()).collect();
+    assert_eq!(iters, vec![1, 2, 3]);
+    let sampled_3 =
+        results[2].1["num_env_steps_sampled"].as_u64().ok_or("no num_env_steps_sampled")?;
+    assert!(sampled_3 > sampled_2, "counters restarted: {sampled_3} <= {sampled_2}");
+    let updates = |r: &serde_json::Value| {
+        r["info"]["learner"]["default_policy"]["num_grad_updates_lifetime"].as_u64()
+    };
+    assert!(updates(&results[2].1) > updates(&results[1].1));
+    assert!(run_dir.join("checkpoint_000003").is_dir());
+
+    // Evaluate the newest checkpoint.
+    let run = impala(dir.path(), &["evaluate", "--checkpoint", "run", "--episodes", "2"])?;
+    assert!(run.success, "{}", run.stderr);
+    let eval: serde_json::Value = serde_json::from_str(run.stdout.trim())?;
+    assert_eq!(eval["num_episodes"], 2);
+    assert!(eval["episode_return_mean"].as_f64().is_some_and(|r| r >= 1.0));
+
+    // A new run may not reuse a folder that holds results.
+    let mut args = vec!["train", "--stop-iters", "1", "--run-dir", "run"];
+    args.extend(FAST);
+    let run = impala(dir.path(), &args)?;
+    run.assert_one_line_error(&["already holds a run", "--resume"]);
+    Ok(())
+}
+
+#[test]
+fn config_prints_every_default_and_envs_lists_the_registry() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let run = impala(dir.path(), &["config", "--set", "lr=0.01", "--format", "json"])?;
+    assert!(run.success, "{}", run.stderr);
+    let config: serde_json::Value = serde_json::from_str(&run.stdout)?;
+    assert_eq!(config["lr"], 0.01);
+    assert_eq!(config["env"], "CartPole-v1");
+    assert!(config["learner_queue_size"].is_number(), "defaults are filled in");
+    // Without a file, --env picks that env's tuned example.
+    let run = impala(dir.path(), &["config", "--env", "Acrobot-v1", "--format", "json"])?;
+    assert!(run.success, "{}", run.stderr);
+    let config: serde_json::Value = serde_json::from_str(&run.stdout)?;
+    assert_eq!(config["env"], "Acrobot-v1");
+    assert_eq!(config["model"]["vf_share_layers"], false);
+    let run = impala(dir.path(), &["envs"])?;
+    assert!(run.success, "{}", run.stderr);
+    for id in ["CartPole-v1", "Acrobot-v1", "Pendulum-v1"] {
+        assert!(run.stdout.contains(id), "{}", run.stdout);
+    }
+    Ok(())
+}
+
+#[test]
+fn ctrl_c_finishes_the_iteration_saves_and_exits_cleanly() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let mut args = vec!["train", "--run-dir", "run"];
+    args.extend(FAST);
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_impala"))
+        .current_dir(dir.path())
+        .args(&args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()?;
+    // Wait for the first iteration's result, then press Ctrl-C.
+    let result_file = dir.path().join("run").join(RESULT_FILE);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while fs::read_to_string(&result_file).map_or(true, |s| s.lines().count() == 0) {
+        assert!(std::time::Instant::now() < deadline, "no iteration finished");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let kill =
+        std::process::Command::new("kill").args(["-INT", &child.id().to_string()]).status()?;
+    assert!(kill.success());
+    let out = child.wait_with_output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("interrupted"), "{stderr}");
+    let names = entries(&dir.path().join("run"));
+    assert!(names.iter().any(|n| n.starts_with("checkpoint_")), "{names:?}");
+    assert!(names.iter().all(|n| !n.starts_with('.')), "temporary files left: {names:?}");
+    Ok(())
+}
+
+#[test]
+fn a_dying_learner_reports_its_cause() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    // A learning rate this large blows the weights up within a few SGD steps.
+    let mut args = vec![
+        "train",
+        "--stop-iters",
+        "20",
+        "--run-dir",
+        "run",
+        "--set",
+        "lr=1e30",
+        "--set",
+        "grad_clip=none",
+    ];
+    args.extend(FAST);
+    let run = impala(dir.path(), &args)?;
+    run.assert_one_line_error(&["the learner thread died while training!", "non-finite"]);
+    Ok(())
+}
+
+#[test]
+fn every_example_config_loads_and_validates() -> TestResult {
+    let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut seen = Vec::new();
+    for entry in fs::read_dir(&examples)? {
+        let path = entry?.path();
+        if path.extension().is_some_and(|e| e == "toml") {
+            let loaded = impala_config::ImpalaConfig::load(&path)?;
+            assert!(loaded.warnings.is_empty(), "{}: {:?}", path.display(), loaded.warnings);
+            let (config, warnings) = loaded.config.validate()?.into_parts();
+            assert!(warnings.is_empty(), "{}: {warnings:?}", path.display());
+            impala_cli::check_environment(&config)?;
+            seen.push(config.env);
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, ["Acrobot-v1", "CartPole-v1", "Pendulum-v1"]);
+    Ok(())
+}
