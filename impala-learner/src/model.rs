@@ -11,6 +11,10 @@ use tch::{nn, Kind, Tensor};
 
 use crate::{ActionDistribution, LearnerError, Result};
 
+/// Bounds of a Gaussian policy's log standard deviation (std in [2e-9, 7.4]).
+const LOG_STD_MIN: f64 = -20.0;
+const LOG_STD_MAX: f64 = 2.0;
+
 /// Prefixes of the parameters that only the value function uses (the value head and the
 /// separate value torso). `_separate_vf_optimizer` trains exactly these with `_lr_vf`; RLlib
 /// finds the same set with a dummy backward pass through the policy output.
@@ -492,6 +496,14 @@ impl ActorCritic {
             let n = dist_inputs.size()[0];
             let ls = log_std.f_unsqueeze(0)?.f_expand([n, log_std.size()[0]], false)?;
             dist_inputs = Tensor::f_cat(&[dist_inputs, ls], 1)?;
+        }
+        if let ActionDistribution::DiagGaussian(d) = self.dist {
+            // A collapsing std (log_std -> -inf) makes the behaviour actions' log-probs -inf and
+            // the V-trace log-rhos non-finite; bound it as SAC-style Gaussian heads do.
+            let d = d as i64;
+            let mean = dist_inputs.f_narrow(1, 0, d)?;
+            let log_std = dist_inputs.f_narrow(1, d, d)?.f_clamp(LOG_STD_MIN, LOG_STD_MAX)?;
+            dist_inputs = Tensor::f_cat(&[mean, log_std], 1)?;
         }
         let vf_in = match &self.vf_torso {
             Some(t) => t.forward(x)?,

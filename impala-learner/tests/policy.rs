@@ -151,3 +151,28 @@ fn weights_load_and_mismatches_are_rejected() -> TestResult {
     assert!(act(&mut policy, &obs[..3], 1, &[], true).is_err());
     Ok(())
 }
+
+#[test]
+fn gaussian_log_std_is_bounded() -> TestResult {
+    // A log-std head driven far negative would give std = 0 and log-probs of -inf (non-finite
+    // V-trace log-rhos); far positive, a std that swamps the action range.
+    let s = spec(4, Space::continuous(vec![-1.0; 2], vec![1.0; 2])?);
+    let c = config(vec![8]);
+    let mut policy = TorchPolicy::new(&c, &s, 0)?;
+    let obs = obs_for(&s, 2);
+    for bias in [-1000.0_f32, 1000.0] {
+        let mut w = (*Learner::new(&c, &s, Device::Cpu)?.weights()?).clone();
+        w.version += 1;
+        for t in w.tensors.iter_mut().filter(|t| t.name == "logits.bias") {
+            // Inputs are [mean (2), log_std (2)].
+            t.data[2..].iter_mut().for_each(|b| *b = bias);
+        }
+        policy.set_weights(&Arc::new(w))?;
+        let out = act(&mut policy, &obs, 2, &[], true)?;
+        for row in out.action_dist_inputs.chunks(4) {
+            assert!(row[2..].iter().all(|ls| (-20.0..=2.0).contains(ls)), "{row:?}");
+        }
+        assert!(out.action_logp.iter().all(|lp| lp.is_finite()), "{:?}", out.action_logp);
+    }
+    Ok(())
+}
