@@ -36,6 +36,7 @@ pub(crate) fn expect_len(argument: &'static str, len: usize, shape: &[usize]) ->
 /// The common all-finite case is one branch-free pass over all arguments at once (`x * 0` is 0
 /// for a finite `x` and NaN otherwise, so a sum of them is 0 exactly when all are finite), in
 /// fixed-size chunks so it vectorises; only a failing chunk is searched argument by argument.
+#[inline(always)]
 pub(crate) fn expect_all_finite<F: VTraceFloat, const K: usize>(
     arguments: [(&'static str, &[F]); K],
     shape: &[usize],
