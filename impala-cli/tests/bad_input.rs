@@ -9,7 +9,7 @@ use crate::common::{entries, impala, TestResult};
 fn missing_config_file() -> TestResult {
     let dir = tempfile::tempdir()?;
     let run = impala(dir.path(), &["train", "nope.toml", "--run-dir", "run"])?;
-    run.assert_one_line_error(&["nope.toml", "no such file"]);
+    run.assert_one_line_error(&["nope.toml", "no such file", "check the path"]);
     assert!(entries(dir.path()).is_empty(), "left behind: {:?}", entries(dir.path()));
     Ok(())
 }

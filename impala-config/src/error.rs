@@ -160,7 +160,10 @@ pub enum ConfigError {
         message: String,
     },
     /// Reading or writing a config file failed.
-    #[error("{}: {source}", path.display())]
+    #[error(
+        "cannot access config file {}: {source}; check the path and its permissions",
+        path.display()
+    )]
     Io {
         /// The file.
         path: PathBuf,
