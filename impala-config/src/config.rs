@@ -94,7 +94,9 @@ pub struct ImpalaConfig {
     /// Clip continuous actions to the action space bounds before stepping the env.
     pub clip_actions: bool,
     /// Normalise observations with a running mean/std filter (RLlib's `observation_filter=
-    /// "MeanStdFilter"` when true).
+    /// "MeanStdFilter"` when true). Unlike RLlib, each env keeps its own statistics: they are
+    /// not yet synced across runners nor saved in checkpoints, so evaluating or resuming a
+    /// checkpoint starts the filters afresh.
     pub normalize_observations: bool,
 
     // ---- training() ----
