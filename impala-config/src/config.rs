@@ -266,6 +266,10 @@ pub struct ImpalaConfig {
     /// Env runners dedicated to evaluation (0 = evaluate on the driver thread).
     #[serde(alias = "evaluation_num_workers")]
     pub evaluation_num_env_runners: usize,
+    /// Run each evaluation on the evaluation env runners while training goes on, reporting it
+    /// with the iteration that started it (RLlib's `evaluation_parallel_to_training`); needs
+    /// `evaluation_num_env_runners > 0`.
+    pub evaluation_parallel_to_training: bool,
     /// Sample actions during evaluation (false = greedy).
     pub evaluation_explore: bool,
 
@@ -358,6 +362,7 @@ impl Default for ImpalaConfig {
             evaluation_duration: 10,
             evaluation_duration_unit: DurationUnit::Episodes,
             evaluation_num_env_runners: 0,
+            evaluation_parallel_to_training: false,
             evaluation_explore: false,
 
             seed: None,

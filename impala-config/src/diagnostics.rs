@@ -37,6 +37,14 @@ pub enum Rule {
     WholeGpus,
     /// The environment id is empty.
     EnvName,
+    /// GPUs asked for both the old way (`num_gpus`) and the new way (`num_gpus_per_learner`).
+    LearnerGpusTwice,
+    /// `simple_optimizer` (the single-device `LearnerThread`) with more than one learner tower.
+    SimpleOptimizerOneDevice,
+    /// `vtrace_drop_last_ts` needs fragments of at least 2 steps.
+    DropLastTsNeedsTwoSteps,
+    /// `evaluation_parallel_to_training` needs evaluation env runners.
+    ParallelEvaluationNeedsRunners,
 }
 
 /// One problem found by [`crate::ImpalaConfig::validate`]: what, where and how to fix it.

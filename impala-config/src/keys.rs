@@ -370,6 +370,7 @@ groups! {
         evaluation_duration: usize,
         evaluation_duration_unit: DurationUnit,
         evaluation_num_env_runners: usize,
+        evaluation_parallel_to_training: bool,
         evaluation_explore: bool,
     }
 

@@ -35,6 +35,7 @@ mod error;
 mod io;
 mod keys;
 mod model;
+mod plan;
 mod resources;
 mod schedule;
 mod serde_util;
@@ -50,6 +51,7 @@ pub use keys::{
     ALIASES,
 };
 pub use model::{ConvFilter, ModelConfig};
+pub use plan::{LearnerDeviceKind, LearnerPlan};
 pub use resources::{Bundle, BundleRole, ResourceRequest};
 pub use schedule::Schedule;
 pub use validate::ValidatedConfig;

@@ -219,21 +219,6 @@ impl ImpalaConfig {
         }
     }
 
-    /// The learner's devices (towers): `ceil(num_gpus)`, at least 1 (CPU), as RLlib's torch
-    /// policy counts them; with `_fake_gpus` the towers are CPU copies, same count.
-    ///
-    /// ```
-    /// use impala_config::ImpalaConfig;
-    /// assert_eq!(ImpalaConfig::default().num_learner_devices(), 1);
-    /// let config = ImpalaConfig::default().resources(|r| r.num_gpus(4.0).fake_gpus(true));
-    /// assert_eq!(config.num_learner_devices(), 4);
-    /// ```
-    pub fn num_learner_devices(&self) -> usize {
-        let gpus = self.num_gpus.max(0.0).ceil();
-        // `num_gpus` is validated finite; a silly value saturates instead of panicking.
-        (gpus as usize).max(1)
-    }
-
     /// Env steps in one sample batch from an env runner:
     /// `rollout_fragment_length * num_envs_per_env_runner`.
     pub fn sample_batch_size(&self) -> usize {
@@ -475,6 +460,30 @@ fn check_resources(config: &ImpalaConfig, c: &mut Checker) {
     for (name, &amount) in &config.custom_resources_per_env_runner {
         c.non_negative(&format!("custom_resources_per_env_runner.{name}"), amount);
     }
+    let per_learner = config.num_gpus_per_learner;
+    if config.num_gpus > 0.0 && per_learner > 0.0 {
+        c.error(
+            "num_gpus_per_learner",
+            Rule::LearnerGpusTwice,
+            format!("is {per_learner} but `num_gpus` = {} asks for learner GPUs too (old and new API stack)", config.num_gpus),
+            "set either `num_gpus` (old stack) or `num_learners` with `num_gpus_per_learner` (new stack), and the other to 0".into(),
+        );
+    }
+    if per_learner > 1.0 && per_learner.fract() != 0.0 {
+        c.error(
+            "num_gpus_per_learner",
+            Rule::WholeGpus,
+            format!("is {per_learner} but only a fraction below 1 can share a GPU"),
+            format!("set `num_gpus_per_learner` to {} or {}", per_learner.floor(), per_learner.ceil()),
+        );
+    } else if per_learner > 0.0 && per_learner < 1.0 && config.num_learners > 1 {
+        c.error(
+            "num_gpus_per_learner",
+            Rule::WholeGpus,
+            format!("is {per_learner} with `num_learners` = {}: learners cannot share one GPU", config.num_learners),
+            "set `num_gpus_per_learner` to 1 (one GPU per learner), or `num_learners` to 1".into(),
+        );
+    }
     if config.num_gpus > 1.0 && config.num_gpus.fract() != 0.0 {
         c.error(
             "num_gpus",
@@ -487,7 +496,16 @@ fn check_resources(config: &ImpalaConfig, c: &mut Checker) {
 
 /// RLlib's `make_learner_thread` and `MultiGPULearnerThread` rules (multi-GPU path only).
 fn check_learner_thread(config: &mut ImpalaConfig, c: &mut Checker) {
-    if !config.simple_optimizer {
+    let plan = config.learner_plan();
+    if config.simple_optimizer && plan.num_devices > 1 {
+        c.error(
+            "simple_optimizer",
+            Rule::SimpleOptimizerOneDevice,
+            format!("is true, but the single-device LearnerThread cannot train {plan}"),
+            "set `simple_optimizer = false` to train the towers with the MultiGPULearnerThread, or ask for one device".into(),
+        );
+    }
+    if plan.multi_gpu_thread {
         let (stacks, buffer) = (config.num_multi_gpu_tower_stacks, config.minibatch_buffer_size);
         if stacks > 0 && stacks < buffer {
             c.warn(
@@ -499,24 +517,26 @@ fn check_learner_thread(config: &mut ImpalaConfig, c: &mut Checker) {
             );
             config.minibatch_buffer_size = stacks;
         }
-        let (devices, batch) = (config.num_learner_devices(), config.learner_train_batch_size());
-        if batch > 0 && batch % devices != 0 {
-            let key = if config.train_batch_size_per_learner.is_some() {
-                "train_batch_size_per_learner"
-            } else {
-                "train_batch_size"
-            };
-            let lower = batch / devices * devices;
-            let fix = if lower > 0 {
-                format!(
-                    "set `{key}` to a multiple of {devices}, e.g. {lower} or {}",
-                    lower + devices
-                )
-            } else {
-                format!("set `{key}` to a multiple of {devices}, e.g. {devices}")
-            };
-            c.error(key, Rule::TrainBatchDivisibleByDevices, format!("is {batch}, which does not split evenly over {devices} learner devices (num_gpus = {})", config.num_gpus), fix);
-        }
+    }
+    let (devices, batch) = (plan.num_devices, plan.train_batch_size);
+    if batch > 0 && batch % devices != 0 {
+        let key = if config.train_batch_size_per_learner.is_some() {
+            "train_batch_size_per_learner"
+        } else {
+            "train_batch_size"
+        };
+        let lower = batch / devices * devices;
+        let fix = if lower > 0 {
+            format!("set `{key}` to a multiple of {devices}, e.g. {lower} or {}", lower + devices)
+        } else {
+            format!("set `{key}` to a multiple of {devices}, e.g. {devices}")
+        };
+        c.error(
+            key,
+            Rule::TrainBatchDivisibleByDevices,
+            format!("is {batch}, which does not split evenly over the learner's {devices} towers ({plan})"),
+            fix,
+        );
     }
     if config.minibatch_buffer_size > 1 && config.num_sgd_iter == 1 {
         c.warn(
@@ -529,6 +549,25 @@ fn check_learner_thread(config: &mut ImpalaConfig, c: &mut Checker) {
 
 fn check_rest(config: &ImpalaConfig, c: &mut Checker) {
     c.non_negative("min_time_s_per_iteration", config.min_time_s_per_iteration);
+    if config.vtrace_drop_last_ts && config.rollout_fragment_length < 2 {
+        c.error(
+            "vtrace_drop_last_ts",
+            Rule::DropLastTsNeedsTwoSteps,
+            format!(
+                "is true with `rollout_fragment_length` = {}: dropping the last step leaves nothing to train on",
+                config.rollout_fragment_length
+            ),
+            "set `rollout_fragment_length` to 2 or more, or `vtrace_drop_last_ts = false`".into(),
+        );
+    }
+    if config.evaluation_parallel_to_training && config.evaluation_num_env_runners == 0 {
+        c.error(
+            "evaluation_parallel_to_training",
+            Rule::ParallelEvaluationNeedsRunners,
+            "is true but `evaluation_num_env_runners` is 0, so evaluation would run on the driver and stop training".into(),
+            "set `evaluation_num_env_runners` to 1 or more, or `evaluation_parallel_to_training = false`".into(),
+        );
+    }
     if config.evaluation_enabled() {
         c.positive_size("evaluation_duration", config.evaluation_duration);
     }
