@@ -1,4 +1,5 @@
 //! The `impala` command line: `train`, `evaluate`, `config`, `envs` and `bench-cartpole`.
+//! Argument parsing, signals and printing only; the algorithm is the `impala` library.
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
@@ -9,13 +10,15 @@ use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use impala_config::ImpalaConfig;
+use impala::checkpoint::{find_checkpoint, read_checkpoint};
+use impala::config::{ImpalaConfig, ValidatedConfig};
+use impala::run::{default_run_dir, RunEvent, RunOptions};
+use impala::{peak_rss_mib, Impala, StopCriteria};
 
-use crate::checkpoint::{find_checkpoint, read_checkpoint};
-use crate::{peak_rss_mib, write_params, CliError, Impala, ResultLogger, StopCriteria};
+use crate::error::CliError;
 
 /// The config `impala train` uses when no file is given: the tuned CartPole-v1 example.
-pub const DEFAULT_CONFIG_TOML: &str = include_str!("../../examples/cartpole-impala.toml");
+pub(crate) const DEFAULT_CONFIG_TOML: &str = include_str!("../../examples/cartpole-impala.toml");
 
 /// The tuned example configs, embedded: with no file, `--env` picks its env's example (and any
 /// other env starts from the CartPole-v1 one).
@@ -150,7 +153,7 @@ pub struct BenchArgs {
 }
 
 /// Parses `args` and runs the command. Errors are returned for `main` to print as one line.
-pub fn run<I, T>(args: I) -> anyhow::Result<ExitCode>
+pub(crate) fn run<I, T>(args: I) -> anyhow::Result<ExitCode>
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
@@ -175,7 +178,7 @@ where
 
 /// The error and its causes on one line (`problem: cause: cause`), skipping causes already
 /// spelled out by the message before them, and folding multi-line lists into `; `.
-pub fn one_line(err: &anyhow::Error) -> String {
+pub(crate) fn one_line(err: &anyhow::Error) -> String {
     let mut parts: Vec<String> = Vec::new();
     for cause in err.chain() {
         let full = cause.to_string();
@@ -191,7 +194,7 @@ pub fn one_line(err: &anyhow::Error) -> String {
 
 /// Loads the config from `source` (file or embedded default, `--env`, `--seed`, `--set`),
 /// validates it and returns the validated config with its warnings.
-pub fn load_config(source: &ConfigSource) -> anyhow::Result<(ImpalaConfig, Vec<String>)> {
+pub(crate) fn load_config(source: &ConfigSource) -> anyhow::Result<(ValidatedConfig, Vec<String>)> {
     let loaded = match &source.config {
         Some(path) => ImpalaConfig::load(path)?,
         None => {
@@ -200,7 +203,7 @@ pub fn load_config(source: &ConfigSource) -> anyhow::Result<(ImpalaConfig, Vec<S
                 .iter()
                 .find(|(id, _)| *id == env)
                 .map_or(DEFAULT_CONFIG_TOML, |(_, t)| t);
-            ImpalaConfig::from_str_as(text, impala_config::ConfigFormat::Toml)
+            ImpalaConfig::from_str_as(text, impala::config::ConfigFormat::Toml)
                 .context("an embedded example config is invalid")?
         }
     };
@@ -213,7 +216,7 @@ fn apply_source(
     mut config: ImpalaConfig,
     source: &ConfigSource,
     mut warnings: Vec<String>,
-) -> anyhow::Result<(ImpalaConfig, Vec<String>)> {
+) -> anyhow::Result<(ValidatedConfig, Vec<String>)> {
     if let Some(env) = &source.env {
         config.env.clone_from(env);
     }
@@ -223,8 +226,8 @@ fn apply_source(
     for text in &source.overrides {
         warnings.extend(config.apply_override(text)?.iter().map(ToString::to_string));
     }
-    let (config, found) = config.validate()?.into_parts();
-    warnings.extend(found.iter().map(ToString::to_string));
+    let config = config.validate()?;
+    warnings.extend(config.warnings().iter().map(ToString::to_string));
     Ok((config, warnings))
 }
 
@@ -236,19 +239,26 @@ fn print_warnings(warnings: &[String]) {
 
 fn print_config(args: &ConfigArgs) -> anyhow::Result<ExitCode> {
     let (config, mut warnings) = load_config(&args.source)?;
-    warnings.extend(crate::check_environment(&config)?);
+    warnings.extend(impala::check_environment(&config)?);
     let format = match args.format.as_str() {
-        "yaml" => impala_config::ConfigFormat::Yaml,
-        "json" => impala_config::ConfigFormat::Json,
-        _ => impala_config::ConfigFormat::Toml,
+        "yaml" => impala::config::ConfigFormat::Yaml,
+        "json" => impala::config::ConfigFormat::Json,
+        _ => impala::config::ConfigFormat::Toml,
     };
     print!("{}", config.to_string_as(format)?);
+    // The learner's device mapping (num_gpus, or num_learners x num_gpus_per_learner), as a
+    // comment in every format but JSON, on stderr for JSON so stdout stays parseable.
+    let plan = format!("learner: {}", config.learner_plan());
+    match format {
+        impala::config::ConfigFormat::Json => eprintln!("{plan}"),
+        _ => println!("# {plan}"),
+    }
     print_warnings(&warnings);
     Ok(ExitCode::SUCCESS)
 }
 
 fn list_envs() -> anyhow::Result<ExitCode> {
-    for info in impala_envs::list()? {
+    for info in impala::envs::list()? {
         let spec = &info.spec;
         let threshold = info.reward_threshold.map_or_else(|| "-".to_string(), |t| t.to_string());
         println!(
@@ -262,44 +272,6 @@ fn list_envs() -> anyhow::Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The default run folder: `impala_results/IMPALA_<env>_<UTC date>` (Tune's `~/ray_results/
-/// IMPALA_<env>_<date>` naming, relative to the working folder so it is easy to find).
-fn default_run_dir(env: &str) -> PathBuf {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    PathBuf::from("impala_results").join(format!("IMPALA_{env}_{}", utc_stamp(secs)))
-}
-
-/// `YYYY-MM-DD_HH-MM-SS` in UTC (civil-from-days, so no date crate is needed).
-fn utc_stamp(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}_{:02}-{:02}-{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
-/// Creates the run folder and proves it writable before any training starts.
-fn prepare_run_dir(dir: &Path, resuming: bool) -> crate::Result<()> {
-    let not_writable = |source| CliError::RunDirNotWritable { path: dir.to_path_buf(), source };
-    std::fs::create_dir_all(dir).map_err(not_writable)?;
-    let probe = dir.join(format!(".write-test-{}", std::process::id()));
-    std::fs::write(&probe, b"").map_err(not_writable)?;
-    std::fs::remove_file(&probe).map_err(not_writable)?;
-    if !resuming && dir.join(crate::RESULT_FILE).metadata().is_ok_and(|m| m.len() > 0) {
-        return Err(CliError::RunDirInUse { path: dir.to_path_buf() });
-    }
-    Ok(())
 }
 
 /// Ctrl-C handling: the first press asks the loop to finish the iteration, save and exit; a
@@ -340,7 +312,8 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         }
         (None, _) => load_config(&args.source)?,
     };
-    warnings.extend(crate::check_environment(&config)?);
+    crate::logging::init(&config.log_level);
+    warnings.extend(impala::check_environment(&config)?);
     print_warnings(&warnings);
     let mut stop = StopCriteria {
         episode_return_mean: args.stop_reward,
@@ -358,48 +331,40 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         (None, Some(ckpt)) => ckpt.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf),
         (None, None) => default_run_dir(&config.env),
     };
-    let mut algo = Impala::new(config.clone())?;
+    let (env, seed) = (config.env.clone(), config.seed);
+    let mut algo = Impala::new(config)?;
     if let Some(ckpt) = &checkpoint {
         algo.restore(ckpt)?;
     }
-    prepare_run_dir(&run_dir, checkpoint.is_some())?;
-    write_params(&run_dir, &config)?;
-    let mut logger = ResultLogger::open(&run_dir, checkpoint.as_ref().map(|_| algo.iteration()))?;
     let interrupted = install_interrupt_handler();
     algo.set_interrupt_flag(Arc::clone(&interrupted));
     if !args.quiet {
         println!(
-            "training {} in {} (from {}); stop: {}",
-            config.env,
+            "training {env} in {} (from {}); stop: {}",
             run_dir.display(),
             checkpoint.as_ref().map_or_else(|| "scratch".to_string(), |c| c.display().to_string()),
             describe_stop(&stop)
         );
     }
-
-    let mut result;
-    let stop_reason = loop {
-        result = algo.train()?;
-        logger.log(&result)?;
-        if !args.quiet {
-            println!("{}", result.progress_line());
-        }
-        let iteration = result.training_iteration;
-        if let Some(reason) = stop.met_by(&result) {
-            break reason;
-        }
-        if interrupted.load(Ordering::SeqCst) {
-            break "interrupted (Ctrl-C)".to_string();
-        }
-        if args.checkpoint_every > 0 && iteration % args.checkpoint_every == 0 {
-            let path = algo.save(&run_dir)?;
-            if !args.quiet {
-                println!("checkpoint saved: {}", path.display());
-            }
-        }
+    let options = RunOptions {
+        run_dir,
+        stop: stop.clone(),
+        checkpoint_every: args.checkpoint_every,
+        resumed: checkpoint.is_some(),
     };
-    let checkpoint_path = algo.save(&run_dir)?;
+    let summary = impala::run::run(&mut algo, &options, &interrupted, |event| {
+        if args.quiet {
+            return;
+        }
+        match event {
+            RunEvent::Result(result) => println!("{}", result.progress_line()),
+            RunEvent::Checkpoint(path) => println!("checkpoint saved: {}", path.display()),
+        }
+    })?;
     algo.stop()?;
+    let stop_reason =
+        if summary.interrupted { "interrupted (Ctrl-C)".to_string() } else { summary.stop_reason };
+    let result = &summary.last;
     let wall_s = started.elapsed().as_secs_f64();
     if !args.quiet {
         println!(
@@ -408,12 +373,12 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
             result.episode_return_mean,
             result.num_env_steps_sampled,
             result.time_total_s,
-            checkpoint_path.display()
+            summary.checkpoint.display()
         );
     }
     if args.summary_json {
         let summary = serde_json::json!({
-            "seed": config.seed,
+            "seed": seed,
             "stop_reason": stop_reason,
             "reached_stop_reward": stop.episode_return_mean.is_some_and(|r| result.episode_return_mean >= r),
             "wall_s": wall_s,
@@ -423,7 +388,7 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
             "num_env_steps_trained": result.num_env_steps_trained,
             "episode_return_mean": result.episode_return_mean,
             "peak_rss_mib": peak_rss_mib(),
-            "checkpoint": checkpoint_path,
+            "checkpoint": summary.checkpoint,
         });
         println!("{summary}");
     }
@@ -432,7 +397,7 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
 
 /// The env's registered `reward_threshold` (Gymnasium's "solved"), if it has one.
 fn reward_threshold(env: &str) -> anyhow::Result<Option<f64>> {
-    Ok(impala_envs::list()?
+    Ok(impala::envs::list()?
         .into_iter()
         .find(|info| info.spec.id == env)
         .and_then(|info| info.reward_threshold))
@@ -463,11 +428,12 @@ fn evaluate(args: &EvaluateArgs) -> anyhow::Result<ExitCode> {
     let ckpt = find_checkpoint(&args.checkpoint)?;
     let (_, mut config) = read_checkpoint(&ckpt)?;
     config.evaluation_duration = args.episodes.max(1);
-    config.evaluation_duration_unit = impala_config::DurationUnit::Episodes;
+    config.evaluation_duration_unit = impala::config::DurationUnit::Episodes;
     config.evaluation_explore = args.explore;
     // Evaluation needs no runners or learner thread beyond what restoring weights requires.
     config.num_env_runners = 0;
-    crate::check_environment(&config)?;
+    let config = config.validate()?;
+    impala::check_environment(&config)?;
     let mut algo = Impala::new(config)?;
     algo.restore(&ckpt)?;
     let eval = algo.evaluate()?;
@@ -479,14 +445,6 @@ fn evaluate(args: &EvaluateArgs) -> anyhow::Result<ExitCode> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn utc_stamp_matches_known_dates() {
-        assert_eq!(utc_stamp(0), "1970-01-01_00-00-00");
-        // 2026-11-30 08:20:50 UTC.
-        assert_eq!(utc_stamp(1_796_026_850), "2026-11-30_08-20-50");
-        assert_eq!(utc_stamp(951_782_400), "2000-02-29_00-00-00");
-    }
 
     #[test]
     fn one_line_joins_causes_without_repeats() {

@@ -1,149 +1,17 @@
-//! The crate's error type. Every message names the problem and, where the user can act, the fix,
-//! so the `impala` command can print it as one line.
+//! Errors of the command line itself (everything else is the library's `ImpalaError`).
 
-use std::path::{Path, PathBuf};
-
-/// Errors of the Impala algorithm loop and the `impala` command.
+/// A command-line value that cannot work.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CliError {
-    /// A file or folder operation failed.
-    #[error("could not {action} `{path}`: {source}")]
-    Io {
-        /// What was attempted (`create`, `write`, `read`, `rename`, ...).
-        action: &'static str,
-        /// The path involved.
-        path: PathBuf,
-        /// The operating system's error.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The run folder cannot be created or written.
-    #[error(
-        "run folder `{path}` is not writable ({source}); pass a writable folder with --run-dir"
-    )]
-    RunDirNotWritable {
-        /// The run folder.
-        path: PathBuf,
-        /// Why it failed.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A new run was pointed at a folder that already holds another run's results.
-    #[error(
-        "run folder `{path}` already holds a run's results; continue it with --resume {path}, \
-         or pass a new folder with --run-dir"
-    )]
-    RunDirInUse {
-        /// The run folder.
-        path: PathBuf,
-    },
-    /// A TensorBoard event file failed its checks.
-    #[error("event file `{path}` is corrupt: {reason}")]
-    CorruptEventFile {
-        /// The event file.
-        path: PathBuf,
-        /// What is wrong.
-        reason: String,
-    },
-    /// A checkpoint cannot be read (missing or damaged files).
-    #[error(
-        "checkpoint `{path}` is unreadable: {reason}; resume from another checkpoint_NNNNNN \
-         folder of the run, or start a new run without --resume"
-    )]
-    CorruptCheckpoint {
-        /// The checkpoint folder.
-        path: PathBuf,
-        /// What is missing or damaged.
-        reason: String,
-    },
-    /// A checkpoint was written by an incompatible version or for a different setup.
-    #[error("checkpoint `{path}` cannot be used here: {reason}; {fix}")]
-    IncompatibleCheckpoint {
-        /// The checkpoint folder.
-        path: PathBuf,
-        /// What does not match.
-        reason: String,
-        /// How to proceed.
-        fix: String,
-    },
-    /// `--resume` or `--checkpoint` points at nothing that holds a checkpoint.
-    #[error(
-        "no checkpoint found at `{path}`; pass a checkpoint_NNNNNN folder or a run folder that \
-         holds one (runs save them with --checkpoint-every N and at the end)"
-    )]
-    NoCheckpoint {
-        /// Where we looked.
-        path: PathBuf,
-    },
-    /// The configuration asks for resources this machine does not have.
-    #[error("impossible resource request: {reason}; {fix}")]
-    ImpossibleResources {
-        /// What was asked and what exists.
-        reason: String,
-        /// How to change the config.
-        fix: String,
-    },
-    /// A command-line value is malformed.
+    /// A command-line value is malformed or conflicts with another.
     #[error("invalid {what} `{value}`: {reason}")]
     InvalidArgument {
         /// Which argument.
         what: &'static str,
         /// The value given.
         value: String,
-        /// Why it is invalid and what is expected.
+        /// Why it is invalid and what to do instead.
         reason: String,
     },
-    /// The learner thread failed; RLlib's message, with the real cause.
-    #[error("The learner thread died while training! cause: {cause}")]
-    LearnerDied {
-        /// Why it died.
-        #[source]
-        cause: impala_learner::LearnerError,
-    },
-    /// The learner could not write its part of a checkpoint.
-    #[error("could not save the learner to `{path}`: {cause}")]
-    LearnerCheckpoint {
-        /// The learner's checkpoint folder.
-        path: PathBuf,
-        /// The learner's error.
-        #[source]
-        cause: impala_learner::LearnerError,
-    },
-    /// The algorithm was used after [`crate::Impala::stop`].
-    #[error("the algorithm was stopped; build a new one (or restore a checkpoint) to continue")]
-    Stopped,
-    /// The config is invalid or cannot be loaded.
-    #[error(transparent)]
-    Config(#[from] impala_config::ConfigError),
-    /// The environment cannot be built.
-    #[error(transparent)]
-    Env(#[from] impala_envs::EnvError),
-    /// Sampling failed (env runners beyond their restarts, batch building).
-    #[error(transparent)]
-    Sampler(#[from] impala_sampler::SamplerError),
-    /// The learner could not be built or used.
-    #[error(transparent)]
-    Learner(#[from] impala_learner::LearnerError),
-    /// A result or state file could not be (de)serialised.
-    #[error("could not {action} JSON `{path}`: {source}")]
-    Json {
-        /// `read` or `write`.
-        action: &'static str,
-        /// The file.
-        path: PathBuf,
-        /// The serde error.
-        #[source]
-        source: serde_json::Error,
-    },
 }
-
-impl CliError {
-    /// Shorthand for [`CliError::Io`].
-    pub fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
-        CliError::Io { action, path: path.to_path_buf(), source }
-    }
-}
-
-/// The crate's result alias.
-pub type Result<T, E = CliError> = std::result::Result<T, E>;

@@ -1,12 +1,19 @@
-//! The `impala` command. Thin: parse and run in `impala_cli::cli`, print any error as one line.
+//! The `impala` command: parse, run, print any error as one line. The algorithm, its run
+//! folder and its checkpoints are the `impala` library; this crate is arguments, signals and
+//! printing.
+
+mod bench;
+mod cli;
+mod error;
+mod logging;
 
 use std::process::ExitCode;
 
 fn main() -> ExitCode {
-    match impala_cli::cli::run(std::env::args_os()) {
+    match cli::run(std::env::args_os()) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {}", impala_cli::cli::one_line(&err));
+            eprintln!("error: {}", cli::one_line(&err));
             ExitCode::FAILURE
         }
     }

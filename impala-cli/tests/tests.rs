@@ -1,6 +1,6 @@
-//! Integration tests: the `impala` binary on bad input, and a short train/resume/evaluate run.
+//! Integration tests: the `impala` binary on bad input, and a short train/resume/evaluate run
+//! (the library's own tests are in impala/tests).
 
-mod algorithm;
 mod bad_input;
 mod common;
 mod train;

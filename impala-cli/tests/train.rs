@@ -2,8 +2,8 @@
 
 use std::fs;
 
-use impala_cli::tensorboard::read_scalars;
-use impala_cli::{read_result_lines, PROGRESS_FILE, RESULT_FILE};
+use impala::tensorboard::read_scalars;
+use impala::{read_result_lines, PROGRESS_FILE, RESULT_FILE};
 
 use crate::common::{entries, impala, TestResult};
 
@@ -166,12 +166,12 @@ fn every_example_config_loads_and_validates() -> TestResult {
     for entry in fs::read_dir(&examples)? {
         let path = entry?.path();
         if path.extension().is_some_and(|e| e == "toml") {
-            let loaded = impala_config::ImpalaConfig::load(&path)?;
+            let loaded = impala::config::ImpalaConfig::load(&path)?;
             assert!(loaded.warnings.is_empty(), "{}: {:?}", path.display(), loaded.warnings);
-            let (config, warnings) = loaded.config.validate()?.into_parts();
-            assert!(warnings.is_empty(), "{}: {warnings:?}", path.display());
-            impala_cli::check_environment(&config)?;
-            seen.push(config.env);
+            let config = loaded.config.validate()?;
+            assert!(config.warnings().is_empty(), "{}: {:?}", path.display(), config.warnings());
+            impala::check_environment(&config)?;
+            seen.push(config.env.clone());
         }
     }
     seen.sort();

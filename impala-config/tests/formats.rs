@@ -70,6 +70,7 @@ fn non_default() -> ImpalaConfig {
             e.evaluation_interval(Some(5))
                 .evaluation_duration_unit(DurationUnit::Timesteps)
                 .evaluation_num_env_runners(1)
+                .evaluation_parallel_to_training(true)
                 .evaluation_explore(true)
         })
         .debugging(|d| d.seed(Some(i64::MAX as u64)).log_level("DEBUG").env_runners_only(true));

@@ -1,8 +1,8 @@
 //! Every validation rule: a failing case and a passing case; fix-ups and warnings.
 
 use impala_config::{
-    ConfigError, ImpalaConfig, ModelConfig, OptType, Rule, Schedule, ValidatedConfig, Violation,
-    WarningKind,
+    ConfigError, ConfigFormat, ImpalaConfig, LearnerDeviceKind, LearnerPlan, ModelConfig, OptType,
+    Rule, Schedule, ValidatedConfig, Violation, WarningKind,
 };
 
 use crate::TestResult;
@@ -107,7 +107,11 @@ fn num_data_loader_buffers_is_deprecated_and_moves_to_tower_stacks() -> TestResu
 
 #[test]
 fn minibatch_buffer_is_lowered_to_the_tower_stacks_in_multi_gpu_mode() -> TestResult {
-    let config = ImpalaConfig::default().training(|t| t.minibatch_buffer_size(4).num_sgd_iter(2));
+    // One fake GPU: the MultiGPULearnerThread trains (see `learner_plan`).
+    let config = ImpalaConfig::default()
+        .training(|t| t.minibatch_buffer_size(4).num_sgd_iter(2))
+        .resources(|r| r.num_gpus(1.0).fake_gpus(true));
+    assert!(config.learner_plan().multi_gpu_thread);
     let validated: ValidatedConfig = config.validate()?;
     assert_eq!(validated.minibatch_buffer_size, 1);
     assert_eq!(warnings(&config)?, [WarningKind::MinibatchBufferLowered { from: 4, to: 1 }]);
@@ -115,9 +119,13 @@ fn minibatch_buffer_is_lowered_to_the_tower_stacks_in_multi_gpu_mode() -> TestRe
     let enough = config.clone().training(|t| t.num_multi_gpu_tower_stacks(4));
     assert_eq!(enough.validate()?.minibatch_buffer_size, 4);
     assert_eq!(warnings(&enough)?, []);
-    // The simple LearnerThread keeps its buffer.
-    let simple = config.training(|t| t.simple_optimizer(true));
+    // The simple LearnerThread keeps its buffer: asked for with simple_optimizer, or chosen for
+    // one CPU tower (where RLlib's torch default would run the MultiGPULearnerThread too).
+    let simple = config.clone().training(|t| t.simple_optimizer(true));
     assert_eq!(simple.validate()?.minibatch_buffer_size, 4);
+    let cpu = config.resources(|r| r.num_gpus(0.0));
+    assert!(!cpu.learner_plan().multi_gpu_thread);
+    assert_eq!(cpu.validate()?.minibatch_buffer_size, 4);
     Ok(())
 }
 
@@ -142,7 +150,15 @@ fn the_train_batch_splits_over_the_learner_devices() -> TestResult {
     assert!(message.contains("498 or 501"), "{message}");
     gpus(4.0, 500).validate()?;
     gpus(0.5, 499).validate()?;
-    gpus(3.0, 500).training(|t| t.simple_optimizer(true)).validate()?;
+    // The simple LearnerThread trains one device, whose batch needs no split; more towers are
+    // refused whatever the batch (SimpleOptimizerOneDevice, below).
+    gpus(1.0, 499).training(|t| t.simple_optimizer(true)).validate()?;
+    let simple = gpus(3.0, 501).training(|t| t.simple_optimizer(true));
+    fails(&simple, Rule::SimpleOptimizerOneDevice, "simple_optimizer")?;
+    // The new stack's CPU learners are towers too.
+    let learners = |n| ImpalaConfig::default().learners(|l| l.num_learners(n));
+    fails(&learners(3), Rule::TrainBatchDivisibleByDevices, "train_batch_size")?;
+    learners(4).validate()?;
     let per_learner = gpus(2.0, 500).training(|t| t.train_batch_size_per_learner(Some(255)));
     fails(&per_learner, Rule::TrainBatchDivisibleByDevices, "train_batch_size_per_learner")?;
     Ok(())
@@ -399,4 +415,177 @@ fn batch_sizes_and_schedule_lookups() {
     assert!(!config.evaluation_enabled());
     assert!(!config.clone().evaluation(|e| e.evaluation_interval(Some(0))).evaluation_enabled());
     assert!(config.evaluation(|e| e.evaluation_interval(Some(2))).evaluation_enabled());
+}
+
+#[test]
+fn the_new_rules_do_not_fire_on_the_default_config() -> TestResult {
+    let config = ImpalaConfig::default();
+    // The switches they watch are off by default (RLlib's defaults), and it validates.
+    assert_eq!((config.num_gpus, config.num_gpus_per_learner), (0.0, 0.0));
+    assert!(!config.simple_optimizer);
+    assert!(!config.vtrace_drop_last_ts);
+    assert!(!config.evaluation_parallel_to_training);
+    config.validate()?;
+    Ok(())
+}
+
+#[test]
+fn learner_gpus_are_asked_for_one_way_only() -> TestResult {
+    let both = ImpalaConfig::default()
+        .resources(|r| r.num_gpus(1.0))
+        .learners(|l| l.num_gpus_per_learner(1.0));
+    fails(&both, Rule::LearnerGpusTwice, "num_gpus_per_learner")?;
+    let message = violations(&both)?[0].to_string();
+    assert!(message.contains("`num_gpus` = 1"), "{message}");
+    ImpalaConfig::default().resources(|r| r.num_gpus(1.0)).validate()?;
+    ImpalaConfig::default().learners(|l| l.num_gpus_per_learner(1.0)).validate()?;
+    Ok(())
+}
+
+#[test]
+fn num_gpus_per_learner_is_whole_or_one_shared_gpu() -> TestResult {
+    let per_learner = |gpus, learners| {
+        ImpalaConfig::default().learners(|l| l.num_gpus_per_learner(gpus).num_learners(learners))
+    };
+    fails(&per_learner(1.5, 1), Rule::WholeGpus, "num_gpus_per_learner")?;
+    let fix = violations(&per_learner(1.5, 1))?[0].fix.clone();
+    assert!(fix.contains("1 or 2"), "{fix}");
+    // Two learners cannot share a GPU; one learner can have a fraction of one.
+    fails(&per_learner(0.5, 2), Rule::WholeGpus, "num_gpus_per_learner")?;
+    per_learner(0.5, 1).validate()?;
+    per_learner(0.5, 0).validate()?;
+    per_learner(2.0, 1).validate()?;
+    per_learner(1.0, 2).validate()?;
+    Ok(())
+}
+
+#[test]
+fn simple_optimizer_trains_one_device() -> TestResult {
+    let simple = ImpalaConfig::default().training(|t| t.simple_optimizer(true));
+    simple.validate()?;
+    simple.clone().resources(|r| r.num_gpus(1.0)).validate()?;
+    for towers in [
+        simple.clone().resources(|r| r.num_gpus(2.0)),
+        simple.clone().resources(|r| r.num_gpus(2.0).fake_gpus(true)),
+        simple.clone().learners(|l| l.num_learners(2)),
+        simple.learners(|l| l.num_learners(2).num_gpus_per_learner(1.0)),
+    ] {
+        fails(&towers, Rule::SimpleOptimizerOneDevice, "simple_optimizer")?;
+    }
+    Ok(())
+}
+
+#[test]
+fn vtrace_drop_last_ts_needs_fragments_of_two_steps() -> TestResult {
+    let drop = |fragment| {
+        ImpalaConfig::default()
+            .training(|t| t.vtrace_drop_last_ts(true))
+            .env_runners(|r| r.rollout_fragment_length(fragment))
+    };
+    fails(&drop(1), Rule::DropLastTsNeedsTwoSteps, "vtrace_drop_last_ts")?;
+    let fix = violations(&drop(1))?[0].fix.clone();
+    assert!(fix.contains("rollout_fragment_length"), "{fix}");
+    drop(2).validate()?;
+    ImpalaConfig::default().env_runners(|r| r.rollout_fragment_length(1)).validate()?;
+    Ok(())
+}
+
+#[test]
+fn parallel_evaluation_needs_evaluation_env_runners() -> TestResult {
+    // RLlib refuses it whether or not evaluation is enabled.
+    let parallel = ImpalaConfig::default().evaluation(|e| e.evaluation_parallel_to_training(true));
+    fails(&parallel, Rule::ParallelEvaluationNeedsRunners, "evaluation_parallel_to_training")?;
+    let enabled = parallel.clone().evaluation(|e| e.evaluation_interval(Some(1)));
+    fails(&enabled, Rule::ParallelEvaluationNeedsRunners, "evaluation_parallel_to_training")?;
+    enabled.evaluation(|e| e.evaluation_num_env_runners(1)).validate()?;
+    Ok(())
+}
+
+#[test]
+fn learner_plans_for_the_old_and_new_stack() -> TestResult {
+    use LearnerDeviceKind::{Cpu, Cuda, FakeGpu};
+    let default = ImpalaConfig::default;
+    // (what, config, kind, towers, MultiGPULearnerThread, train batch, per tower)
+    let cases = [
+        ("default", default(), Cpu, 1, false, 500, 500),
+        ("num_gpus=2", default().resources(|r| r.num_gpus(2.0)), Cuda, 2, true, 500, 250),
+        (
+            "num_gpus=2, _fake_gpus",
+            default().resources(|r| r.num_gpus(2.0).fake_gpus(true)),
+            FakeGpu,
+            2,
+            true,
+            500,
+            250,
+        ),
+        ("num_learners=2", default().learners(|l| l.num_learners(2)), Cpu, 2, true, 500, 250),
+        (
+            "num_learners=2, num_gpus_per_learner=1, train_batch_size_per_learner=256",
+            default()
+                .learners(|l| l.num_learners(2).num_gpus_per_learner(1.0))
+                .training(|t| t.train_batch_size_per_learner(Some(256))),
+            Cuda,
+            2,
+            true,
+            512,
+            256,
+        ),
+        (
+            "num_gpus_per_learner=0.5",
+            default().learners(|l| l.num_gpus_per_learner(0.5)),
+            Cuda,
+            1,
+            true,
+            500,
+            500,
+        ),
+        (
+            "simple_optimizer on 1 GPU",
+            default().resources(|r| r.num_gpus(1.0)).training(|t| t.simple_optimizer(true)),
+            Cuda,
+            1,
+            false,
+            500,
+            500,
+        ),
+    ];
+    for (what, config, kind, num_devices, multi_gpu_thread, train_batch_size, per_device) in cases
+    {
+        let validated = config.validate().map_err(|e| format!("{what}: {e}"))?;
+        let expected = LearnerPlan {
+            kind,
+            num_devices,
+            multi_gpu_thread,
+            train_batch_size,
+            per_device_batch_size: per_device,
+        };
+        assert_eq!(validated.learner_plan(), expected, "{what}");
+        assert_eq!(expected.uses_cuda(), kind == Cuda, "{what}");
+    }
+    let text = default().resources(|r| r.num_gpus(2.0)).learner_plan().to_string();
+    assert!(text.contains("2 CUDA tower(s) in one MultiGPULearnerThread"), "{text}");
+    Ok(())
+}
+
+#[test]
+fn evaluation_parallel_to_training_round_trips_through_toml() -> TestResult {
+    let config = ImpalaConfig::default().evaluation(|e| {
+        e.evaluation_interval(Some(2))
+            .evaluation_num_env_runners(1)
+            .evaluation_parallel_to_training(true)
+    });
+    let text = config.to_string_as(ConfigFormat::Toml)?;
+    assert!(text.contains("evaluation_parallel_to_training = true"), "{text}");
+    let loaded = ImpalaConfig::from_str_as(&text, ConfigFormat::Toml)?;
+    assert_eq!(loaded.config, config);
+    assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
+    loaded.config.validate()?;
+
+    let written = "evaluation_num_env_runners = 1\nevaluation_parallel_to_training = true\n";
+    let loaded = ImpalaConfig::from_str_as(written, ConfigFormat::Toml)?.config;
+    assert!(loaded.evaluation_parallel_to_training);
+    let mut set = ImpalaConfig::default();
+    set.apply_override("evaluation.evaluation_parallel_to_training=true")?;
+    assert!(set.evaluation_parallel_to_training);
+    Ok(())
 }

@@ -9,14 +9,14 @@ use impala_core::CoreError;
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[non_exhaustive]
 pub enum EnvError {
-    /// No environment is registered under this id.
+    /// No environment, native or registered, has this id.
     #[error("unknown environment `{id}`{}; known ids: {}", did_you_mean(.suggestion), .known.join(", "))]
     UnknownEnv {
         /// The id asked for.
         id: String,
         /// The nearest known id, if one is close.
         suggestion: Option<String>,
-        /// Every registered id.
+        /// Every known id: the natives, then the registered ones sorted.
         known: Vec<String>,
     },
     /// An `env_config` key that this environment does not take.
@@ -42,6 +42,34 @@ pub enum EnvError {
         expected: String,
         /// The value given, as JSON.
         got: String,
+    },
+    /// [`crate::register`] was given an id that a native or registered env already has.
+    #[error("environment id `{id}` is already registered, and registrations cannot be replaced; register yours under another id (e.g. with your own prefix, `my-project/{id}`, or a new `-vN` version)")]
+    AlreadyRegistered {
+        /// The id asked for.
+        id: String,
+    },
+    /// [`crate::register`] was given a registration it cannot use (an empty id, a zero time limit, ...).
+    #[error("cannot register environment `{id}`: {reason}")]
+    InvalidRegistration {
+        /// The id asked for.
+        id: String,
+        /// What is wrong with the registration.
+        reason: String,
+    },
+    /// The creator of a registered env failed while [`crate::list`] built it to read its spec.
+    #[error("the creator registered for `{id}` failed to build it with an empty env_config")]
+    CreatorFailed {
+        /// The registered id.
+        id: String,
+        /// The creator's error.
+        source: Box<EnvError>,
+    },
+    /// [`crate::make_stateful`] was asked for a registered env (it builds only the native envs).
+    #[error("`{id}` is a registered environment and make_stateful builds only the native ones; use make")]
+    NotStateful {
+        /// The registered id.
+        id: String,
     },
     /// A wrapper or vectorised env that cannot be built from what it was given.
     #[error("cannot build {what}: {reason}")]

@@ -6,7 +6,8 @@
 //!   in `f32`, same spaces, rewards, termination and reset distributions. Tests replay
 //!   trajectories recorded from Gymnasium (`scripts/record_env_fixtures.py`).
 //! - [`make`] creates them by id with an `env_config` (as `gymnasium.make`), time limit included;
-//!   [`list`] describes them.
+//!   [`list`] describes them. [`register`] adds your own env under a new id (as
+//!   `gymnasium.register`), which [`make`] and [`list`] then know for the rest of the process.
 //! - [`VectorEnv`] steps N envs with automatic resets, keeping each finished episode's final
 //!   observation (to bootstrap truncated episodes) and its [`impala_core::EpisodeStats`].
 //! - Wrappers: [`TimeLimit`], [`FrameStack`], [`ClipReward`], [`NormalizeObservation`] (RLlib's
@@ -43,7 +44,10 @@ pub use classic::{
     StatefulEnv,
 };
 pub use error::{EnvError, Result};
-pub use registry::{list, make, make_stateful, EnvConfig, EnvInfo, MAX_EPISODE_STEPS};
+pub use registry::{
+    list, make, make_stateful, register, EnvConfig, EnvCreator, EnvInfo, Registration,
+    MAX_EPISODE_STEPS,
+};
 pub use vector::{VectorEnv, VectorStep};
 pub use wrappers::{
     ClipReward, FrameStack, MeanStdFilter, NormalizeObservation, RunningStat, TimeLimit,

@@ -5,8 +5,10 @@
 //!   on the same model, nothing else (the floor);
 //! - `learner_update`: `Learner::update` (batch upload, bootstrap forward, V-trace on the CPU,
 //!   global-norm clipping, our Adam, stats);
-//! - `learner_thread`: the same through `LearnerHandle` (inqueue, learner thread, outqueue,
-//!   weight snapshots), with a few batches queued ahead as in training.
+//! - `learner_thread`: the same through `LearnerHandle` (inqueue, learner thread, outqueue),
+//!   with a few batches queued ahead as in training and no weight snapshot;
+//! - `learner_thread_weights_every_step`: the same with a weight snapshot requested and taken
+//!   after every step (the old behaviour; a driver asks every `broadcast_interval` steps).
 //!
 //! Plus `TorchPolicy` inference for 1, 8 and 32 envs, and on a CUDA machine the learner step on
 //! the GPU for the CartPole MLP and for RLlib's 84x84x4 Atari conv net.
@@ -21,7 +23,7 @@ use std::time::Duration;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use impala_config::ImpalaConfig;
 use impala_core::{EnvSpec, Policy, PolicyInput, PolicyOutput, SampleBatch, Space};
-use impala_learner::{Learner, LearnerHandle, TorchPolicy};
+use impala_learner::{Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings, TorchPolicy};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tch::nn::{self, Module, OptimizerConfig};
@@ -110,10 +112,16 @@ impl Bare {
     }
 }
 
+/// The learner's and the learner thread's settings of RLlib's defaults with seed 0.
+fn default_settings() -> Option<(LearnerSettings, LearnerThreadSettings)> {
+    let config = ImpalaConfig { seed: Some(0), ..ImpalaConfig::default() }.validate().ok()?;
+    Some((LearnerSettings::from_config(&config), LearnerThreadSettings::from_config(&config)))
+}
+
 fn cartpole_train_batch(c: &mut Criterion) {
     tch::set_num_threads(1);
     let spec = cartpole();
-    let config = ImpalaConfig { seed: Some(0), ..ImpalaConfig::default() };
+    let Some((settings, thread_settings)) = default_settings() else { return };
     let train = batch(&spec, 0);
     let mut group = c.benchmark_group("cartpole_train_batch_500");
     group.throughput(Throughput::Elements((T * B) as u64));
@@ -128,20 +136,29 @@ fn cartpole_train_batch(c: &mut Criterion) {
             b.iter(|| black_box(bare.step(&obs, &actions, &adv, &targets)))
         });
     }
-    if let Ok(mut learner) = Learner::new(&config, &spec, Device::Cpu) {
+    if let Ok(mut learner) = Learner::new(&settings, &spec, Device::Cpu) {
         group.bench_function("learner_update", |b| {
             b.iter(|| black_box(learner.update(&train, 0).map(|s| s.total_loss)))
         });
     }
-    if let Ok(handle) =
-        Learner::new(&config, &spec, Device::Cpu).and_then(|l| LearnerHandle::spawn(&config, l))
+    for (name, weights_every_step) in
+        [("learner_thread", false), ("learner_thread_weights_every_step", true)]
     {
+        let Ok(handle) = Learner::new(&settings, &spec, Device::Cpu)
+            .and_then(|l| LearnerHandle::spawn(&thread_settings, l))
+        else {
+            continue;
+        };
         // Steady state: the driver keeps AHEAD batches queued (as a training loop does), so the
         // learner thread never waits on the driver; one iteration = one batch trained.
         const AHEAD: usize = 4;
         let (mut sent, mut received) = (0usize, 0usize);
-        group.bench_function("learner_thread", |b| {
+        group.bench_function(name, |b| {
             b.iter(|| {
+                if weights_every_step {
+                    black_box(handle.take_new_weights());
+                    handle.request_weights();
+                }
                 while sent < received + AHEAD + 1 {
                     let mut pending = Some(train.clone());
                     while let Some(batch) = pending.take() {
@@ -164,7 +181,10 @@ fn cartpole_train_batch(c: &mut Criterion) {
 fn policy_inference(c: &mut Criterion) {
     tch::set_num_threads(1);
     let spec = cartpole();
-    let Ok(mut policy) = TorchPolicy::new(&ImpalaConfig::default(), &spec, 0) else { return };
+    let Some((settings, _)) = default_settings() else { return };
+    let Ok(mut policy) = TorchPolicy::new(&settings.model, &spec, settings.model_seed, 0) else {
+        return;
+    };
     let mut group = c.benchmark_group("cartpole_policy_inference");
     for n in [1usize, 8, 32] {
         let obs: Vec<f32> = (0..n * 4).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
@@ -192,10 +212,10 @@ fn cuda_train_batch(c: &mut Criterion) {
     }
     let mut group = c.benchmark_group("cuda_train_batch_500");
     group.throughput(Throughput::Elements((T * B) as u64));
+    let Some((settings, _)) = default_settings() else { return };
     for (name, spec) in [("cartpole_mlp", cartpole()), ("atari_84x84x4_conv", atari())] {
-        let config = ImpalaConfig { seed: Some(0), ..ImpalaConfig::default() };
         let train = batch(&spec, 1);
-        if let Ok(mut learner) = Learner::new(&config, &spec, Device::Cuda(0)) {
+        if let Ok(mut learner) = Learner::new(&settings, &spec, Device::Cuda(0)) {
             group.bench_function(name, |b| {
                 b.iter(|| black_box(learner.update(&train, 0).map(|s| s.total_loss)))
             });

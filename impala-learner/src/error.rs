@@ -53,10 +53,11 @@ pub enum LearnerError {
         /// What went wrong.
         reason: String,
     },
-    /// `num_gpus` asks for more CUDA devices than libtorch sees.
+    /// The learner plan (`num_gpus`, or `num_learners` x `num_gpus_per_learner`) asks for more
+    /// CUDA devices than libtorch sees.
     #[error(
-        "num_gpus={requested} but libtorch sees {available} CUDA device(s) (is libtorch_cuda.so \
-         linked with --no-as-needed? set _fake_gpus to run the towers on the CPU)"
+        "the learner asks for {requested} CUDA device(s) but libtorch sees {available} (is \
+         libtorch_cuda.so linked with --no-as-needed? set _fake_gpus to run the towers on the CPU)"
     )]
     NoCuda {
         /// Devices asked for.

@@ -4,13 +4,14 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use impala_config::{ImpalaConfig, LossReduction, OptType, Schedule};
+use impala_config::{LossReduction, ModelConfig, OptType};
 use impala_core::{EnvSpec, NamedTensor, SampleBatch, Weights};
 use tch::{nn, Device, Kind, Tensor};
 
 use crate::batch::{BatchLoader, LoadedBatch, Shard};
 use crate::model::{is_vf_param, ActorCritic, Unroll};
 use crate::optim::{clip_grads, global_norm, Optimizer, OptimizerKind};
+use crate::settings::{LearnerSettings, LossSettings, OptimizerSettings};
 use crate::{LearnerError, Result};
 
 /// The model file of a checkpoint directory.
@@ -43,52 +44,6 @@ pub struct LearnerStats {
     pub num_grad_updates: u64,
 }
 
-/// The devices a learner's towers go on, from `num_gpus` and `_fake_gpus`: the CPU when
-/// `num_gpus == 0`; `ceil(num_gpus)` CPU towers with `_fake_gpus`; else that many CUDA devices.
-///
-/// ```
-/// let config = impala_config::ImpalaConfig { num_gpus: 2.0, fake_gpus: true, ..Default::default() };
-/// assert_eq!(impala_learner::learner_devices(&config)?, vec![tch::Device::Cpu; 2]);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub fn learner_devices(config: &ImpalaConfig) -> Result<Vec<Device>> {
-    if config.num_gpus.is_nan() || config.num_gpus < 0.0 {
-        return Err(LearnerError::Config {
-            reason: format!("num_gpus must be >= 0, got {}", config.num_gpus),
-        });
-    }
-    let wanted = config.num_gpus.ceil() as usize;
-    if wanted == 0 {
-        return Ok(vec![Device::Cpu]);
-    }
-    if config.fake_gpus {
-        return Ok(vec![Device::Cpu; wanted]);
-    }
-    let available = tch::Cuda::device_count();
-    if (available as usize) < wanted {
-        return Err(LearnerError::NoCuda { requested: wanted, available });
-    }
-    Ok((0..wanted).map(Device::Cuda).collect())
-}
-
-/// The loss settings read from the config once.
-#[derive(Debug, Clone)]
-struct LossSettings {
-    vtrace: bool,
-    clip_rho: Option<f32>,
-    clip_pg_rho: Option<f32>,
-    drop_last_ts: bool,
-    reduction: LossReduction,
-    vf_loss_coeff: f64,
-    entropy_coeff: f64,
-    entropy_coeff_schedule: Option<Schedule>,
-    lr: f64,
-    lr_schedule: Option<Schedule>,
-    lr_vf: f64,
-    grad_clip: Option<f64>,
-    separate_vf_optimizer: bool,
-}
-
 /// One model copy on one device.
 #[derive(Debug)]
 struct Tower {
@@ -99,9 +54,9 @@ struct Tower {
 }
 
 impl Tower {
-    fn new(config: &ImpalaConfig, spec: &EnvSpec, device: Device, seed: u64) -> Result<Self> {
+    fn new(model: &ModelConfig, spec: &EnvSpec, device: Device, seed: u64) -> Result<Self> {
         let vs = nn::VarStore::new(device);
-        let model = ActorCritic::new(&vs.root(), &config.model, spec, seed)?;
+        let model = ActorCritic::new(&vs.root(), model, spec, seed)?;
         let mut params: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
         params.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(Tower { vs, model, params })
@@ -119,14 +74,15 @@ struct TowerLoss {
     values: Vec<f32>,
 }
 
-/// The learner: `num_gpus` model towers (one on the CPU by default), the optimizer(s) and the
-/// V-trace loss of RLlib's old-stack torch policy. One [`Learner::update`] is one SGD step.
-/// Exactly one thread owns it (tensors are `Send`, not `Sync`).
+/// The learner: one model tower per device of the learner plan (one on the CPU by default),
+/// the optimizer(s) and the V-trace loss of RLlib's old-stack torch policy. One
+/// [`Learner::update`] is one SGD step. Exactly one thread owns it (tensors are `Send`, not
+/// `Sync`).
 ///
 /// ```
 /// use impala_config::ImpalaConfig;
 /// use impala_core::{EnvSpec, SampleBatch, Space};
-/// use impala_learner::Learner;
+/// use impala_learner::{Learner, LearnerSettings};
 ///
 /// let spec = EnvSpec {
 ///     id: "Toy".into(),
@@ -136,7 +92,8 @@ struct TowerLoss {
 /// };
 /// let mut config = ImpalaConfig::default();
 /// config.model.fcnet_hiddens = vec![16];
-/// let mut learner = Learner::new(&config, &spec, tch::Device::Cpu)?;
+/// let settings = LearnerSettings::from_config(&config.validate()?);
+/// let mut learner = Learner::new(&settings, &spec, tch::Device::Cpu)?;
 /// let mut batch = SampleBatch::zeros(5, 2, &spec.observation_space, &spec.action_space, 0);
 /// batch.action_logp = vec![(0.5f32).ln(); 10];
 /// let stats = learner.update(&batch, 0)?;
@@ -146,7 +103,8 @@ struct TowerLoss {
 /// ```
 #[derive(Debug)]
 pub struct Learner {
-    settings: LossSettings,
+    loss: LossSettings,
+    optimizer: OptimizerSettings,
     towers: Vec<Tower>,
     /// Optimizers with the indices (into the sorted parameters) of the parameters they own.
     optimizers: Vec<(Optimizer, Vec<usize>)>,
@@ -157,36 +115,39 @@ pub struct Learner {
 
 impl Learner {
     /// A learner with one tower on `device`.
-    pub fn new(config: &ImpalaConfig, spec: &EnvSpec, device: Device) -> Result<Self> {
-        Self::with_devices(config, spec, &[device])
+    pub fn new(settings: &LearnerSettings, spec: &EnvSpec, device: Device) -> Result<Self> {
+        Self::with_devices(settings, spec, &[device])
     }
 
-    /// A learner with one tower per device (see [`learner_devices`]); the first device holds
-    /// the optimizer state.
-    pub fn with_devices(config: &ImpalaConfig, spec: &EnvSpec, devices: &[Device]) -> Result<Self> {
+    /// A learner with one tower per device (see [`learner_devices`](crate::learner_devices));
+    /// the first device holds the optimizer state. Every tower starts from the same weights,
+    /// seeded by `settings.model_seed`.
+    pub fn with_devices(
+        settings: &LearnerSettings,
+        spec: &EnvSpec,
+        devices: &[Device],
+    ) -> Result<Self> {
         if devices.is_empty() {
             return Err(LearnerError::Config {
                 reason: "a learner needs at least one device".into(),
             });
         }
-        let seed = config.seed.unwrap_or(0);
         let towers = devices
             .iter()
-            .map(|&d| Tower::new(config, spec, d, seed))
+            .map(|&d| Tower::new(&settings.model, spec, d, settings.model_seed))
             .collect::<Result<Vec<_>>>()?;
-        let kind = match config.opt_type {
+        let o = &settings.optimizer;
+        let kind = match o.opt_type {
             OptType::Adam => OptimizerKind::Adam,
-            OptType::Rmsprop => OptimizerKind::RmsProp {
-                eps: config.epsilon,
-                alpha: config.decay,
-                momentum: config.momentum,
-            },
+            OptType::Rmsprop => {
+                OptimizerKind::RmsProp { eps: o.epsilon, alpha: o.decay, momentum: o.momentum }
+            }
         };
         let params = &towers[0].params;
         let group = |vf: bool| -> Vec<usize> {
             (0..params.len()).filter(|&i| is_vf_param(&params[i].0) == vf).collect()
         };
-        let groups = if config.separate_vf_optimizer {
+        let groups = if o.separate_vf_optimizer {
             vec![group(false), group(true)]
         } else {
             vec![(0..params.len()).collect()]
@@ -201,31 +162,23 @@ impl Learner {
                 Ok((Optimizer::new(kind, named)?, idx))
             })
             .collect::<Result<Vec<_>>>()?;
-        let thresholds = |t: Option<f64>| t.map(|x| x as f32);
         let model = &towers[0].model;
         let loader = BatchLoader {
             devices: devices.to_vec(),
-            gamma: config.gamma as f32,
+            gamma: settings.loss.gamma as f32,
             obs_dim: model.obs_dim(),
             action_dim: model.distribution().action_dim(),
             state_dim: model.state_dim(),
         };
-        let settings = LossSettings {
-            vtrace: config.vtrace,
-            clip_rho: thresholds(config.vtrace_clip_rho_threshold),
-            clip_pg_rho: thresholds(config.vtrace_clip_pg_rho_threshold),
-            drop_last_ts: config.vtrace_drop_last_ts,
-            reduction: config.loss_reduction,
-            vf_loss_coeff: config.vf_loss_coeff,
-            entropy_coeff: config.entropy_coeff,
-            entropy_coeff_schedule: config.entropy_coeff_schedule.clone(),
-            lr: config.lr,
-            lr_schedule: config.lr_schedule.clone(),
-            lr_vf: config.lr_vf,
-            grad_clip: config.grad_clip,
-            separate_vf_optimizer: config.separate_vf_optimizer,
-        };
-        Ok(Learner { settings, towers, optimizers, loader, version: 0, agent_steps_trained: 0 })
+        Ok(Learner {
+            loss: settings.loss.clone(),
+            optimizer: settings.optimizer.clone(),
+            towers,
+            optimizers,
+            loader,
+            version: 0,
+            agent_steps_trained: 0,
+        })
     }
 
     /// What loader threads need to prepare batches for this learner.
@@ -278,19 +231,18 @@ impl Learner {
                 ),
             });
         }
-        let s = &self.settings;
-        let cur_lr = s.lr_schedule.as_ref().map_or(s.lr, |sch| sch.value_at(timestep));
-        let entropy_coeff =
-            s.entropy_coeff_schedule.as_ref().map_or(s.entropy_coeff, |sch| sch.value_at(timestep));
+        let (s, o) = (&self.loss, &self.optimizer);
+        let cur_lr = o.lr_at(timestep);
+        let entropy_coeff = s.entropy_coeff_at(timestep);
         let used_steps =
-            |sh: &Shard| if s.drop_last_ts { sh.steps.saturating_sub(1) } else { sh.steps };
+            |sh: &Shard| if s.vtrace_drop_last_ts { sh.steps.saturating_sub(1) } else { sh.steps };
         let total_steps: usize = loaded.shards.iter().map(|sh| used_steps(sh) * sh.rows).sum();
         if total_steps == 0 {
             return Err(LearnerError::Batch {
                 reason: "no steps to train on (vtrace_drop_last_ts needs T >= 2)".into(),
             });
         }
-        let scale = match s.reduction {
+        let scale = match s.loss_reduction {
             LossReduction::Sum => 1.0,
             LossReduction::Mean => 1.0 / total_steps as f64,
         };
@@ -302,7 +254,7 @@ impl Learner {
             (Vec::with_capacity(total_steps), Vec::with_capacity(total_steps));
         for (tower, shard) in self.towers.iter().zip(&loaded.shards) {
             let loss = tower_loss(tower, shard, s, scale, entropy_coeff)?;
-            let tower_grads = if s.separate_vf_optimizer {
+            let tower_grads = if o.separate_vf_optimizer {
                 // RLlib: the policy optimizer minimises loss_wo_vf, the vf one minimises vf_loss.
                 let (pi_idx, vf_idx) = (&self.optimizers[0].1, &self.optimizers[1].1);
                 let pick = |idx: &[usize]| {
@@ -362,7 +314,7 @@ impl Learner {
         let policy_loss = pi_sum * scale;
         let vf_loss = vf_sum * scale;
         let total_loss = policy_loss - entropy_coeff * ent_sum * scale + s.vf_loss_coeff * vf_loss;
-        let clip = s.grad_clip.unwrap_or(f64::INFINITY);
+        let clip = o.grad_clip.unwrap_or(f64::INFINITY);
         let grad_gnorm: f64 = group_norms.iter().map(|&n| n.min(clip)).sum();
         let entropy = ent_sum / total_steps as f64;
         if !total_loss.is_finite() || group_norms.iter().any(|n| !n.is_finite()) {
@@ -375,9 +327,9 @@ impl Learner {
             });
         }
         for (g, &norm) in group_grads.iter_mut().zip(group_norms) {
-            clip_grads(g, norm, s.grad_clip)?;
+            clip_grads(g, norm, o.grad_clip)?;
         }
-        let lrs = if s.separate_vf_optimizer { vec![cur_lr, s.lr_vf] } else { vec![cur_lr] };
+        let lrs = if o.separate_vf_optimizer { vec![cur_lr, o.lr_vf] } else { vec![cur_lr] };
         for (((opt, _), g), lr) in self.optimizers.iter_mut().zip(&group_grads).zip(lrs) {
             opt.step(g, lr)?;
         }
@@ -530,10 +482,10 @@ fn tower_loss(
     let dist = model.distribution();
     let target_logp = dist.logp(&out.dist_inputs, &shard.actions)?;
     let entropy = dist.entropy(&out.dist_inputs)?;
-    let used = if s.drop_last_ts { t - 1 } else { t };
+    let used = if s.vtrace_drop_last_ts { t - 1 } else { t };
     let n = used * b;
     // V(x_T) per row from the current network; with vtrace_drop_last_ts the dropped step's value.
-    let bootstrap = if s.drop_last_ts {
+    let bootstrap = if s.vtrace_drop_last_ts {
         out.values.f_narrow(0, (n) as i64, b as i64)?.f_detach()?
     } else {
         let _guard = tch::no_grad_guard();
@@ -565,8 +517,8 @@ fn tower_loss(
             rewards,
             values,
             bootstrap,
-            s.clip_rho,
-            s.clip_pg_rho,
+            s.vtrace_clip_rho_threshold.map(|x| x as f32),
+            s.vtrace_clip_pg_rho_threshold.map(|x| x as f32),
         )?;
         (ret.vs, ret.pg_advantages)
     } else {
@@ -639,6 +591,7 @@ fn explained_variance(y: &[f32], pred: &[f32]) -> f64 {
 mod tests {
     use super::*;
     use crate::TorchPolicy;
+    use impala_config::ImpalaConfig;
     use impala_core::{Policy, PolicyInput, PolicyOutput, Space};
     use rand::{Rng, SeedableRng};
 
@@ -646,7 +599,8 @@ mod tests {
     /// `max_seq_len` steps) gives the values and log-probs the runner's step-by-step inference
     /// gave, and the bootstrap value of the state after the last step.
     #[test]
-    fn lstm_unroll_matches_step_by_step_inference() -> Result<()> {
+    fn lstm_unroll_matches_step_by_step_inference(
+    ) -> std::result::Result<(), Box<dyn std::error::Error>> {
         let spec = EnvSpec {
             id: "Toy".into(),
             observation_space: Space::continuous(vec![-1.0; 3], vec![1.0; 3])?,
@@ -658,8 +612,9 @@ mod tests {
         config.model.use_lstm = true;
         config.model.lstm_cell_size = 4;
         config.model.max_seq_len = 2;
-        let learner = Learner::new(&config, &spec, Device::Cpu)?;
-        let mut policy = TorchPolicy::new(&config, &spec, 0)?;
+        let settings = LearnerSettings::from_config(&config.validate()?);
+        let learner = Learner::new(&settings, &spec, Device::Cpu)?;
+        let mut policy = TorchPolicy::new(&settings.model, &spec, settings.model_seed, 0)?;
         let (t, b, sd) = (6, 2, 8);
         let mut rng = rand::rngs::SmallRng::seed_from_u64(4);
         let mut batch = SampleBatch::zeros(t, b, &spec.observation_space, &spec.action_space, sd);

@@ -2,10 +2,14 @@
 //! RLlib's old-stack torch policy, its optimizers, the learner thread and the multi-GPU towers,
 //! plus [`TorchPolicy`], the CPU inference copy env runners act with.
 //!
+//! - [`LearnerSettings`], [`LearnerThreadSettings`], [`learner_devices`]: the little this crate
+//!   reads, built once from a validated config ([`impala_config::ValidatedConfig`]); every
+//!   field is public, so the crate can be used without an RLlib config.
 //! - [`Learner`]: towers + optimizer(s) + loss; [`Learner::update`] is one SGD step on a
 //!   time-major [`impala_core::SampleBatch`] and returns RLlib's [`LearnerStats`].
 //! - [`LearnerHandle`]: the learner thread (RLlib's `LearnerThread` / `MultiGPULearnerThread`)
-//!   with its bounded inqueue, [`MinibatchBuffer`], loader threads and outqueue.
+//!   with its bounded inqueue, [`MinibatchBuffer`], loader threads and outqueue; it copies
+//!   weights off the device only when asked ([`LearnerHandle::request_weights`]).
 //! - [`TorchPolicy`]: implements [`impala_core::Policy`] and loads the learner's
 //!   [`impala_core::Weights`] snapshots.
 //!
@@ -18,7 +22,7 @@
 //! ```
 //! use impala_config::ImpalaConfig;
 //! use impala_core::{EnvSpec, Policy, SampleBatch, Space};
-//! use impala_learner::{Learner, TorchPolicy};
+//! use impala_learner::{Learner, LearnerSettings, TorchPolicy};
 //!
 //! let spec = EnvSpec {
 //!     id: "CartPole-v1".into(),
@@ -26,9 +30,10 @@
 //!     action_space: Space::Discrete(2),
 //!     max_episode_steps: Some(500),
 //! };
-//! let config = ImpalaConfig::default();
-//! let mut learner = Learner::new(&config, &spec, tch::Device::Cpu)?;
-//! let mut policy = TorchPolicy::new(&config, &spec, 0)?;
+//! let config = ImpalaConfig::default().validate()?;
+//! let settings = LearnerSettings::from_config(&config);
+//! let mut learner = Learner::new(&settings, &spec, tch::Device::Cpu)?;
+//! let mut policy = TorchPolicy::new(&settings.model, &spec, settings.model_seed, 0)?;
 //! let mut batch = SampleBatch::zeros(50, 10, &spec.observation_space, &spec.action_space, 0);
 //! batch.action_logp = vec![(0.5f32).ln(); 500];
 //! let stats = learner.update(&batch, 0)?;
@@ -47,15 +52,20 @@ mod minibatch;
 mod model;
 mod optim;
 mod policy;
+mod settings;
 mod thread;
 
 pub use batch::{BatchLoader, LoadedBatch};
 pub use distribution::ActionDistribution;
 pub use error::{LearnerError, Result};
-pub use learner::{learner_devices, Learner, LearnerStats, LEARNER_STATE_FILE, MODEL_FILE};
+pub use learner::{Learner, LearnerStats, LEARNER_STATE_FILE, MODEL_FILE};
 pub use minibatch::{Minibatch, MinibatchBuffer};
 pub use model::ActorCritic;
 pub use policy::TorchPolicy;
+pub use settings::{
+    learner_devices, LearnerSettings, LearnerThreadSettings, LossSettings, OptimizerSettings,
+    MIN_LEARNER_QUEUE_TIMEOUT,
+};
 pub use thread::{LearnerHandle, LearnerOutput, LearnerQueueStats};
 
 /// The README's snippet, compiled and run as a doctest.

@@ -3,7 +3,7 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use impala_config::ImpalaConfig;
+use impala_config::ModelConfig;
 use impala_core::{CoreError, EnvSpec, Policy, PolicyInput, PolicyOutput, Weights};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
@@ -33,7 +33,7 @@ fn use_one_libtorch_thread() {
 /// [`Weights`] by copying values into its own tensors; nothing is serialised.
 ///
 /// ```
-/// use impala_config::ImpalaConfig;
+/// use impala_config::ModelConfig;
 /// use impala_core::{EnvSpec, Policy, PolicyInput, PolicyOutput, Space};
 /// use impala_learner::TorchPolicy;
 ///
@@ -43,7 +43,8 @@ fn use_one_libtorch_thread() {
 ///     action_space: Space::Discrete(2),
 ///     max_episode_steps: Some(500),
 /// };
-/// let mut policy = TorchPolicy::new(&ImpalaConfig::default(), &spec, 7)?;
+/// // RLlib's default model, the initial weights of model seed 0, action sampling seeded by 7.
+/// let mut policy = TorchPolicy::new(&ModelConfig::default(), &spec, 0, 7)?;
 /// let mut out = PolicyOutput::default();
 /// let obs = [0.0f32; 8]; // two envs
 /// policy.compute_actions(&PolicyInput { obs: &obs, num_envs: 2, state: &[], explore: true }, &mut out)?;
@@ -65,19 +66,25 @@ pub struct TorchPolicy {
 }
 
 impl TorchPolicy {
-    /// Builds the model of `config.model` for `spec` on the CPU. Its initial weights are the
-    /// learner's (both seed from `config.seed`); `seed` seeds action sampling.
-    pub fn new(config: &ImpalaConfig, spec: &EnvSpec, seed: u64) -> Result<Self> {
+    /// Builds `model` for `spec` on the CPU. Its initial weights are those of a learner with
+    /// the same `model_seed` ([`LearnerSettings::model_seed`](crate::LearnerSettings)), so
+    /// runners can act before the first broadcast; `sample_seed` seeds action sampling.
+    pub fn new(
+        model: &ModelConfig,
+        spec: &EnvSpec,
+        model_seed: u64,
+        sample_seed: u64,
+    ) -> Result<Self> {
         use_one_libtorch_thread();
         let vs = nn::VarStore::new(Device::Cpu);
-        let model = ActorCritic::new(&vs.root(), &config.model, spec, config.seed.unwrap_or(0))?;
+        let model = ActorCritic::new(&vs.root(), model, spec, model_seed)?;
         let mut params: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
         params.sort_by(|a, b| a.0.cmp(&b.0));
         Ok(TorchPolicy {
             _vs: vs,
             model,
             params,
-            rng: SmallRng::seed_from_u64(seed),
+            rng: SmallRng::seed_from_u64(sample_seed),
             version: 0,
             loaded: None,
         })

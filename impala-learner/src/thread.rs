@@ -1,8 +1,14 @@
 //! RLlib's `LearnerThread` and `MultiGPULearnerThread` (with its `_MultiGPULoaderThread`s) behind
 //! one [`LearnerHandle`].
+//!
+//! Weights leave the learner only when asked for: copying every parameter off the device after
+//! every SGD step costs megabytes of device-to-host traffic per step for a conv net, and the
+//! driver broadcasts only every `broadcast_interval` steps anyway (RLlib's driver likewise reads
+//! the weights only when it broadcasts: the thread just sets `weights_updated`).
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -10,12 +16,11 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{
     bounded, select, unbounded, Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError,
 };
-use impala_config::ImpalaConfig;
 use impala_core::{SampleBatch, Weights};
 
 use crate::batch::{BatchLoader, LoadedBatch};
 use crate::minibatch::{Minibatch, MinibatchBuffer};
-use crate::{Learner, LearnerError, LearnerStats, Result};
+use crate::{Learner, LearnerError, LearnerStats, LearnerThreadSettings, Result};
 
 /// RLlib's `WindowStat("size", 50)` and timer windows.
 const STATS_WINDOW: usize = 50;
@@ -55,6 +60,9 @@ pub struct LearnerQueueStats {
     pub num_learner_queue_timeouts: u64,
     /// SGD steps done.
     pub num_steps_trained: u64,
+    /// Weight snapshots copied off the learner's device ([`LearnerHandle::request_weights`],
+    /// [`LearnerHandle::current_weights`]); none unless asked for.
+    pub num_weight_snapshots: u64,
 }
 
 #[derive(Debug, Default)]
@@ -85,6 +93,7 @@ struct Metrics {
     grad_ms: Window,
     timeouts: u64,
     steps: u64,
+    snapshots: u64,
 }
 
 fn lock(m: &Mutex<Metrics>) -> MutexGuard<'_, Metrics> {
@@ -98,6 +107,10 @@ fn millis(since: Instant) -> f64 {
 
 enum Control {
     Save(PathBuf, Sender<Result<()>>),
+    /// [`LearnerHandle::request_weights`]: publish a snapshot once the version has moved.
+    PublishWeights,
+    /// [`LearnerHandle::current_weights`].
+    Weights(Sender<Result<Arc<Weights>>>),
     Stop,
 }
 
@@ -125,26 +138,71 @@ enum Interrupt {
 /// What the learner thread shares with the handle.
 struct Shared {
     outqueue: Sender<Result<LearnerOutput>>,
+    /// The published snapshot, until [`LearnerHandle::take_new_weights`] takes it.
     new_weights: Arc<Mutex<Option<Arc<Weights>>>>,
+    /// Set by the handle when it sends [`Control::PublishWeights`], cleared by the thread when
+    /// it publishes: repeated requests before then send nothing.
+    weights_requested: Arc<AtomicBool>,
     metrics: Arc<Mutex<Metrics>>,
     /// A receiver of the inqueue, only to read its length.
     inqueue_len: Receiver<SampleBatch>,
 }
 
-/// The learner thread (RLlib's `LearnerThread`, or `MultiGPULearnerThread` with loader threads
-/// when `num_gpus > 0`, real or `_fake_gpus`), seen from the driver.
+/// The learner thread's weight snapshots.
+struct Snapshots {
+    /// A request the thread could not serve yet (no SGD step since the last publication).
+    pending: bool,
+    /// The version of the last published snapshot (at first the learner's starting version:
+    /// those weights are the ones runners start with, or get from `current_weights`).
+    published: u64,
+    /// The newest snapshot taken, reused while the version stays the same.
+    last: Option<Arc<Weights>>,
+}
+
+impl Snapshots {
+    /// The current weights: the last snapshot if the version has not moved, else a new one.
+    fn current(&mut self, learner: &Learner, metrics: &Mutex<Metrics>) -> Result<Arc<Weights>> {
+        if let Some(w) = self.last.as_ref().filter(|w| w.version == learner.version()) {
+            return Ok(Arc::clone(w));
+        }
+        let w = learner.weights()?;
+        lock(metrics).snapshots += 1;
+        self.last = Some(Arc::clone(&w));
+        Ok(w)
+    }
+
+    /// Publishes a snapshot if one was requested and the version moved since the last one.
+    fn publish_if_requested(&mut self, learner: &Learner, shared: &Shared) -> Result<()> {
+        if !self.pending || learner.version() == self.published {
+            return Ok(());
+        }
+        let w = self.current(learner, &shared.metrics)?;
+        self.pending = false;
+        self.published = w.version;
+        // Cleared before the snapshot shows: a request made from now on asks for a later one.
+        shared.weights_requested.store(false, Ordering::Release);
+        *shared.new_weights.lock().unwrap_or_else(|e| e.into_inner()) = Some(w);
+        Ok(())
+    }
+}
+
+/// The learner thread (RLlib's `LearnerThread`, or with [`LearnerThreadSettings::multi_gpu_thread`]
+/// its `MultiGPULearnerThread` with loader threads and tower stacks), seen from the driver.
 ///
 /// - The inqueue is bounded (`learner_queue_size`); [`LearnerHandle::try_enqueue`] never blocks.
 /// - Each train batch is trained on `num_sgd_iter` times through a [`MinibatchBuffer`]
 ///   (`minibatch_buffer_size` slots, or `num_multi_gpu_tower_stacks` on the multi-GPU path).
 /// - Waiting longer than `learner_queue_timeout` for data counts a stall and keeps waiting.
+/// - Weights are copied off the device only when asked for: [`LearnerHandle::request_weights`]
+///   (then [`LearnerHandle::take_new_weights`]) for broadcasts, [`LearnerHandle::current_weights`]
+///   for evaluation and checkpoints.
 /// - A failure (non-finite loss, libtorch error) stops the thread; [`LearnerHandle::drain`]
 ///   returns its cause. The learner's weights are the last good ones.
 ///
 /// ```
 /// use impala_config::ImpalaConfig;
 /// use impala_core::{EnvSpec, SampleBatch, Space};
-/// use impala_learner::{Learner, LearnerHandle};
+/// use impala_learner::{Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings};
 ///
 /// let spec = EnvSpec {
 ///     id: "Toy".into(),
@@ -154,22 +212,28 @@ struct Shared {
 /// };
 /// let mut config = ImpalaConfig::default();
 /// config.model.fcnet_hiddens = vec![8];
-/// let learner = Learner::new(&config, &spec, tch::Device::Cpu)?;
-/// let handle = LearnerHandle::spawn(&config, learner)?;
+/// let config = config.validate()?;
+/// let learner = Learner::new(&LearnerSettings::from_config(&config), &spec, tch::Device::Cpu)?;
+/// let handle = LearnerHandle::spawn(&LearnerThreadSettings::from_config(&config), learner)?;
 /// let batch = SampleBatch::zeros(4, 2, &spec.observation_space, &spec.action_space, 0);
 /// assert!(handle.try_enqueue(batch).is_ok());
 /// let outputs = handle.drain_wait(std::time::Duration::from_secs(60))?;
 /// assert_eq!(outputs[0].env_steps, 8);
+/// // Weights for evaluation or a checkpoint, copied between two SGD steps.
+/// assert_eq!(handle.current_weights()?.version, 1);
 /// let learner = handle.stop()?;
 /// assert_eq!(learner.version(), 1);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[doc(alias = "LearnerThread")]
+#[doc(alias = "MultiGPULearnerThread")]
 #[derive(Debug)]
 pub struct LearnerHandle {
     inqueue: Option<Sender<SampleBatch>>,
     outqueue: Receiver<Result<LearnerOutput>>,
     control: Sender<Control>,
     new_weights: Arc<Mutex<Option<Arc<Weights>>>>,
+    weights_requested: Arc<AtomicBool>,
     metrics: Arc<Mutex<Metrics>>,
     learner_thread: Option<JoinHandle<Learner>>,
     loader_threads: Vec<JoinHandle<()>>,
@@ -177,44 +241,45 @@ pub struct LearnerHandle {
 
 impl LearnerHandle {
     /// Starts the learner thread (and loader threads on the multi-GPU path) for `learner`.
-    pub fn spawn(config: &ImpalaConfig, learner: Learner) -> Result<Self> {
-        let bad = |reason: String| Err(LearnerError::Config { reason });
-        if config.learner_queue_size == 0 {
-            return bad("learner_queue_size must be at least 1".into());
+    ///
+    /// A learner with more than one tower needs the `MultiGPULearnerThread`: with
+    /// `multi_gpu_thread == false` (RLlib's `simple_optimizer`) this is a
+    /// [`LearnerError::Config`] (validation refuses such a config first).
+    pub fn spawn(settings: &LearnerThreadSettings, learner: Learner) -> Result<Self> {
+        if learner.num_towers() > 1 && !settings.multi_gpu_thread {
+            return Err(LearnerError::Config {
+                reason: format!(
+                    "the learner has {} towers but multi_gpu_thread is false \
+                     (simple_optimizer): the single-device LearnerThread trains one tower",
+                    learner.num_towers()
+                ),
+            });
         }
-        if config.num_sgd_iter == 0 {
-            return bad("num_sgd_iter must be at least 1".into());
-        }
-        if !(config.learner_queue_timeout > 0.0 && config.learner_queue_timeout.is_finite()) {
-            return bad(format!(
-                "learner_queue_timeout must be a positive number of seconds, got {}",
-                config.learner_queue_timeout
-            ));
-        }
-        let timeout = Duration::from_secs_f64(config.learner_queue_timeout);
-        let (in_tx, in_rx) = bounded::<SampleBatch>(config.learner_queue_size);
+        let timeout = settings.learner_queue_timeout;
+        let (in_tx, in_rx) = bounded::<SampleBatch>(settings.learner_queue_size.get());
         let (out_tx, out_rx) = unbounded();
         let (control_tx, control_rx) = unbounded();
         let new_weights = Arc::new(Mutex::new(None));
+        let weights_requested = Arc::new(AtomicBool::new(false));
         let metrics = Arc::new(Mutex::new(Metrics::default()));
         let shared = Shared {
             outqueue: out_tx,
             new_weights: Arc::clone(&new_weights),
+            weights_requested: Arc::clone(&weights_requested),
             metrics: Arc::clone(&metrics),
             inqueue_len: in_rx.clone(),
         };
-        let passes = config.num_sgd_iter;
-        let multi_gpu = config.num_gpus > 0.0 || learner.num_towers() > 1;
+        let passes = settings.num_sgd_iter.get();
         let mut loader_threads = Vec::new();
-        let (source, buffer) = if multi_gpu {
-            let stacks = config.num_multi_gpu_tower_stacks.max(1);
+        let (source, buffer) = if settings.multi_gpu_thread {
+            let stacks = settings.num_multi_gpu_tower_stacks.get();
             let (idle_tx, idle_rx) = bounded(stacks);
             let (ready_tx, ready_rx) = bounded(stacks);
             for i in 0..stacks {
                 // The channel holds `stacks` items, so this cannot block or fail.
                 let _ = idle_tx.send(i);
             }
-            for i in 0..config.num_gpu_loader_threads.clamp(1, stacks) {
+            for i in 0..settings.num_gpu_loader_threads.get().min(stacks) {
                 let (inqueue, idle, ready, loader) =
                     (in_rx.clone(), idle_rx.clone(), ready_tx.clone(), learner.loader());
                 let metrics = Arc::clone(&metrics);
@@ -233,14 +298,16 @@ impl LearnerHandle {
             )
         } else {
             let source = Source::Inqueue { inqueue: in_rx, loader: learner.loader() };
-            (source, MinibatchBuffer::new(config.minibatch_buffer_size, passes, passes))
+            (source, MinibatchBuffer::new(settings.minibatch_buffer_size.get(), passes, passes))
         };
-        let threads = config.num_learner_threads.max(1) as i32;
+        // tch takes an i32; more threads than that do not exist.
+        let threads = i32::try_from(settings.num_learner_threads.get()).unwrap_or(i32::MAX);
+        let snapshots = Snapshots { pending: false, published: learner.version(), last: None };
         let learner_thread = std::thread::Builder::new()
             .name("impala-learner".into())
             .spawn(move || {
                 tch::set_num_threads(threads);
-                learner_loop(learner, &source, buffer, &control_rx, timeout, &shared)
+                learner_loop(learner, &source, buffer, &control_rx, timeout, snapshots, &shared)
             })
             .map_err(|e| LearnerError::ThreadDied {
                 reason: format!("cannot spawn the learner thread: {e}"),
@@ -250,6 +317,7 @@ impl LearnerHandle {
             outqueue: out_rx,
             control: control_tx,
             new_weights,
+            weights_requested,
             metrics,
             learner_thread: Some(learner_thread),
             loader_threads,
@@ -302,9 +370,38 @@ impl LearnerHandle {
         }
     }
 
-    /// The newest weights if the learner has updated since the last call (for broadcast).
+    /// Asks the learner thread for a CPU snapshot of its weights, for
+    /// [`LearnerHandle::take_new_weights`]; never blocks. The thread publishes one after its
+    /// current SGD step, or right away when it is waiting for data and has stepped since its
+    /// last published snapshot; with no step since then it publishes after the next one.
+    /// Asking again before the snapshot is published costs nothing.
+    ///
+    /// Nothing is copied off the device unless asked for (see
+    /// [`LearnerQueueStats::num_weight_snapshots`]).
+    pub fn request_weights(&self) {
+        if !self.weights_requested.swap(true, Ordering::AcqRel) {
+            // A gone thread cannot publish; drain says why.
+            let _ = self.control.send(Control::PublishWeights);
+        }
+    }
+
+    /// The snapshot [`LearnerHandle::request_weights`] made the thread publish, once (for
+    /// broadcast); `None` until it is published. Its `version` is the learner's number of
+    /// gradient updates.
     pub fn take_new_weights(&self) -> Option<Arc<Weights>> {
         self.new_weights.lock().unwrap_or_else(|e| e.into_inner()).take()
+    }
+
+    /// The learner's current weights, copied between two SGD steps (the call waits for the
+    /// current step), for evaluation and checkpoints. Reuses the last snapshot when the
+    /// learner has not stepped since; publishes nothing for
+    /// [`LearnerHandle::take_new_weights`].
+    pub fn current_weights(&self) -> Result<Arc<Weights>> {
+        let (tx, rx) = bounded(1);
+        let dead =
+            || LearnerError::ThreadDied { reason: "the learner thread is not running".into() };
+        self.control.send(Control::Weights(tx)).map_err(|_| dead())?;
+        rx.recv().map_err(|_| dead())?
     }
 
     /// Queue sizes, timings and stall counts (RLlib's `learner_queue` and `timing_breakdown`).
@@ -342,6 +439,7 @@ impl LearnerHandle {
             learner_grad_time_ms: m.grad_ms.mean(),
             num_learner_queue_timeouts: m.timeouts,
             num_steps_trained: m.steps,
+            num_weight_snapshots: m.snapshots,
         }
     }
 
@@ -388,29 +486,30 @@ impl Drop for LearnerHandle {
     }
 }
 
-/// Waits for the next batch, serving checkpoint requests meanwhile.
+/// Waits for the next batch, serving control messages (checkpoints, weights) meanwhile.
 fn fetch(
     source: &Source,
     control: &Receiver<Control>,
     timeout: Duration,
     learner: &Learner,
-    metrics: &Mutex<Metrics>,
+    snapshots: &mut Snapshots,
+    shared: &Shared,
 ) -> std::result::Result<Slot, Interrupt> {
     loop {
         let handled = match source {
             Source::Inqueue { inqueue, loader } => select! {
-                recv(control) -> msg => serve(msg.ok(), learner),
+                recv(control) -> msg => serve(msg.ok(), learner, snapshots, shared),
                 recv(inqueue) -> msg => {
                     let Ok(batch) = msg else { return Err(Interrupt::Stop) };
                     let start = Instant::now();
                     let loaded = loader.load(&batch).map_err(Interrupt::Failed)?;
-                    lock(metrics).load_ms.push(millis(start));
+                    lock(&shared.metrics).load_ms.push(millis(start));
                     return Ok(Slot { stack: None, batch: loaded });
                 },
                 default(timeout) => return Err(Interrupt::Timeout),
             },
             Source::Stacks { ready, .. } => select! {
-                recv(control) -> msg => serve(msg.ok(), learner),
+                recv(control) -> msg => serve(msg.ok(), learner, snapshots, shared),
                 recv(ready) -> msg => match msg {
                     Ok(Ok(slot)) => return Ok(slot),
                     Ok(Err(e)) => return Err(Interrupt::Failed(e)),
@@ -423,11 +522,25 @@ fn fetch(
     }
 }
 
-/// Handles a control message; `Err(Stop)` when the thread should end.
-fn serve(msg: Option<Control>, learner: &Learner) -> std::result::Result<(), Interrupt> {
+/// Handles a control message between two SGD steps; `Err(Stop)` when the thread should end,
+/// `Err(Failed)` when publishing a snapshot failed.
+fn serve(
+    msg: Option<Control>,
+    learner: &Learner,
+    snapshots: &mut Snapshots,
+    shared: &Shared,
+) -> std::result::Result<(), Interrupt> {
     match msg {
         Some(Control::Save(dir, reply)) => {
             let _ = reply.send(learner.save(&dir));
+            Ok(())
+        }
+        Some(Control::PublishWeights) => {
+            snapshots.pending = true;
+            snapshots.publish_if_requested(learner, shared).map_err(Interrupt::Failed)
+        }
+        Some(Control::Weights(reply)) => {
+            let _ = reply.send(snapshots.current(learner, &shared.metrics));
             Ok(())
         }
         Some(Control::Stop) | None => Err(Interrupt::Stop),
@@ -440,68 +553,69 @@ fn learner_loop(
     mut buffer: MinibatchBuffer<Slot>,
     control: &Receiver<Control>,
     timeout: Duration,
+    mut snapshots: Snapshots,
     shared: &Shared,
 ) -> Learner {
     loop {
         match control.try_recv() {
-            Ok(msg) => {
-                if serve(Some(msg), &learner).is_err() {
-                    break;
-                }
-                continue;
-            }
-            Err(TryRecvError::Disconnected) => break,
-            Err(TryRecvError::Empty) => {}
-        }
-        let start = Instant::now();
-        let minibatch =
-            match buffer.get(|| fetch(source, control, timeout, &learner, &shared.metrics)) {
-                Ok(m) => m,
-                Err(Interrupt::Timeout) => {
-                    lock(&shared.metrics).timeouts += 1;
-                    continue;
-                }
-                Err(Interrupt::Stop) => break,
+            Ok(msg) => match serve(Some(msg), &learner, &mut snapshots, shared) {
+                Ok(()) => continue,
                 Err(Interrupt::Failed(e)) => {
                     let _ = shared.outqueue.send(Err(e));
                     break;
                 }
-            };
+                Err(Interrupt::Stop | Interrupt::Timeout) => break,
+            },
+            Err(TryRecvError::Disconnected) => break,
+            Err(TryRecvError::Empty) => {}
+        }
+        let start = Instant::now();
+        let fetched =
+            buffer.get(|| fetch(source, control, timeout, &learner, &mut snapshots, shared));
+        let minibatch = match fetched {
+            Ok(m) => m,
+            Err(Interrupt::Timeout) => {
+                lock(&shared.metrics).timeouts += 1;
+                continue;
+            }
+            Err(Interrupt::Stop) => break,
+            Err(Interrupt::Failed(e)) => {
+                let _ = shared.outqueue.send(Err(e));
+                break;
+            }
+        };
         let dequeue_ms = millis(start);
         let start = Instant::now();
         let timestep = learner.agent_steps_trained();
         let slot = minibatch.item();
         let (env_steps, agent_steps) = (slot.batch.env_steps, slot.batch.agent_steps);
-        let result = learner
-            .update_loaded(&slot.batch, timestep)
-            .and_then(|stats| Ok((stats, learner.weights()?)));
+        let result = learner.update_loaded(&slot.batch, timestep);
         if let (Minibatch::Released(Slot { stack: Some(i), .. }), Source::Stacks { idle, .. }) =
             (minibatch, source)
         {
             let _ = idle.send(i);
         }
-        match result {
-            Ok((stats, weights)) => {
-                {
-                    let mut m = lock(&shared.metrics);
-                    m.dequeue_ms.push(dequeue_ms);
-                    m.grad_ms.push(millis(start));
-                    m.size.push(shared.inqueue_len.len() as f64);
-                    m.steps += 1;
-                }
-                *shared.new_weights.lock().unwrap_or_else(|e| e.into_inner()) = Some(weights);
-                if shared
-                    .outqueue
-                    .send(Ok(LearnerOutput { env_steps, agent_steps, stats }))
-                    .is_err()
-                {
-                    break;
-                }
-            }
+        let stats = match result {
+            Ok(stats) => stats,
             Err(e) => {
                 let _ = shared.outqueue.send(Err(e));
                 break;
             }
+        };
+        {
+            let mut m = lock(&shared.metrics);
+            m.dequeue_ms.push(dequeue_ms);
+            m.grad_ms.push(millis(start));
+            m.size.push(shared.inqueue_len.len() as f64);
+            m.steps += 1;
+        }
+        // Published before the step's output, so a driver that drained it sees the snapshot.
+        if let Err(e) = snapshots.publish_if_requested(&learner, shared) {
+            let _ = shared.outqueue.send(Err(e));
+            break;
+        }
+        if shared.outqueue.send(Ok(LearnerOutput { env_steps, agent_steps, stats })).is_err() {
+            break;
         }
     }
     learner

@@ -5,7 +5,7 @@ use impala_core::Space;
 use impala_learner::{Learner, LearnerError, MODEL_FILE};
 use tch::Device;
 
-use crate::common::{config, max_weight_diff, random_batch, spec, TestResult};
+use crate::common::{config, max_weight_diff, random_batch, settings, spec, TestResult};
 
 pub fn checkpoint_round_trip(device: Device) -> TestResult {
     let s = spec(4, Space::Discrete(3));
@@ -15,7 +15,7 @@ pub fn checkpoint_round_trip(device: Device) -> TestResult {
         c.momentum = 0.5;
         c.separate_vf_optimizer = opt == OptType::Adam;
         c.model.vf_share_layers = false;
-        let mut a = Learner::new(&c, &s, device)?;
+        let mut a = Learner::new(&settings(&c)?, &s, device)?;
         for seed in 0..3 {
             a.update(&random_batch(&s, 5, 4, 0, seed), 0)?;
         }
@@ -23,7 +23,7 @@ pub fn checkpoint_round_trip(device: Device) -> TestResult {
         a.save(dir.path())?;
         // A learner with other initial weights and no optimizer history takes the state over.
         c.seed = Some(99);
-        let mut b = Learner::new(&c, &s, device)?;
+        let mut b = Learner::new(&settings(&c)?, &s, device)?;
         assert!(max_weight_diff(&a.weights()?, &b.weights()?) > 0.0);
         b.load(dir.path())?;
         assert_eq!((b.version(), b.agent_steps_trained()), (3, 60));
@@ -46,8 +46,8 @@ fn checkpoint_restores_model_and_optimizer_state() -> TestResult {
 fn a_checkpoint_of_another_model_is_rejected() -> TestResult {
     let s = spec(4, Space::Discrete(3));
     let dir = tempfile::tempdir()?;
-    Learner::new(&config(vec![8]), &s, Device::Cpu)?.save(dir.path())?;
-    let mut other = Learner::new(&config(vec![9]), &s, Device::Cpu)?;
+    Learner::new(&settings(&config(vec![8]))?, &s, Device::Cpu)?.save(dir.path())?;
+    let mut other = Learner::new(&settings(&config(vec![9]))?, &s, Device::Cpu)?;
     let err = other.load(dir.path());
     assert!(
         matches!(&err, Err(LearnerError::Checkpoint { reason, .. }) if reason.contains("shape")),

@@ -1,7 +1,8 @@
 //! Shared fixtures: specs, configs and seeded random batches.
 
-use impala_config::ImpalaConfig;
+use impala_config::{ConfigError, ImpalaConfig};
 use impala_core::{EnvSpec, SampleBatch, Space};
+use impala_learner::{LearnerSettings, LearnerThreadSettings, TorchPolicy};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -26,6 +27,26 @@ pub fn config(hiddens: Vec<usize>) -> ImpalaConfig {
     let mut c = ImpalaConfig { seed: Some(3), ..ImpalaConfig::default() };
     c.model.fcnet_hiddens = hiddens;
     c
+}
+
+/// The learner settings of a test config, through validation as the program makes them.
+pub fn settings(c: &ImpalaConfig) -> Result<LearnerSettings, ConfigError> {
+    Ok(LearnerSettings::from_config(&c.validate()?))
+}
+
+/// The learner thread settings of a test config, through validation.
+pub fn thread_settings(c: &ImpalaConfig) -> Result<LearnerThreadSettings, ConfigError> {
+    Ok(LearnerThreadSettings::from_config(&c.validate()?))
+}
+
+/// The runners' policy for a test config: the learner's model and initial weights.
+pub fn runner_policy(
+    c: &ImpalaConfig,
+    spec: &EnvSpec,
+    sample_seed: u64,
+) -> Result<TorchPolicy, Box<dyn std::error::Error>> {
+    let s = settings(c)?;
+    Ok(TorchPolicy::new(&s.model, spec, s.model_seed, sample_seed)?)
 }
 
 /// A random batch for `spec`: observations, valid actions, behaviour log-probs, rewards, some

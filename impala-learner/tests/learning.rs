@@ -6,7 +6,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tch::Device;
 
-use crate::common::{config, spec, TestResult};
+use crate::common::{config, settings, spec, TestResult};
 
 /// Observations in [-1, 1]^4; the right action is `obs[0] > 0` (reward 1, else 0); episodes
 /// last one step. Returns (mean reward, vf_loss) of each of `iters` iterations.
@@ -18,8 +18,9 @@ pub fn learn_bandit(
     let mut c = config(vec![32]);
     c.lr = 0.01;
     c.loss_reduction = impala_config::LossReduction::Mean;
-    let mut learner = Learner::new(&c, &s, device)?;
-    let mut policy = TorchPolicy::new(&c, &s, 5)?;
+    let settings = settings(&c)?;
+    let mut learner = Learner::new(&settings, &s, device)?;
+    let mut policy = TorchPolicy::new(&settings.model, &s, settings.model_seed, 5)?;
     let mut rng = SmallRng::seed_from_u64(0);
     let (t, b) = (4, 32);
     let mut history = Vec::with_capacity(iters);

@@ -15,7 +15,7 @@ use impala_core::{SampleBatch, Space, Weights};
 use impala_learner::Learner;
 use tch::Device;
 
-use crate::common::{config, random_batch, spec, TestResult};
+use crate::common::{config, random_batch, settings, spec, TestResult};
 
 const OBS: usize = 3;
 const ACTIONS: usize = 3;
@@ -274,7 +274,7 @@ pub fn check_loss_and_step(device: Device) -> TestResult {
         Variant::SeparateVf,
     ] {
         let c = variant_config(v);
-        let mut learner = Learner::new(&c, &s, device)?;
+        let mut learner = Learner::new(&settings(&c)?, &s, device)?;
         let before = learner.weights()?;
         let e = expected(&c, &before, &batch)?;
         let stats = learner.update(&batch, 0)?;
@@ -323,7 +323,7 @@ fn schedules_follow_the_timestep() -> TestResult {
     c.lr_schedule = Some(impala_config::Schedule { points: vec![(0, 0.1), (1000, 0.0)] });
     c.entropy_coeff_schedule =
         Some(impala_config::Schedule { points: vec![(0, 0.0), (1000, 1.0)] });
-    let mut learner = Learner::new(&c, &s, Device::Cpu)?;
+    let mut learner = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
     let stats = learner.update(&random_batch(&s, T, B, 0, 1), 250)?;
     assert!((stats.cur_lr - 0.075).abs() < 1e-12);
     assert!((stats.entropy_coeff - 0.25).abs() < 1e-12);
@@ -338,7 +338,7 @@ fn grad_clip_reports_the_clipped_norm_and_bounds_the_step() -> TestResult {
     c.opt_type = OptType::Rmsprop;
     c.decay = 0.0;
     let batch = random_batch(&s, T, B, 0, 11);
-    let mut learner = Learner::new(&c, &s, Device::Cpu)?;
+    let mut learner = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
     let before = learner.weights()?;
     let stats = learner.update(&batch, 0)?;
     // RLlib's apply_grad_clipping reports min(norm, grad_clip).
@@ -376,7 +376,7 @@ fn every_model_and_action_space_trains_a_step() -> TestResult {
         c.model.lstm_cell_size = 4;
         c.model.vf_share_layers = shared;
         c.model.conv_filters = Some(vec![[4, 5, 2], [8, 5, 2]]);
-        let mut learner = Learner::new(&c, &s, Device::Cpu)?;
+        let mut learner = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
         let state_dim = learner.model().state_dim();
         let stats = learner.update(&random_batch(&s, 5, 3, state_dim, 1), 0)?;
         assert!(

@@ -1,15 +1,18 @@
-//! The minibatch buffer, the learner thread's queues, stalls, failures and checkpoints.
+//! The minibatch buffer, the learner thread's queues, stalls, failures, weight snapshots and
+//! checkpoints.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use impala_config::ImpalaConfig;
-use impala_core::{EnvSpec, SampleBatch, Space};
+use impala_config::{ConfigError, ImpalaConfig};
+use impala_core::{EnvSpec, SampleBatch, Space, Weights};
 use impala_learner::{
-    Learner, LearnerError, LearnerHandle, LearnerOutput, Minibatch, MinibatchBuffer,
+    learner_devices, Learner, LearnerError, LearnerHandle, LearnerOutput, LearnerSettings,
+    LearnerThreadSettings, Minibatch, MinibatchBuffer, MIN_LEARNER_QUEUE_TIMEOUT,
 };
 use tch::Device;
 
-use crate::common::{config, random_batch, spec, TestResult};
+use crate::common::{config, random_batch, settings, spec, thread_settings, TestResult};
 
 /// Hands out `n` items from a buffer fed with A, B, C, ...; `*` marks a release.
 fn sequence(size: usize, passes: usize, init: usize, n: usize) -> Vec<String> {
@@ -47,11 +50,27 @@ fn a_failed_fetch_leaves_the_buffer_as_it_was() {
     assert_eq!(buf.get(|| Err::<&str, _>(())), Ok(Minibatch::Released("A")));
 }
 
-fn setup(c: &ImpalaConfig) -> Result<(EnvSpec, LearnerHandle), LearnerError> {
+/// Validates `c` and starts its learner thread, as the program does.
+fn setup(c: &ImpalaConfig) -> Result<(EnvSpec, LearnerHandle), Box<dyn std::error::Error>> {
     let s = spec(4, Space::Discrete(2));
-    let devices = impala_learner::learner_devices(c)?;
-    let learner = Learner::with_devices(c, &s, &devices)?;
-    Ok((s, LearnerHandle::spawn(c, learner)?))
+    let config = c.validate()?;
+    let devices = learner_devices(&config.learner_plan())?;
+    let learner = Learner::with_devices(&LearnerSettings::from_config(&config), &s, &devices)?;
+    Ok((s, LearnerHandle::spawn(&LearnerThreadSettings::from_config(&config), learner)?))
+}
+
+/// Polls [`LearnerHandle::take_new_weights`] until a snapshot arrives (or a deadline passed).
+fn wait_for_weights(h: &LearnerHandle) -> Option<Arc<Weights>> {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(w) = h.take_new_weights() {
+            return Some(w);
+        }
+        if Instant::now() > deadline {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Drains until `n` outputs arrived (or a deadline passed).
@@ -86,10 +105,13 @@ fn num_sgd_iter_passes_per_batch_on_both_threads() -> TestResult {
         let out = drain_n(&h, expected)?;
         assert_eq!(out.len(), expected, "fake_gpus={fake_gpus}");
         assert!(out.iter().all(|o| o.env_steps == 20 && o.agent_steps == 20));
-        assert!(h.take_new_weights().is_some_and(|w| w.version == expected as u64));
+        assert!(h.take_new_weights().is_none(), "no snapshot unless asked for");
+        h.request_weights();
+        assert!(wait_for_weights(&h).is_some_and(|w| w.version == expected as u64));
         assert!(h.take_new_weights().is_none());
         let stats = h.queue_stats();
         assert_eq!(stats.num_steps_trained, expected as u64);
+        assert_eq!(stats.num_weight_snapshots, 1);
         assert!(stats.learner_grad_time_ms > 0.0 && stats.size_count > 0);
         let learner = h.stop()?;
         assert_eq!(learner.version(), expected as u64);
@@ -196,7 +218,7 @@ fn save_while_running() -> TestResult {
     assert_eq!(drain_n(&h, 1)?.len(), 1);
     let dir = tempfile::tempdir()?;
     h.save(dir.path())?;
-    let mut restored = Learner::new(&c, &s, Device::Cpu)?;
+    let mut restored = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
     restored.load(dir.path())?;
     assert_eq!(restored.version(), 1);
     let learner = h.stop()?;
@@ -205,16 +227,87 @@ fn save_while_running() -> TestResult {
 }
 
 #[test]
-fn bad_queue_settings_are_config_errors() -> TestResult {
-    for change in [
-        |c: &mut ImpalaConfig| c.learner_queue_size = 0,
-        |c: &mut ImpalaConfig| c.num_sgd_iter = 0,
-        |c: &mut ImpalaConfig| c.learner_queue_timeout = 0.0,
-    ] {
+fn weights_are_snapshotted_only_when_asked() -> TestResult {
+    let (s, h) = setup(&config(vec![8]))?;
+    for seed in 0..3 {
+        assert!(h.try_enqueue(random_batch(&s, 5, 2, 0, seed)).is_ok());
+    }
+    assert_eq!(drain_n(&h, 3)?.len(), 3);
+    // Three SGD steps and no request: nothing left the learner.
+    assert!(h.take_new_weights().is_none());
+    assert_eq!(h.queue_stats().num_weight_snapshots, 0);
+
+    // Idle with new steps: the request is served right away, repeats cost nothing.
+    h.request_weights();
+    h.request_weights();
+    let published = wait_for_weights(&h).ok_or("no snapshot after request_weights")?;
+    assert_eq!(published.version, 3);
+    assert!(h.take_new_weights().is_none(), "taken once");
+    assert_eq!(h.queue_stats().num_weight_snapshots, 1);
+
+    // current_weights while idle: the trained version, the same snapshot (nothing copied).
+    let current = h.current_weights()?;
+    assert_eq!(current.version, 3);
+    assert!(Arc::ptr_eq(&current, &published));
+
+    // A request with no step since the last snapshot publishes nothing. Control messages are
+    // served in order, so once current_weights returned the request has been seen.
+    h.request_weights();
+    assert_eq!(h.current_weights()?.version, 3);
+    assert!(h.take_new_weights().is_none());
+    assert_eq!(h.queue_stats().num_weight_snapshots, 1);
+
+    // That request is served after the next step, before its output is sent.
+    assert!(h.try_enqueue(random_batch(&s, 5, 2, 0, 3)).is_ok());
+    assert_eq!(drain_n(&h, 1)?.len(), 1);
+    let next = h.take_new_weights().ok_or("no snapshot after the next step")?;
+    assert_eq!(next.version, 4);
+    assert_eq!(h.queue_stats().num_weight_snapshots, 2);
+    // Without a new request the step after that publishes nothing.
+    assert!(h.try_enqueue(random_batch(&s, 5, 2, 0, 4)).is_ok());
+    assert_eq!(drain_n(&h, 1)?.len(), 1);
+    assert!(h.take_new_weights().is_none());
+    assert_eq!(h.queue_stats().num_weight_snapshots, 2);
+    let current = h.current_weights()?;
+    assert_eq!(current.version, 5);
+    let learner = h.stop()?;
+    assert_eq!(learner.weights()?, current);
+    Ok(())
+}
+
+#[test]
+fn bad_queue_settings_are_refused_by_validation() -> TestResult {
+    // The settings' NonZeroUsize fields cannot hold these: validation refuses the config.
+    for change in
+        [|c: &mut ImpalaConfig| c.learner_queue_size = 0, |c: &mut ImpalaConfig| c.num_sgd_iter = 0]
+    {
         let mut c = config(vec![4]);
         change(&mut c);
-        assert!(matches!(setup(&c), Err(LearnerError::Config { .. })));
+        assert!(matches!(c.validate(), Err(ConfigError::Invalid { .. })));
+        assert!(matches!(setup(&c), Err(e) if e.is::<ConfigError>()));
     }
+    // Validation allows `learner_queue_timeout = 0`; the thread then waits the shortest timeout
+    // instead of spinning, and counts stalls as usual.
+    let mut c = config(vec![4]);
+    c.learner_queue_timeout = 0.0;
+    assert_eq!(thread_settings(&c)?.learner_queue_timeout, MIN_LEARNER_QUEUE_TIMEOUT);
+    Ok(())
+}
+
+#[test]
+fn towers_need_the_multi_gpu_thread() -> TestResult {
+    let mut c = config(vec![4]);
+    c.num_gpus = 2.0;
+    c.fake_gpus = true;
+    let mut thread = thread_settings(&c)?;
+    assert!(thread.multi_gpu_thread);
+    thread.multi_gpu_thread = false;
+    let learner =
+        Learner::with_devices(&settings(&c)?, &spec(4, Space::Discrete(2)), &[Device::Cpu; 2])?;
+    assert!(matches!(LearnerHandle::spawn(&thread, learner), Err(LearnerError::Config { .. })));
+    // simple_optimizer asks for that: validation refuses it first.
+    c.simple_optimizer = true;
+    assert!(matches!(c.validate(), Err(ConfigError::Invalid { .. })));
     Ok(())
 }
 

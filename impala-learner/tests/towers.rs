@@ -2,10 +2,10 @@
 
 use impala_config::LossReduction;
 use impala_core::Space;
-use impala_learner::Learner;
+use impala_learner::{Learner, LearnerError};
 use tch::Device;
 
-use crate::common::{config, max_weight_diff, random_batch, spec, TestResult};
+use crate::common::{config, max_weight_diff, random_batch, settings, spec, TestResult};
 
 /// Two SGD steps with `towers` against one tower on `single`, for sum and mean reduction and a
 /// recurrent model.
@@ -19,8 +19,9 @@ pub fn towers_match_one_tower(single: Device, towers: &[Device]) -> TestResult {
         c.model.use_lstm = lstm;
         c.model.lstm_cell_size = 8;
         c.grad_clip = Some(0.5); // the clip must act on the combined gradient
-        let mut one = Learner::new(&c, &s, single)?;
-        let mut many = Learner::with_devices(&c, &s, towers)?;
+        let settings = settings(&c)?;
+        let mut one = Learner::new(&settings, &s, single)?;
+        let mut many = Learner::with_devices(&settings, &s, towers)?;
         assert_eq!(many.num_towers(), towers.len());
         let state_dim = one.model().state_dim();
         for seed in 0..2 {
@@ -58,17 +59,41 @@ fn fake_gpus_give_cpu_towers() -> TestResult {
     let mut c = config(vec![4]);
     c.num_gpus = 2.0;
     c.fake_gpus = true;
-    assert_eq!(impala_learner::learner_devices(&c)?, vec![Device::Cpu; 2]);
+    assert_eq!(
+        impala_learner::learner_devices(&c.validate()?.learner_plan())?,
+        vec![Device::Cpu; 2]
+    );
     c.num_gpus = 0.0;
-    assert_eq!(impala_learner::learner_devices(&c)?, vec![Device::Cpu]);
+    assert_eq!(impala_learner::learner_devices(&c.validate()?.learner_plan())?, vec![Device::Cpu]);
+    // The new stack's CPU learners are CPU towers too.
+    c.num_learners = 2;
+    assert_eq!(
+        impala_learner::learner_devices(&c.validate()?.learner_plan())?,
+        vec![Device::Cpu; 2]
+    );
+    Ok(())
+}
+
+#[test]
+fn more_cuda_devices_than_libtorch_sees_is_no_cuda() -> TestResult {
+    let available = tch::Cuda::device_count();
+    let requested = usize::try_from(available)? + 1;
+    let mut c = config(vec![4]);
+    c.num_gpus = requested as f64;
+    c.train_batch_size = 100 * requested; // splits evenly over the towers
+    let err = impala_learner::learner_devices(&c.validate()?.learner_plan());
+    assert!(
+        matches!(err, Err(LearnerError::NoCuda { requested: r, available: a }) if r == requested && a == available),
+        "{err:?}"
+    );
     Ok(())
 }
 
 #[test]
 fn too_few_rows_for_the_towers_is_an_error() -> TestResult {
     let s = spec(4, Space::Discrete(3));
-    let mut learner = Learner::with_devices(&config(vec![4]), &s, &[Device::Cpu; 3])?;
+    let mut learner = Learner::with_devices(&settings(&config(vec![4]))?, &s, &[Device::Cpu; 3])?;
     let err = learner.update(&random_batch(&s, 4, 2, 0, 0), 0);
-    assert!(matches!(err, Err(impala_learner::LearnerError::Batch { .. })), "{err:?}");
+    assert!(matches!(err, Err(LearnerError::Batch { .. })), "{err:?}");
     Ok(())
 }

@@ -1,66 +1,53 @@
-//! RLlib's `EnvRunnerGroup` with its `FaultTolerantActorManager`: runner threads, in-flight caps,
-//! collection with a timeout, health, restarts and weight sync.
+//! RLlib's `EnvRunnerGroup` with its `FaultTolerantActorManager`: env runners behind the one
+//! runner seam ([`EnvRunnerLauncher`]), in-flight caps, collection with a timeout, health,
+//! restarts and weight sync.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use impala_config::ImpalaConfig;
 use impala_core::{EnvSpec, Weights};
 
 use crate::error::panic_message;
-use crate::runner::RunnerStats;
-use crate::weights::WeightSlot;
-use crate::{policy_lag, EnvFactory, EnvRunner, Fragment, PolicyFactory, Result, SamplerError};
+use crate::seam::{EnvRunnerHandle, RunnerMessage, RunnerReply, RunnerRequest};
+use crate::threads::{deadline_after, receive_until};
+use crate::{
+    policy_lag, EnvFactory, EnvRunner, EnvRunnerGroupSettings, EnvRunnerLauncher, Fragment,
+    PolicyFactory, ReplySender, Result, SamplerError, ThreadLauncher,
+};
 
-/// What runner threads send to the driver.
-enum RunnerMsg {
-    /// A finished fragment from runner generation `generation`.
-    Fragment { generation: u64, fragment: Box<Fragment> },
-    /// The runner failed; its thread has ended.
-    Failed { runner_id: usize, generation: u64, reason: String },
-}
-
-/// Sampler counters, named as RLlib reports them where RLlib has the counter.
+/// The group's health and weight-sync counters, named as RLlib reports them where RLlib has
+/// the counter. What was sampled (steps, episodes) is counted by the caller, from the
+/// fragments [`EnvRunnerGroup::sample`] returns, once.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct SamplerMetrics {
-    /// Runner threads configured (`num_env_runners`; 0 = sampling on the driver thread).
+    /// Env runners configured (`num_env_runners`; 0 = sampling on the calling thread).
     pub num_env_runners: usize,
-    /// Runner threads currently healthy.
+    /// Env runners currently healthy.
     pub num_healthy_env_runners: usize,
-    /// Runner failures seen (errors and panics).
+    /// Runner failures seen (errors, panics, lost runners).
     pub num_env_runner_failures: u64,
     /// Runner restarts done (RLlib's `num_remote_worker_restarts`).
     pub num_env_runner_restarts: u64,
     /// Sample requests issued and not yet collected, over all runners.
     pub num_in_flight_requests: usize,
-    /// Fragments delivered by [`EnvRunnerGroup::sample`].
-    pub num_fragments_sampled: u64,
-    /// Env steps delivered (RLlib's `num_env_steps_sampled`).
-    pub num_env_steps_sampled: u64,
-    /// Agent steps delivered (RLlib's `num_agent_steps_sampled`).
-    pub num_agent_steps_sampled: u64,
-    /// Episodes that ended in delivered fragments.
-    pub num_episodes: u64,
     /// Fragments of failed runners that were dropped instead of delivered.
     pub num_fragments_dropped: u64,
     /// Env steps in those dropped fragments.
     pub num_env_steps_dropped: u64,
-    /// Version of the newest weights given to [`EnvRunnerGroup::sync_weights`].
+    /// Version of the newest weights the group holds.
     pub latest_weights_version: Option<u64>,
-    /// Mean policy lag (newest synced version minus behaviour version) of the fragments the
+    /// Mean policy lag (newest weights version minus behaviour version) of the fragments the
     /// last `sample` call delivered; 0 when it delivered none.
     pub policy_lag_mean: f64,
     /// Weight snapshots loaded by runners' policies.
     pub num_weight_syncs_applied: u64,
-    /// Mean seconds from `sync_weights` to a runner loading the weights.
+    /// Mean seconds from sending weights to a runner loading them.
     pub weight_sync_latency_mean_s: f64,
 }
 
-/// One runner as the driver tracks it (RLlib's `FaultTolerantActorManager` actor state).
+/// One runner as the group tracks it (RLlib's `FaultTolerantActorManager` actor state).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EnvRunnerState {
     /// The runner's id (1-based).
@@ -75,37 +62,33 @@ pub struct EnvRunnerState {
     pub last_error: Option<String>,
 }
 
-/// One runner thread as the driver tracks it (RLlib's actor state: id, health, in-flight).
-struct RemoteRunner {
+/// One runner's slot in the group.
+struct Member {
     id: usize,
-    /// Bumped on every restart, so messages from a dead incarnation are recognised.
-    generation: u64,
+    /// Bumped on every restart, so replies from a dead incarnation are recognised.
+    incarnation: u64,
     healthy: bool,
-    /// Sample requests: one token per fragment the runner may produce. Dropping it stops the
-    /// runner.
-    tokens: Option<Sender<()>>,
-    thread: Option<JoinHandle<()>>,
-    slot: Arc<WeightSlot>,
-    stats: Arc<RunnerStats>,
+    handle: Option<Box<dyn EnvRunnerHandle>>,
     in_flight: usize,
     last_error: Option<String>,
 }
 
-/// RLlib's `EnvRunnerGroup` + `FaultTolerantActorManager` for sampling: `num_env_runners` runner
-/// threads (ids 1..; 0 is the local runner used when `num_env_runners == 0`).
+/// RLlib's `EnvRunnerGroup` + `FaultTolerantActorManager` for sampling: `num_env_runners`
+/// env runners (ids 1..; 0 is the local runner used when `num_env_runners == 0`), started by an
+/// [`EnvRunnerLauncher`] (threads by default) and driven through [`RunnerRequest`]s.
 ///
-/// Each runner holds at most `max_requests_in_flight_per_sampler_worker` sample requests; it
-/// blocks once that many of its fragments are uncollected, and gets a new request for each
-/// fragment [`sample`](Self::sample) delivers. A runner whose env or policy errors or panics is
-/// marked unhealthy, its uncollected fragments are dropped, and it is rebuilt (up to
-/// `max_num_env_runner_restarts` restarts over the group) with the newest weights; the others go
-/// on sampling. Dropping the group (or [`shutdown`](Self::shutdown)) stops and joins every thread.
+/// Each runner holds at most `max_requests_in_flight` sample requests; it waits once that many
+/// of its fragments are uncollected, and gets a new request for each fragment
+/// [`sample`](Self::sample) delivers. A runner whose env or policy errors or panics, or that is
+/// lost, is marked unhealthy, its uncollected fragments are dropped, and it is relaunched (up to
+/// `max_num_env_runner_restarts` restarts over the group) with the newest weights; the others
+/// go on sampling. Dropping the group (or [`shutdown`](Self::shutdown)) stops every runner.
 ///
 /// ```
 /// use std::sync::Arc;
-/// use impala_config::ImpalaConfig;
+/// use std::time::Duration;
 /// use impala_core::{CoreError, Env, EnvSpec, Space, StepOutcome, Weights};
-/// use impala_sampler::{EnvFactory, EnvRunnerGroup, PolicyFactory, RandomPolicy};
+/// use impala_sampler::{EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings, PolicyFactory, RandomPolicy};
 ///
 /// struct Coin { spec: EnvSpec }
 /// impl Env for Coin {
@@ -131,11 +114,12 @@ struct RemoteRunner {
 /// let policies: PolicyFactory = Arc::new(move |id| {
 ///     Ok(Box::new(RandomPolicy::new(&s2, id as u64)) as Box<dyn impala_core::Policy>)
 /// });
-/// let mut config = ImpalaConfig::default();
-/// config.num_env_runners = 2;
-/// config.rollout_fragment_length = 10;
-/// config.timeout_s_sampler_manager = 1.0; // wait for the first fragments
-/// let mut group = EnvRunnerGroup::new(&config, envs, policies)?;
+/// let settings = EnvRunnerGroupSettings {
+///     num_env_runners: 2,
+///     sample_timeout: Some(Duration::from_secs(1)), // wait for the first fragments
+///     ..EnvRunnerGroupSettings::default()
+/// };
+/// let mut group = EnvRunnerGroup::new(&settings, envs, policies)?;
 /// let fragments = group.sample()?;
 /// assert!(!fragments.is_empty());
 /// let ids: Vec<usize> = fragments.iter().map(|f| f.runner_id).collect();
@@ -145,19 +129,22 @@ struct RemoteRunner {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub struct EnvRunnerGroup {
-    config: ImpalaConfig,
-    env_factory: EnvFactory,
-    policy_factory: PolicyFactory,
+    settings: EnvRunnerGroupSettings,
     spec: EnvSpec,
+    /// Starts (and restarts) the runners; `None` when sampling locally.
+    launcher: Option<Box<dyn EnvRunnerLauncher>>,
     local: Option<EnvRunner>,
-    runners: Vec<RemoteRunner>,
-    results_tx: Sender<RunnerMsg>,
-    results_rx: Receiver<RunnerMsg>,
-    stop: Arc<AtomicBool>,
+    members: Vec<Member>,
+    replies_tx: Sender<RunnerMessage>,
+    replies_rx: Receiver<RunnerMessage>,
+    /// The newest weights: given to restarted runners and broadcast on request. The group's
+    /// copy is the only one; the algorithm hands the learner's snapshots straight here.
     latest_weights: Option<Arc<Weights>>,
+    /// The version of the weights last sent by [`sync_weights`](Self::sync_weights).
+    broadcast_version: Option<u64>,
     metrics: SamplerMetrics,
-    /// Weight-sync counters of runner incarnations that are gone.
-    retired_weight_syncs: (u64, u64),
+    /// Sum of weight-sync latencies, in seconds.
+    weight_sync_seconds: f64,
     shut_down: bool,
 }
 
@@ -171,65 +158,110 @@ impl std::fmt::Debug for EnvRunnerGroup {
 }
 
 impl EnvRunnerGroup {
-    /// Builds every runner on the calling thread (so config and env errors surface here), then
-    /// starts the runner threads, each with its full allowance of sample requests.
+    /// Runner threads built from the factories ([`ThreadLauncher`]), or the local runner when
+    /// `num_env_runners == 0`. Runners are built on the calling thread, so env and config
+    /// errors surface here; each then starts with its full allowance of sample requests.
     pub fn new(
-        config: &ImpalaConfig,
+        settings: &EnvRunnerGroupSettings,
         env_factory: EnvFactory,
         policy_factory: PolicyFactory,
     ) -> Result<Self> {
-        if config.num_env_runners > 0 && config.max_requests_in_flight_per_sampler_worker == 0 {
-            return Err(SamplerError::InvalidConfig {
-                field: "max_requests_in_flight_per_sampler_worker",
-                reason: "must be at least 1 when num_env_runners > 0".into(),
-            });
+        if settings.num_env_runners == 0 {
+            let local = EnvRunner::new(&settings.runner, 0, &env_factory, &policy_factory)?;
+            let spec = local.spec().clone();
+            let mut group = Self::empty(settings, spec, None);
+            group.local = Some(local);
+            return Ok(group);
         }
-        if !config.timeout_s_sampler_manager.is_finite() || config.timeout_s_sampler_manager < 0.0 {
-            return Err(SamplerError::InvalidConfig {
-                field: "timeout_s_sampler_manager",
-                reason: format!(
-                    "must be finite and >= 0, got {}",
-                    config.timeout_s_sampler_manager
-                ),
-            });
-        }
-        let (results_tx, results_rx) = crossbeam_channel::unbounded();
-        let mut built = Vec::with_capacity(config.num_env_runners);
-        for id in 1..=config.num_env_runners {
-            built.push(EnvRunner::new(config, id, &env_factory, &policy_factory)?);
-        }
-        let local = if config.num_env_runners == 0 {
-            Some(EnvRunner::new(config, 0, &env_factory, &policy_factory)?)
-        } else {
-            None
-        };
-        let spec = match (&local, built.first()) {
-            (Some(r), _) | (None, Some(r)) => r.spec().clone(),
-            (None, None) => unreachable!("either the local runner or runner 1 exists"),
-        };
-        let mut group = EnvRunnerGroup {
-            config: config.clone(),
-            env_factory,
-            policy_factory,
-            spec,
-            local,
-            runners: Vec::with_capacity(built.len()),
-            results_tx,
-            results_rx,
-            stop: Arc::new(AtomicBool::new(false)),
-            latest_weights: None,
-            metrics: SamplerMetrics {
-                num_env_runners: config.num_env_runners,
-                ..Default::default()
-            },
-            retired_weight_syncs: (0, 0),
-            shut_down: false,
-        };
-        for runner in built {
-            let remote = group.start(runner, 0)?;
-            group.runners.push(remote);
+        // Build runner 1 here for the spec; the launcher builds the others the same way.
+        let first = EnvRunner::new(&settings.runner, 1, &env_factory, &policy_factory)?;
+        let spec = first.spec().clone();
+        let launcher = ThreadLauncher::new(settings.runner.clone(), env_factory, policy_factory);
+        let mut group = Self::empty(settings, spec, None);
+        let replies = ReplySender::new(1, 0, group.replies_tx.clone());
+        let handle = launcher.start(first, replies)?;
+        group.add_member(1, handle);
+        group.launcher = Some(Box::new(launcher));
+        for id in 2..=settings.num_env_runners {
+            group.launch_member(id)?;
         }
         Ok(group)
+    }
+
+    /// `num_env_runners` (at least 1) runners started by `launcher`, e.g. runners in other
+    /// processes or on other hosts, whose envs have `spec`.
+    pub fn with_launcher(
+        settings: &EnvRunnerGroupSettings,
+        launcher: Box<dyn EnvRunnerLauncher>,
+        spec: EnvSpec,
+    ) -> Result<Self> {
+        if settings.num_env_runners == 0 {
+            return Err(SamplerError::InvalidConfig {
+                field: "num_env_runners",
+                reason: "must be at least 1 for runners started by a launcher".into(),
+            });
+        }
+        let mut group = Self::empty(settings, spec, Some(launcher));
+        for id in 1..=settings.num_env_runners {
+            group.launch_member(id)?;
+        }
+        Ok(group)
+    }
+
+    fn empty(
+        settings: &EnvRunnerGroupSettings,
+        spec: EnvSpec,
+        launcher: Option<Box<dyn EnvRunnerLauncher>>,
+    ) -> Self {
+        let (replies_tx, replies_rx) = crossbeam_channel::unbounded();
+        EnvRunnerGroup {
+            settings: settings.clone(),
+            spec,
+            launcher,
+            local: None,
+            members: Vec::with_capacity(settings.num_env_runners),
+            replies_tx,
+            replies_rx,
+            latest_weights: None,
+            broadcast_version: None,
+            metrics: SamplerMetrics {
+                num_env_runners: settings.num_env_runners,
+                ..Default::default()
+            },
+            weight_sync_seconds: 0.0,
+            shut_down: false,
+        }
+    }
+
+    /// Launches member `id` (incarnation 0) and records it.
+    fn launch_member(&mut self, id: usize) -> Result<()> {
+        let replies = ReplySender::new(id, 0, self.replies_tx.clone());
+        let launcher = self.launcher.as_mut().ok_or(SamplerError::InvalidConfig {
+            field: "num_env_runners",
+            reason: "runners cannot be launched when sampling locally".into(),
+        })?;
+        let handle = launcher.launch(replies)?;
+        self.add_member(id, handle);
+        Ok(())
+    }
+
+    fn add_member(&mut self, id: usize, handle: Box<dyn EnvRunnerHandle>) {
+        let mut member = Member {
+            id,
+            incarnation: 0,
+            healthy: true,
+            handle: None,
+            in_flight: 0,
+            last_error: None,
+        };
+        self.start(&mut member, handle);
+        self.members.push(member);
+    }
+
+    /// Makes `handle` the member's running incarnation (see [`start_member`]).
+    fn start(&self, member: &mut Member, handle: Box<dyn EnvRunnerHandle>) {
+        let cap = self.settings.max_requests_in_flight.get();
+        start_member(member, handle, self.latest_weights.as_ref(), cap);
     }
 
     /// The environments' spec (observation and action spaces for building the learner).
@@ -237,42 +269,10 @@ impl EnvRunnerGroup {
         &self.spec
     }
 
-    /// Starts a thread for `runner` with a full allowance of sample requests.
-    fn start(&self, runner: EnvRunner, generation: u64) -> Result<RemoteRunner> {
-        let id = runner.runner_id();
-        let max_in_flight = self.config.max_requests_in_flight_per_sampler_worker;
-        let (tokens, requests) = crossbeam_channel::bounded(max_in_flight);
-        for _ in 0..max_in_flight {
-            // Cannot fail: the channel has room for exactly these tokens and `requests` is alive.
-            let _ = tokens.send(());
-        }
-        let (slot, stats) = (runner.weight_slot(), runner.stats());
-        let results = self.results_tx.clone();
-        let stop = Arc::clone(&self.stop);
-        let thread = std::thread::Builder::new()
-            .name(format!("env-runner-{id}"))
-            .spawn(move || run_env_runner(runner, generation, &requests, &results, &stop))
-            .map_err(|e| SamplerError::Spawn {
-                thread: format!("env-runner-{id}"),
-                reason: e.to_string(),
-            })?;
-        Ok(RemoteRunner {
-            id,
-            generation,
-            healthy: true,
-            tokens: Some(tokens),
-            thread: Some(thread),
-            slot,
-            stats,
-            in_flight: max_in_flight,
-            last_error: None,
-        })
-    }
-
     /// RLlib's `get_samples_from_workers`: the fragments ready now, waiting at most
-    /// `timeout_s_sampler_manager` for all requests in flight; with `num_env_runners == 0`, one
-    /// fragment sampled on the calling thread. Each delivered fragment gives its runner a new
-    /// request. Failed runners are restarted before returning.
+    /// `sample_timeout` for the requests in flight; with `num_env_runners == 0`, one fragment
+    /// sampled on the calling thread. Each delivered fragment gives its runner a new request.
+    /// Failed runners are restarted before returning.
     ///
     /// Errors when a runner failed and `restart_failed_env_runners` is off or the restarts are
     /// used up, or when the local runner fails.
@@ -294,20 +294,19 @@ impl EnvRunnerGroup {
                 }
             };
             let fragments = vec![fragment];
-            self.account(&fragments);
+            self.measure_lag(&fragments);
             return Ok(fragments);
         }
-        let deadline = deadline_after(self.config.timeout_s_sampler_manager);
+        let deadline = deadline_after(self.settings.sample_timeout);
         let mut ready = Vec::new();
         loop {
-            let msg = match self.results_rx.try_recv() {
+            let msg = match self.replies_rx.try_recv() {
                 Ok(msg) => msg,
                 Err(TryRecvError::Empty) => {
-                    let waiting = self.runners.iter().any(|r| r.healthy && r.in_flight > 0);
-                    if !waiting {
+                    if !self.members.iter().any(|m| m.healthy && m.in_flight > 0) {
                         break;
                     }
-                    match receive_until(&self.results_rx, deadline) {
+                    match receive_until(&self.replies_rx, deadline) {
                         Some(msg) => msg,
                         None => break,
                     }
@@ -320,184 +319,217 @@ impl EnvRunnerGroup {
         // Restart first: when that fails, training ends and nothing here counts as sampled.
         self.restore_failed()?;
         for fragment in &ready {
-            let runner = &mut self.runners[fragment.runner_id - 1];
-            if let Some(tokens) = &runner.tokens {
-                // The runner holds fewer than the cap of requests, so this never blocks; a
-                // runner that died meanwhile reports itself on the results channel.
-                if tokens.send(()).is_ok() {
-                    runner.in_flight += 1;
+            let member = &mut self.members[fragment.runner_id - 1];
+            if let Some(handle) = member.handle.as_mut() {
+                // A runner that died meanwhile reports itself on the replies channel.
+                if handle.send(RunnerRequest::Sample) {
+                    member.in_flight += 1;
                 }
             }
         }
-        self.account(&ready);
+        self.measure_lag(&ready);
         Ok(ready)
     }
 
-    /// Processes one runner message: keeps current fragments, drops stale ones, marks failures.
-    fn handle(&mut self, msg: RunnerMsg, ready: &mut Vec<Fragment>) {
-        match msg {
-            RunnerMsg::Fragment { generation, fragment } => {
-                let runner = &mut self.runners[fragment.runner_id - 1];
-                if runner.generation == generation && runner.healthy {
-                    runner.in_flight = runner.in_flight.saturating_sub(1);
+    /// Processes one reply: keeps current fragments, drops stale ones, marks failures.
+    fn handle(&mut self, msg: RunnerMessage, ready: &mut Vec<Fragment>) {
+        let Some(member) = self.members.get_mut(msg.runner_id.wrapping_sub(1)) else {
+            return;
+        };
+        let current = member.incarnation == msg.incarnation && member.healthy;
+        match msg.reply {
+            RunnerReply::Fragment(fragment) => {
+                if current && fragment.runner_id == member.id {
+                    member.in_flight = member.in_flight.saturating_sub(1);
                     ready.push(*fragment);
                 } else {
                     self.metrics.num_fragments_dropped += 1;
                     self.metrics.num_env_steps_dropped += fragment.batch.env_steps() as u64;
                 }
             }
-            RunnerMsg::Failed { runner_id, generation, reason } => {
-                let runner = &mut self.runners[runner_id - 1];
-                if runner.generation != generation {
-                    return;
+            RunnerReply::WeightsApplied { latency } => {
+                self.metrics.num_weight_syncs_applied += 1;
+                self.weight_sync_seconds += latency.as_secs_f64();
+            }
+            RunnerReply::Failed(reason) => {
+                if current {
+                    let runner_id = member.id;
+                    self.mark_failed(runner_id, reason, ready);
                 }
-                tracing::warn!(runner_id, %reason, "env runner failed");
-                runner.healthy = false;
-                runner.in_flight = 0;
-                runner.last_error = Some(reason);
-                self.metrics.num_env_runner_failures += 1;
-                let before = ready.len();
-                let mut dropped_steps = 0;
-                ready.retain(|f| {
-                    let keep = f.runner_id != runner_id;
-                    if !keep {
-                        dropped_steps += f.batch.env_steps() as u64;
-                    }
-                    keep
-                });
-                self.metrics.num_fragments_dropped += (before - ready.len()) as u64;
-                self.metrics.num_env_steps_dropped += dropped_steps;
             }
         }
     }
 
-    /// Counts delivered fragments and their policy lag.
-    fn account(&mut self, fragments: &[Fragment]) {
-        let m = &mut self.metrics;
-        let mut lag = 0.0;
-        for f in fragments {
-            let steps = f.batch.env_steps() as u64;
-            m.num_fragments_sampled += 1;
-            m.num_env_steps_sampled += steps;
-            m.num_agent_steps_sampled += f.batch.agent_steps() as u64;
-            m.num_episodes += f.episodes.len() as u64;
-            if let Some(v) = m.latest_weights_version {
-                lag += policy_lag(&f.batch, v);
+    /// Marks a runner failed and drops its uncollected fragments.
+    fn mark_failed(&mut self, runner_id: usize, reason: String, ready: &mut Vec<Fragment>) {
+        tracing::warn!(runner_id, %reason, "env runner failed");
+        let member = &mut self.members[runner_id - 1];
+        member.healthy = false;
+        member.in_flight = 0;
+        member.last_error = Some(reason);
+        self.metrics.num_env_runner_failures += 1;
+        let mut dropped_steps = 0;
+        let before = ready.len();
+        ready.retain(|f| {
+            let keep = f.runner_id != runner_id;
+            if !keep {
+                dropped_steps += f.batch.env_steps() as u64;
             }
-        }
-        m.policy_lag_mean = if fragments.is_empty() { 0.0 } else { lag / fragments.len() as f64 };
+            keep
+        });
+        self.metrics.num_fragments_dropped += (before - ready.len()) as u64;
+        self.metrics.num_env_steps_dropped += dropped_steps;
     }
 
-    /// Restarts unhealthy runners (RLlib's `restore_workers`), or says why it may not.
+    /// Mean policy lag of delivered fragments against the newest weights.
+    fn measure_lag(&mut self, fragments: &[Fragment]) {
+        let latest = self.metrics.latest_weights_version;
+        let lag: f64 = match latest {
+            Some(v) => fragments.iter().map(|f| policy_lag(&f.batch, v)).sum(),
+            None => 0.0,
+        };
+        self.metrics.policy_lag_mean =
+            if fragments.is_empty() { 0.0 } else { lag / fragments.len() as f64 };
+    }
+
+    /// Relaunches unhealthy runners (RLlib's `restore_workers`), or says why it may not.
     fn restore_failed(&mut self) -> Result<()> {
-        for idx in 0..self.runners.len() {
-            if self.runners[idx].healthy {
+        for idx in 0..self.members.len() {
+            if self.members[idx].healthy {
                 continue;
             }
-            let runner = &mut self.runners[idx];
+            let member = &mut self.members[idx];
             let (runner_id, reason) =
-                (runner.id, runner.last_error.clone().unwrap_or_else(|| "unknown".into()));
-            if !self.config.restart_failed_env_runners {
+                (member.id, member.last_error.clone().unwrap_or_else(|| "unknown".into()));
+            if !self.settings.restart_failed_env_runners {
                 return Err(SamplerError::EnvRunnerFailed { runner_id, reason });
             }
-            let max_restarts = self.config.max_num_env_runner_restarts;
+            let max_restarts = self.settings.max_num_env_runner_restarts;
             if self.metrics.num_env_runner_restarts >= max_restarts as u64 {
                 return Err(SamplerError::TooManyRestarts { runner_id, max_restarts, reason });
             }
             self.metrics.num_env_runner_restarts += 1;
-            runner.tokens = None;
-            if let Some(thread) = runner.thread.take() {
-                // The thread reported its failure and is ending; a panic outside the caught
-                // region would be a bug in this crate, and the failure is already recorded.
-                if let Err(payload) = thread.join() {
-                    tracing::error!(runner_id, reason = %panic_message(payload.as_ref()), "env runner thread panicked");
+            if let Some(mut handle) = member.handle.take() {
+                handle.send(RunnerRequest::Stop);
+                // The failure is recorded already; a panic that escaped the runner is a bug
+                // in the runner's transport, logged and not fatal.
+                if let Err(e) = handle.join() {
+                    tracing::error!(runner_id, error = %e, "env runner did not end cleanly");
                 }
             }
-            self.retired_weight_syncs.0 += runner.stats.weight_syncs.load(Ordering::Relaxed);
-            self.retired_weight_syncs.1 += runner.stats.weight_sync_nanos.load(Ordering::Relaxed);
-            let generation = runner.generation + 1;
-            match EnvRunner::new(&self.config, runner_id, &self.env_factory, &self.policy_factory) {
-                Ok(rebuilt) => {
-                    if let Some(w) = &self.latest_weights {
-                        rebuilt.publish_weights(Arc::clone(w));
-                    }
-                    let mut started = self.start(rebuilt, generation)?;
-                    started.last_error = Some(reason);
-                    tracing::info!(runner_id, generation, "env runner restarted");
-                    self.runners[idx] = started;
+            member.incarnation += 1;
+            let replies = ReplySender::new(runner_id, member.incarnation, self.replies_tx.clone());
+            let launched = match self.launcher.as_mut() {
+                Some(launcher) => launcher.launch(replies),
+                None => Err(SamplerError::InvalidConfig {
+                    field: "num_env_runners",
+                    reason: "the local runner cannot be restarted".into(),
+                }),
+            };
+            match launched {
+                Ok(handle) => {
+                    let cap = self.settings.max_requests_in_flight.get();
+                    let member = &mut self.members[idx];
+                    start_member(member, handle, self.latest_weights.as_ref(), cap);
+                    tracing::info!(
+                        runner_id,
+                        incarnation = member.incarnation,
+                        "env runner restarted"
+                    );
                 }
-                Err(e) => {
-                    // Stays unhealthy; the next `sample` call tries again while restarts remain.
-                    let runner = &mut self.runners[idx];
-                    runner.generation = generation;
-                    runner.last_error = Some(e.to_string());
-                    runner.stats = Arc::default();
-                }
+                // Stays unhealthy; the next `sample` call tries again while restarts remain.
+                Err(e) => self.members[idx].last_error = Some(e.to_string()),
             }
         }
         Ok(())
     }
 
-    /// Fire-and-forget weight sync: each listed runner (0 = local) loads `weights` before its
-    /// next fragment, unless it already holds a newer version. Unknown ids are ignored; runners
-    /// restarted later start from the newest weights given here.
+    /// Makes `weights` the newest weights without sending them: restarted runners start with
+    /// them, and the next [`sync_weights`](Self::sync_weights) sends them.
+    pub fn set_latest_weights(&mut self, weights: Arc<Weights>) {
+        self.metrics.latest_weights_version = Some(weights.version);
+        self.latest_weights = Some(weights);
+    }
+
+    /// The newest weights, if any were given.
+    pub fn latest_weights(&self) -> Option<&Arc<Weights>> {
+        self.latest_weights.as_ref()
+    }
+
+    /// Whether the newest weights differ from the last ones sent.
+    pub fn has_unsent_weights(&self) -> bool {
+        self.latest_weights.as_ref().is_some_and(|w| Some(w.version) != self.broadcast_version)
+    }
+
+    /// Fire-and-forget weight sync: makes `weights` the newest and sends them to each listed
+    /// runner (0 = local), which loads them before its next fragment. Unknown ids are ignored.
     pub fn sync_weights(&mut self, weights: Arc<Weights>, runner_ids: &[usize]) {
-        if self.latest_weights.as_ref().is_none_or(|w| w.version <= weights.version) {
-            self.metrics.latest_weights_version = Some(weights.version);
-            self.latest_weights = Some(Arc::clone(&weights));
-        }
+        self.set_latest_weights(weights);
+        self.send_latest_weights(runner_ids);
+    }
+
+    /// Sends the newest weights (if any) to each listed runner (0 = local).
+    pub fn send_latest_weights(&mut self, runner_ids: &[usize]) {
+        let Some(weights) = self.latest_weights.clone() else { return };
+        self.broadcast_version = Some(weights.version);
         for &id in runner_ids {
             if id == 0 {
-                if let Some(local) = &self.local {
-                    local.publish_weights(Arc::clone(&weights));
+                if let Some(local) = self.local.as_mut() {
+                    match local.set_weights(&weights) {
+                        Ok(()) => self.metrics.num_weight_syncs_applied += 1,
+                        // The local runner fails its next fragment the same way, which ends
+                        // training with the cause.
+                        Err(e) => tracing::warn!(error = %e, "local env runner rejected weights"),
+                    }
                 }
-            } else if let Some(runner) = self.runners.get(id - 1) {
-                runner.slot.publish(Arc::clone(&weights));
+            } else if let Some(handle) =
+                self.members.get_mut(id - 1).and_then(|m| m.handle.as_mut())
+            {
+                handle.send(RunnerRequest::SetWeights {
+                    weights: Arc::clone(&weights),
+                    sent: Instant::now(),
+                });
             }
         }
     }
 
-    /// Ids of the healthy runners (`[0]` when sampling on the driver thread).
+    /// Ids of the healthy runners (`[0]` when sampling on the calling thread).
     pub fn healthy_runner_ids(&self) -> Vec<usize> {
         if self.local.is_some() {
             return vec![0];
         }
-        self.runners.iter().filter(|r| r.healthy).map(|r| r.id).collect()
+        self.members.iter().filter(|m| m.healthy).map(|m| m.id).collect()
     }
 
-    /// Health, restarts and in-flight requests of every runner thread, by id.
+    /// Health, restarts and in-flight requests of every runner, by id.
     pub fn runner_states(&self) -> Vec<EnvRunnerState> {
-        self.runners
+        self.members
             .iter()
-            .map(|r| EnvRunnerState {
-                runner_id: r.id,
-                is_healthy: r.healthy,
-                num_restarts: r.generation,
-                num_in_flight_requests: r.in_flight,
-                last_error: r.last_error.clone(),
+            .map(|m| EnvRunnerState {
+                runner_id: m.id,
+                is_healthy: m.healthy,
+                num_restarts: m.incarnation,
+                num_in_flight_requests: m.in_flight,
+                last_error: m.last_error.clone(),
             })
             .collect()
     }
 
-    /// A snapshot of the sampler's counters.
+    /// A snapshot of the group's counters.
     pub fn metrics(&self) -> SamplerMetrics {
         let mut m = self.metrics.clone();
-        m.num_healthy_env_runners = self.runners.iter().filter(|r| r.healthy).count();
-        m.num_in_flight_requests = self.runners.iter().map(|r| r.in_flight).sum();
-        let local_stats = self.local.as_ref().map(EnvRunner::stats);
-        let (mut syncs, mut nanos) = self.retired_weight_syncs;
-        for stats in self.runners.iter().map(|r| &r.stats).chain(local_stats.as_ref()) {
-            syncs += stats.weight_syncs.load(Ordering::Relaxed);
-            nanos += stats.weight_sync_nanos.load(Ordering::Relaxed);
-        }
-        m.num_weight_syncs_applied = syncs;
-        m.weight_sync_latency_mean_s =
-            if syncs == 0 { 0.0 } else { nanos as f64 / syncs as f64 * 1e-9 };
+        m.num_healthy_env_runners = self.members.iter().filter(|r| r.healthy).count();
+        m.num_in_flight_requests = self.members.iter().map(|r| r.in_flight).sum();
+        m.weight_sync_latency_mean_s = if m.num_weight_syncs_applied == 0 {
+            0.0
+        } else {
+            self.weight_sync_seconds / m.num_weight_syncs_applied as f64
+        };
         m
     }
 
-    /// Stops and joins every runner thread; returns the first error a runner reported that
-    /// `sample` had not collected yet, or a thread's panic.
+    /// Stops every runner and waits for it; returns the first failure a runner reported that
+    /// `sample` had not collected yet, or one that escaped a runner.
     pub fn shutdown(mut self) -> Result<()> {
         self.stop_and_join()
     }
@@ -507,26 +539,27 @@ impl EnvRunnerGroup {
             return Ok(());
         }
         self.shut_down = true;
-        self.stop.store(true, Ordering::Relaxed);
-        for runner in &mut self.runners {
-            runner.tokens = None;
-        }
-        let mut first_error = None;
-        for runner in &mut self.runners {
-            if let Some(thread) = runner.thread.take() {
-                if let Err(payload) = thread.join() {
-                    first_error.get_or_insert(SamplerError::ThreadPanicked {
-                        thread: format!("env-runner-{}", runner.id),
-                        reason: panic_message(payload.as_ref()),
-                    });
-                }
+        let mut handles = Vec::new();
+        for member in &mut self.members {
+            if let Some(mut handle) = member.handle.take() {
+                handle.send(RunnerRequest::Stop);
+                handles.push(handle);
             }
         }
-        while let Ok(msg) = self.results_rx.try_recv() {
-            if let RunnerMsg::Failed { runner_id, generation, reason } = msg {
-                let runner = &self.runners[runner_id - 1];
-                if runner.generation == generation && runner.healthy {
-                    first_error.get_or_insert(SamplerError::EnvRunnerFailed { runner_id, reason });
+        let mut first_error = None;
+        for handle in handles {
+            if let Err(e) = handle.join() {
+                first_error.get_or_insert(e);
+            }
+        }
+        while let Ok(msg) = self.replies_rx.try_recv() {
+            if let RunnerReply::Failed(reason) = msg.reply {
+                let member = &self.members[msg.runner_id - 1];
+                if member.incarnation == msg.incarnation && member.healthy {
+                    first_error.get_or_insert(SamplerError::EnvRunnerFailed {
+                        runner_id: msg.runner_id,
+                        reason,
+                    });
                 }
             }
         }
@@ -534,52 +567,28 @@ impl EnvRunnerGroup {
     }
 }
 
+/// Makes `handle` the member's running incarnation: the newest weights first, then a full
+/// allowance of `cap` sample requests.
+fn start_member(
+    member: &mut Member,
+    mut handle: Box<dyn EnvRunnerHandle>,
+    latest_weights: Option<&Arc<Weights>>,
+    cap: usize,
+) {
+    if let Some(weights) = latest_weights {
+        handle
+            .send(RunnerRequest::SetWeights { weights: Arc::clone(weights), sent: Instant::now() });
+    }
+    // A runner that is already gone reports itself on the replies channel.
+    member.in_flight = (0..cap).filter(|_| handle.send(RunnerRequest::Sample)).count();
+    member.handle = Some(handle);
+    member.healthy = true;
+}
+
 impl Drop for EnvRunnerGroup {
     fn drop(&mut self) {
         if let Err(e) = self.stop_and_join() {
             tracing::error!(error = %e, "env runner group shut down with an error");
-        }
-    }
-}
-
-/// `now + seconds`, or `None` when that is too far away to represent (wait without a deadline).
-pub(crate) fn deadline_after(seconds: f64) -> Option<Instant> {
-    Duration::try_from_secs_f64(seconds).ok().and_then(|d| Instant::now().checked_add(d))
-}
-
-/// The next message, waiting until `deadline` (forever when `None`); `None` on timeout or when
-/// every sender is gone.
-pub(crate) fn receive_until<T>(rx: &Receiver<T>, deadline: Option<Instant>) -> Option<T> {
-    match deadline {
-        Some(deadline) => rx.recv_deadline(deadline).ok(),
-        None => rx.recv().ok(),
-    }
-}
-
-/// A runner thread: one fragment per request token until the tokens run out (the group dropped
-/// its sender) or the stop flag is set. Errors and panics are reported, then the thread ends.
-fn run_env_runner(
-    mut runner: EnvRunner,
-    generation: u64,
-    requests: &Receiver<()>,
-    results: &Sender<RunnerMsg>,
-    stop: &AtomicBool,
-) {
-    let runner_id = runner.runner_id();
-    while requests.recv().is_ok() {
-        if stop.load(Ordering::Relaxed) {
-            return;
-        }
-        let msg = match catch_unwind(AssertUnwindSafe(|| runner.sample())) {
-            Ok(Ok(fragment)) => RunnerMsg::Fragment { generation, fragment: Box::new(fragment) },
-            Ok(Err(e)) => RunnerMsg::Failed { runner_id, generation, reason: e.to_string() },
-            Err(payload) => {
-                RunnerMsg::Failed { runner_id, generation, reason: panic_message(payload.as_ref()) }
-            }
-        };
-        let failed = matches!(msg, RunnerMsg::Failed { .. });
-        if results.send(msg).is_err() || failed {
-            return;
         }
     }
 }

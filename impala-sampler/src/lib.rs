@@ -1,28 +1,30 @@
-//! Asynchronous env runners for IMPALA, with RLlib's sampling semantics: runner threads that each
-//! step `num_envs_per_env_runner` environments with their own policy copy ([`EnvRunner`]), an
-//! async manager with in-flight caps, collection timeouts, health tracking and restarts
-//! ([`EnvRunnerGroup`], RLlib's `EnvRunnerGroup` + `FaultTolerantActorManager`), versioned weight
-//! sync ([`EnvRunnerGroup::sync_weights`], [`WeightBroadcaster`]), and the mix-in replay +
-//! concatenation into train batches ([`TrainBatchBuilder`]) on the driver or on aggregation
-//! worker threads ([`AggregationWorkers`]), behind one API ([`TrainBatchAggregator`]).
+//! Asynchronous env runners for IMPALA, with RLlib's sampling semantics: env runners that each
+//! step `num_envs_per_env_runner` environments with their own policy copy ([`EnvRunner`]), and
+//! the group that drives them ([`EnvRunnerGroup`], RLlib's `EnvRunnerGroup` +
+//! `FaultTolerantActorManager`): in-flight caps, collection timeouts, health, restarts and
+//! versioned weight sync ([`WeightBroadcaster`]). The group talks to every runner through one
+//! message seam ([`RunnerRequest`] / [`RunnerReply`], started by an [`EnvRunnerLauncher`]):
+//! runner threads here ([`ThreadLauncher`]), and runners in other processes or hosts, plug in
+//! the same way. Sampled batches become train batches in one stage ([`TrainBatchBuilder`]:
+//! mix-in replay, on the driver or on [`AggregationWorkers`], then concatenation).
 //!
-//! The crate has no libtorch: it drives any [`impala_core::Policy`]. [`RandomPolicy`] and
-//! [`MlpPolicy`] are pure-Rust policies for debugging and benchmarks.
+//! The crate has no libtorch: it drives any [`impala_core::Policy`]. [`RandomPolicy`] is a
+//! pure-Rust policy for debugging. Its settings ([`EnvRunnerGroupSettings`],
+//! [`BatchingSettings`]) come from a validated config, or from `Default` plus fields.
 //!
-//! Departures from the lead's interface sketch, all small:
-//! - [`AggregationWorkers::submit`] returns `Result<(), SampleBatch>` and hands the batch back
-//!   when every worker is at `max_requests_in_flight_per_aggregator_worker` (RLlib silently
-//!   drops it there).
-//! - Time limits are the environments' own (Gymnasium's `TimeLimit`, which `impala_envs::make`
-//!   adds): runners step an [`impala_envs::VectorEnv`] and do not enforce
-//!   `EnvSpec::max_episode_steps` themselves. Custom env factories wrap with
-//!   `impala_envs::TimeLimit`.
+//! Time limits are the environments' own (Gymnasium's `TimeLimit`, which `impala_envs::make`
+//! adds): runners step an [`impala_envs::VectorEnv`] and do not enforce
+//! `EnvSpec::max_episode_steps` themselves. Custom env factories wrap with
+//! `impala_envs::TimeLimit`.
 //!
 //! ```
+//! use std::num::NonZeroUsize;
 //! use std::sync::Arc;
-//! use impala_config::ImpalaConfig;
 //! use impala_core::{CoreError, Env, EnvSpec, Policy, Space, StepOutcome};
-//! use impala_sampler::{EnvFactory, EnvRunnerGroup, PolicyFactory, RandomPolicy, TrainBatchBuilder};
+//! use impala_sampler::{
+//!     BatchingSettings, EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings, PolicyFactory,
+//!     RandomPolicy, TrainBatchBuilder,
+//! };
 //!
 //! /// Ten steps of reward 1, then a time-limit truncation.
 //! struct Walk { spec: EnvSpec, t: usize }
@@ -50,41 +52,51 @@
 //! let policies: PolicyFactory =
 //!     Arc::new(move |id| Ok(Box::new(RandomPolicy::new(&s2, id as u64)) as Box<dyn Policy>));
 //!
-//! let mut config = ImpalaConfig::default();
-//! config.num_env_runners = 0; // sample on this thread, like RLlib's local worker
-//! config.num_envs_per_env_runner = 4;
-//! config.rollout_fragment_length = 25;
-//! config.train_batch_size = 200;
-//! let mut group = EnvRunnerGroup::new(&config, envs, policies)?;
-//! let mut builder = TrainBatchBuilder::new(&config)?;
-//! let mut train_batches = Vec::new();
+//! let mut settings = EnvRunnerGroupSettings::default();
+//! settings.num_env_runners = 0; // sample on this thread, like RLlib's local worker
+//! settings.runner.num_envs = NonZeroUsize::new(4).ok_or("zero")?;
+//! settings.runner.rollout_fragment_length = NonZeroUsize::new(25).ok_or("zero")?;
+//! let batching =
+//!     BatchingSettings { train_batch_size: NonZeroUsize::new(200).ok_or("zero")?, ..Default::default() };
+//! let mut group = EnvRunnerGroup::new(&settings, envs, policies)?;
+//! let mut builder = TrainBatchBuilder::new(&batching)?;
+//! let (mut train_batches, mut episodes) = (Vec::new(), 0);
 //! while train_batches.is_empty() {
 //!     for fragment in group.sample()? {
+//!         episodes += fragment.episodes.len();
 //!         train_batches.extend(builder.add(fragment.batch)?);
 //!     }
 //! }
 //! assert_eq!(train_batches[0].env_steps(), 200);
-//! assert_eq!(group.metrics().num_episodes, 20); // 4 envs x 50 steps / 10 steps per episode
+//! assert_eq!(episodes, 20); // 4 envs x 50 steps / 10 steps per episode
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![deny(missing_docs)]
 
 mod aggregation;
-mod builder;
+mod batching;
 mod context;
 mod error;
 mod group;
 mod policies;
 mod runner;
+mod seam;
+mod settings;
+mod threads;
 mod weights;
 
-pub use aggregation::{AggregationWorkers, TrainBatchAggregator};
-pub use builder::TrainBatchBuilder;
+pub use aggregation::{AggregationWorkers, ReplayParts};
+pub use batching::TrainBatchBuilder;
 pub use context::{EnvContext, EnvFactory, PolicyFactory};
 pub use error::{Result, SamplerError};
 pub use group::{EnvRunnerGroup, EnvRunnerState, SamplerMetrics};
-pub use policies::{MlpPolicy, RandomPolicy};
+pub use policies::RandomPolicy;
 pub use runner::{EnvRunner, Fragment};
+pub use seam::{
+    serve, EnvRunnerHandle, EnvRunnerLauncher, ReplySender, RunnerMessage, RunnerReply,
+    RunnerRequest, ThreadLauncher,
+};
+pub use settings::{BatchingSettings, EnvRunnerGroupSettings, EnvRunnerSettings};
 pub use weights::{policy_lag, WeightBroadcaster};
 
 /// The README's snippet, compiled and run as a doctest.

@@ -1,17 +1,14 @@
 //! One env runner: `num_envs_per_env_runner` environments and one policy copy, stepped together.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use impala_config::ImpalaConfig;
 use impala_core::{
     EnvSpec, EpisodeStats, Policy, PolicyInput, PolicyOutput, SampleBatch, Space, Weights,
 };
 use impala_envs::VectorEnv;
 
-use crate::weights::WeightSlot;
-use crate::{EnvContext, EnvFactory, PolicyFactory, Result, SamplerError};
+use crate::{EnvContext, EnvFactory, EnvRunnerSettings, PolicyFactory, Result, SamplerError};
 
 /// One sample result from a runner: `num_envs_per_env_runner` rows of `rollout_fragment_length`
 /// steps (RLlib's `RolloutWorker.sample()` output).
@@ -25,18 +22,9 @@ pub struct Fragment {
     pub episodes: Vec<EpisodeStats>,
 }
 
-/// Counters a runner shares with its group (read without stopping the runner).
-#[derive(Debug, Default)]
-pub(crate) struct RunnerStats {
-    /// Weight snapshots applied to the policy.
-    pub(crate) weight_syncs: AtomicU64,
-    /// Sum of the delays from publication to application, in nanoseconds.
-    pub(crate) weight_sync_nanos: AtomicU64,
-}
-
 /// RLlib's `RolloutWorker` / `SingleAgentEnvRunner`: owns `num_envs_per_env_runner` envs and one
 /// policy copy, steps all envs with one batched inference call per step and returns time-major
-/// fragments. Between fragments it loads the newest published weights.
+/// fragments. The group gives it new weights between fragments ([`EnvRunner::set_weights`]).
 ///
 /// Per step it writes straight into the fragment's buffers; the only allocations are the
 /// fragment itself (once per fragment) and the values of truncated episodes' final observations.
@@ -48,9 +36,9 @@ pub(crate) struct RunnerStats {
 ///
 /// ```
 /// use std::sync::Arc;
-/// use impala_config::ImpalaConfig;
+/// use std::num::NonZeroUsize;
 /// use impala_core::{CoreError, Env, EnvSpec, Space, StepOutcome};
-/// use impala_sampler::{EnvFactory, EnvRunner, PolicyFactory, RandomPolicy};
+/// use impala_sampler::{EnvFactory, EnvRunner, EnvRunnerSettings, PolicyFactory, RandomPolicy};
 ///
 /// /// A corridor: the episode terminates after 3 steps.
 /// struct Corridor { spec: EnvSpec, pos: usize }
@@ -80,10 +68,12 @@ pub(crate) struct RunnerStats {
 /// let policy_factory: PolicyFactory = Arc::new(move |id| {
 ///     Ok(Box::new(RandomPolicy::new(&spec, id as u64)) as Box<dyn impala_core::Policy>)
 /// });
-/// let mut config = ImpalaConfig::default();
-/// config.num_envs_per_env_runner = 2;
-/// config.rollout_fragment_length = 4;
-/// let mut runner = EnvRunner::new(&config, 0, &env_factory, &policy_factory)?;
+/// let settings = EnvRunnerSettings {
+///     num_envs: NonZeroUsize::new(2).ok_or("zero")?,
+///     rollout_fragment_length: NonZeroUsize::new(4).ok_or("zero")?,
+///     ..EnvRunnerSettings::default()
+/// };
+/// let mut runner = EnvRunner::new(&settings, 0, &env_factory, &policy_factory)?;
 /// let fragment = runner.sample()?;
 /// assert_eq!(fragment.batch.env_steps(), 8);
 /// assert_eq!(fragment.episodes.len(), 2); // each env finished one 3-step episode
@@ -111,9 +101,6 @@ pub struct EnvRunner {
     final_state: Vec<f32>,
     /// Whether the envs were reset once (the first fragment resets them, seeded).
     started: bool,
-    weights: Arc<WeightSlot>,
-    seen_publications: u64,
-    stats: Arc<RunnerStats>,
 }
 
 impl std::fmt::Debug for EnvRunner {
@@ -128,36 +115,25 @@ impl std::fmt::Debug for EnvRunner {
 }
 
 impl EnvRunner {
-    /// Builds runner `runner_id` (0 = local): `num_envs_per_env_runner` envs from `env_factory`,
+    /// Builds runner `runner_id` (0 = local): `settings.num_envs` envs from `env_factory`,
     /// vectorised with auto-reset, and one policy from `policy_factory`. All envs must share
     /// their spaces. Time limits are the envs' own (`impala_envs::make` adds `TimeLimit`).
     pub fn new(
-        config: &ImpalaConfig,
+        settings: &EnvRunnerSettings,
         runner_id: usize,
         env_factory: &EnvFactory,
         policy_factory: &PolicyFactory,
     ) -> Result<Self> {
-        let num_envs = config.num_envs_per_env_runner;
-        if num_envs == 0 {
-            return Err(SamplerError::InvalidConfig {
-                field: "num_envs_per_env_runner",
-                reason: "must be at least 1".into(),
-            });
-        }
-        if config.rollout_fragment_length == 0 {
-            return Err(SamplerError::InvalidConfig {
-                field: "rollout_fragment_length",
-                reason: "must be at least 1".into(),
-            });
-        }
+        let num_envs = settings.num_envs.get();
         let mut envs = Vec::with_capacity(num_envs);
         for env_index in 0..num_envs {
-            let ctx = EnvContext::new(runner_id, env_index, config.seed, config.env_config.clone());
+            let ctx =
+                EnvContext::new(runner_id, env_index, settings.seed, settings.env_config.clone());
             envs.push(env_factory(&ctx)?);
         }
         // VectorEnv seeds env i with `seed + i` on its first reset: with the runner's base seed
         // that is exactly each env's `EnvContext::seed`.
-        let base_seed = EnvContext::new(runner_id, 0, config.seed, BTreeMap::new()).seed;
+        let base_seed = EnvContext::new(runner_id, 0, settings.seed, BTreeMap::new()).seed;
         let envs = VectorEnv::new(envs, base_seed)?;
         let spec = envs.envs()[0].spec().clone();
         let policy = policy_factory(runner_id)?;
@@ -168,10 +144,10 @@ impl EnvRunner {
             runner_id,
             envs,
             policy,
-            fragment_len: config.rollout_fragment_length,
-            clip_rewards: config.clip_rewards,
-            clip_actions: config.clip_actions,
-            explore: true,
+            fragment_len: settings.rollout_fragment_length.get(),
+            clip_rewards: settings.clip_rewards,
+            clip_actions: settings.clip_actions,
+            explore: settings.explore,
             obs_dim,
             state_dim,
             state: vec![0.0; num_envs * state_dim],
@@ -181,9 +157,6 @@ impl EnvRunner {
             final_obs: vec![0.0; num_envs * obs_dim],
             final_state: vec![0.0; num_envs * state_dim],
             started: false,
-            weights: Arc::default(),
-            seen_publications: 0,
-            stats: Arc::default(),
             spec,
         })
     }
@@ -198,38 +171,14 @@ impl EnvRunner {
         self.runner_id
     }
 
-    /// Sample actions (`true`, the default) or act greedily (evaluation with `explore=False`).
-    pub fn set_explore(&mut self, explore: bool) {
-        self.explore = explore;
-    }
-
-    /// Offers weights to this runner; they are loaded before the next fragment (newest wins).
-    pub fn publish_weights(&self, weights: Arc<Weights>) {
-        self.weights.publish(weights);
+    /// Acts with `weights` from the next fragment on.
+    pub fn set_weights(&mut self, weights: &Arc<Weights>) -> Result<()> {
+        Ok(self.policy.set_weights(weights)?)
     }
 
     /// The version of the weights the policy acts with now.
     pub fn weights_version(&self) -> u64 {
         self.policy.weights_version()
-    }
-
-    pub(crate) fn weight_slot(&self) -> Arc<WeightSlot> {
-        Arc::clone(&self.weights)
-    }
-
-    pub(crate) fn stats(&self) -> Arc<RunnerStats> {
-        Arc::clone(&self.stats)
-    }
-
-    /// Loads the newest published weights, if any arrived since the last fragment.
-    fn apply_new_weights(&mut self) -> Result<()> {
-        if let Some((weights, published)) = self.weights.take_newer(&mut self.seen_publications) {
-            self.policy.set_weights(&weights)?;
-            let nanos = u64::try_from(published.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            self.stats.weight_syncs.fetch_add(1, Ordering::Relaxed);
-            self.stats.weight_sync_nanos.fetch_add(nanos, Ordering::Relaxed);
-        }
-        Ok(())
     }
 
     fn check_output(&self) -> Result<()> {
@@ -255,7 +204,6 @@ impl EnvRunner {
 
     /// Steps every env `rollout_fragment_length` times and returns the fragment.
     pub fn sample(&mut self) -> Result<Fragment> {
-        self.apply_new_weights()?;
         if !self.started {
             self.envs.reset()?;
             self.started = true;

@@ -1,44 +1,9 @@
-//! Weight sync: the per-runner mailbox the driver publishes into, and RLlib's
-//! `update_workers_if_necessary` bookkeeping.
+//! RLlib's `update_workers_if_necessary` bookkeeping (its `BroadcastUpdateLearnerWeights`
+//! step), and the policy-lag measure.
 
 use std::collections::BTreeSet;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Instant;
 
-use impala_core::{SampleBatch, Weights};
-
-/// A one-slot mailbox of the newest weights for one runner. Publishing overwrites (newest version
-/// wins); the runner checks an atomic counter between fragments and only locks when it moved.
-#[derive(Debug, Default)]
-pub(crate) struct WeightSlot {
-    /// Bumped on every accepted publication.
-    publications: AtomicU64,
-    /// The newest weights and when they were published.
-    newest: Mutex<Option<(Arc<Weights>, Instant)>>,
-}
-
-impl WeightSlot {
-    /// Offers `weights`; ignored when the slot already holds a newer version.
-    pub(crate) fn publish(&self, weights: Arc<Weights>) {
-        let mut newest = self.newest.lock().unwrap_or_else(PoisonError::into_inner);
-        if newest.as_ref().is_some_and(|(w, _)| w.version > weights.version) {
-            return;
-        }
-        *newest = Some((weights, Instant::now()));
-        self.publications.fetch_add(1, Ordering::Release);
-    }
-
-    /// The newest weights if something was published since `seen` (which is updated).
-    pub(crate) fn take_newer(&self, seen: &mut u64) -> Option<(Arc<Weights>, Instant)> {
-        let now = self.publications.load(Ordering::Acquire);
-        if now == *seen {
-            return None;
-        }
-        *seen = now;
-        self.newest.lock().unwrap_or_else(PoisonError::into_inner).clone()
-    }
-}
+use impala_core::SampleBatch;
 
 /// RLlib's `update_workers_if_necessary` bookkeeping (old API stack): count training steps since
 /// the last broadcast, remember which runners returned samples since then, and broadcast to
@@ -46,20 +11,22 @@ impl WeightSlot {
 /// weights. Runners that sent nothing keep their weights until they do (they are not sampling
 /// with them anyway), as in the seed's `workers_that_need_updates` set.
 ///
+/// The caller counts the broadcasts (RLlib's `num_weight_broadcasts`), one per `Some`.
+///
 /// ```
 /// use impala_sampler::WeightBroadcaster;
 /// let mut b = WeightBroadcaster::new(2);
 /// assert_eq!(b.step(&[1, 3], true), None); // 1 step since the last broadcast < 2
 /// assert_eq!(b.step(&[2], true), Some(vec![1, 2, 3]));
 /// assert_eq!(b.step(&[], true), None); // nobody returned samples
-/// assert_eq!(b.num_weight_broadcasts(), 1);
 /// ```
+#[doc(alias = "BroadcastUpdateLearnerWeights")]
+#[doc(alias = "update_workers_if_necessary")]
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct WeightBroadcaster {
     broadcast_interval: usize,
     steps_since_broadcast: usize,
     need_updates: BTreeSet<usize>,
-    num_weight_broadcasts: u64,
 }
 
 impl WeightBroadcaster {
@@ -69,7 +36,6 @@ impl WeightBroadcaster {
             broadcast_interval: broadcast_interval.max(1),
             steps_since_broadcast: 0,
             need_updates: BTreeSet::new(),
-            num_weight_broadcasts: 0,
         }
     }
 
@@ -90,13 +56,14 @@ impl WeightBroadcaster {
             return None;
         }
         self.steps_since_broadcast = 0;
-        self.num_weight_broadcasts += 1;
         Some(std::mem::take(&mut self.need_updates).into_iter().collect())
     }
 
-    /// How many broadcasts happened (RLlib's `num_weight_broadcasts` counter).
-    pub fn num_weight_broadcasts(&self) -> u64 {
-        self.num_weight_broadcasts
+    /// Whether the next [`step`](Self::step) may broadcast (enough steps will have passed):
+    /// the moment to ask the learner for a weights snapshot, so it copies its weights only
+    /// when they will be sent.
+    pub fn due_at_next_step(&self) -> bool {
+        self.steps_since_broadcast + 1 >= self.broadcast_interval
     }
 }
 
@@ -122,22 +89,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn slot_keeps_the_newest_version() {
-        let slot = WeightSlot::default();
-        let mut seen = 0;
-        assert!(slot.take_newer(&mut seen).is_none());
-        slot.publish(Arc::new(Weights::new(5, vec![])));
-        slot.publish(Arc::new(Weights::new(3, vec![])));
-        let got = slot.take_newer(&mut seen).map(|(w, _)| w.version);
-        assert_eq!(got, Some(5));
-        assert!(slot.take_newer(&mut seen).is_none());
-    }
-
-    #[test]
     fn broadcaster_waits_for_new_weights_and_keeps_needers() {
         let mut b = WeightBroadcaster::new(1);
         assert_eq!(b.step(&[2], false), None);
         assert_eq!(b.step(&[1], true), Some(vec![1, 2]));
-        assert_eq!(b.num_weight_broadcasts(), 1);
+        assert_eq!(b.step(&[], true), None);
     }
 }

@@ -3,45 +3,71 @@
 use std::collections::BTreeSet;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use impala_core::Weights;
-use impala_sampler::{policy_lag, EnvRunnerGroup, Fragment, Result, WeightBroadcaster};
+use impala_sampler::{policy_lag, EnvRunnerGroup, Fragment, WeightBroadcaster};
 
-use crate::support::{config, counting_policies, EnvSetup};
+use crate::support::{
+    counting_policies, nz, reporting_policies, settings, wait_for_calls, Deadline, EnvSetup,
+    Sampled, TestResult,
+};
 
-/// Samples until at least `n` fragments arrived (each call waits up to the config's timeout).
-fn collect(group: &mut EnvRunnerGroup, n: usize) -> Result<Vec<Fragment>> {
+/// Samples until at least `n` fragments arrived (each call waits up to the settings' timeout).
+fn collect(group: &mut EnvRunnerGroup, n: usize) -> TestResult<Vec<Fragment>> {
+    let deadline = Deadline::start();
     let mut out = Vec::new();
     while out.len() < n {
+        deadline.check(&format!("{n} fragments"))?;
         out.extend(group.sample()?);
     }
     Ok(out)
 }
 
+/// Samples until `done` holds for every fragment of the call's output in turn; returns all of
+/// them.
+fn sample_until(
+    group: &mut EnvRunnerGroup,
+    what: &str,
+    mut done: impl FnMut(&Fragment) -> bool,
+) -> TestResult<Vec<Fragment>> {
+    let deadline = Deadline::start();
+    let mut out: Vec<Fragment> = Vec::new();
+    loop {
+        deadline.check(what)?;
+        let got = group.sample()?;
+        let finished = got.iter().fold(false, |finished, f| done(f) || finished);
+        out.extend(got);
+        if finished {
+            return Ok(out);
+        }
+    }
+}
+
 #[test]
-fn local_runner_samples_on_the_calling_thread() -> Result<()> {
+fn local_runner_samples_on_the_calling_thread() -> TestResult {
     let setup = EnvSetup::default();
-    let mut group = EnvRunnerGroup::new(&config(0, 2, 5), setup.factory(), counting_policies())?;
+    let mut group = EnvRunnerGroup::new(&settings(0, 2, 5), setup.factory(), counting_policies())?;
     let fragments = group.sample()?;
     assert_eq!(fragments.len(), 1);
     assert_eq!(fragments[0].runner_id, 0);
     assert_eq!(group.healthy_runner_ids(), vec![0]);
-    let m = group.metrics();
-    assert_eq!((m.num_env_steps_sampled, m.num_fragments_sampled, m.num_episodes), (10, 1, 2));
+    let s = Sampled::of(&fragments);
+    assert_eq!((s.env_steps, s.fragments, s.episodes), (10, 1, 2));
     assert_eq!(group.env_spec().id, "TestEnv");
     group.sync_weights(Arc::new(Weights::new(2, vec![])), &[0]);
     assert_eq!(group.sample()?[0].batch.weights_version, vec![2, 2]);
     assert_eq!(group.metrics().num_weight_syncs_applied, 1);
-    group.shutdown()
+    Ok(group.shutdown()?)
 }
 
 #[test]
-fn each_runner_holds_at_most_max_requests_in_flight() -> Result<()> {
+fn each_runner_holds_at_most_max_requests_in_flight() -> TestResult {
     let setup = EnvSetup::default();
-    let mut cfg = config(2, 3, 4);
-    cfg.max_requests_in_flight_per_sampler_worker = 2;
-    cfg.timeout_s_sampler_manager = 10.0; // waits until every request in flight returned
-    let mut group = EnvRunnerGroup::new(&cfg, setup.factory(), counting_policies())?;
+    let mut s = settings(2, 3, 4);
+    s.max_requests_in_flight = nz(2);
+    s.sample_timeout = Some(Duration::from_secs(10)); // waits until every request in flight returned
+    let mut group = EnvRunnerGroup::new(&s, setup.factory(), counting_policies())?;
     assert_eq!(group.metrics().num_in_flight_requests, 4);
     let fragments = group.sample()?;
     // Exactly the two requests of each runner came back, and each got two new ones.
@@ -50,20 +76,23 @@ fn each_runner_holds_at_most_max_requests_in_flight() -> Result<()> {
     assert_eq!(group.metrics().num_in_flight_requests, 4);
     // Runners never ran ahead of their requests: 4 delivered + at most 4 in flight.
     assert!(setup.steps.load(Ordering::Relaxed) <= 8 * 3 * 4);
-    assert_eq!(group.sample()?.len(), 4);
-    let m = group.metrics();
-    assert_eq!(m.num_env_steps_sampled, 8 * 3 * 4);
-    assert_eq!(m.num_healthy_env_runners, 2);
-    group.shutdown()
+    let second = group.sample()?;
+    assert_eq!(second.len(), 4);
+    let sampled = Sampled::of(&[fragments, second].concat());
+    assert_eq!(sampled.env_steps, 8 * 3 * 4);
+    assert_eq!(group.metrics().num_healthy_env_runners, 2);
+    Ok(group.shutdown()?)
 }
 
 #[test]
-fn zero_timeout_returns_only_what_is_ready() -> Result<()> {
+fn zero_timeout_returns_only_what_is_ready() -> TestResult {
     let setup = EnvSetup::default();
-    let mut group = EnvRunnerGroup::new(&config(2, 2, 5), setup.factory(), counting_policies())?;
+    let mut group = EnvRunnerGroup::new(&settings(2, 2, 5), setup.factory(), counting_policies())?;
     // Busy-polls with a zero timeout until both runners delivered and 10 fragments arrived.
     let mut fragments = collect(&mut group, 10)?;
+    let deadline = Deadline::start();
     while fragments.iter().all(|f| f.runner_id == fragments[0].runner_id) {
+        deadline.check("fragments of both runners")?;
         fragments.extend(group.sample()?);
     }
     // Rows from the same env continue each other: consecutive fragments of one runner and env
@@ -80,33 +109,45 @@ fn zero_timeout_returns_only_what_is_ready() -> Result<()> {
         }
     }
     assert_eq!(last.len(), 4);
-    group.shutdown()
+    Ok(group.shutdown()?)
 }
 
 #[test]
-fn weights_reach_the_runners_they_are_sent_to() -> Result<()> {
+fn weights_reach_the_runners_they_are_sent_to() -> TestResult {
     let setup = EnvSetup::default();
-    let mut cfg = config(2, 1, 5);
-    cfg.timeout_s_sampler_manager = 1.0;
-    let mut group = EnvRunnerGroup::new(&cfg, setup.factory(), counting_policies())?;
+    let mut s = settings(2, 1, 5);
+    s.sample_timeout = Some(Duration::from_secs(1));
+    let mut group = EnvRunnerGroup::new(&s, setup.factory(), counting_policies())?;
     let mut broadcaster = WeightBroadcaster::new(1);
     // Only runner 2 gets version 3.
     let _ = collect(&mut group, 1)?;
     group.sync_weights(Arc::new(Weights::new(3, vec![])), &[2]);
     let mut seen = BTreeSet::new();
+    let deadline = Deadline::start();
     while !seen.contains(&(2, 3)) {
+        deadline.check("a fragment of runner 2 with version 3")?;
         for f in group.sample()? {
             assert!(f.runner_id == 2 || f.batch.weights_version[0] == 0);
             seen.insert((f.runner_id, f.batch.weights_version[0]));
         }
     }
-    // The broadcaster sends version 4 to everyone that returned samples.
+    // The broadcaster sends version 4 to everyone that returned samples; the caller counts
+    // the broadcasts (one per `Some`).
+    let mut num_weight_broadcasts = 0;
     let returned: Vec<usize> = group.sample()?.iter().map(|f| f.runner_id).collect();
-    let ids = broadcaster.step(&returned, true).unwrap_or_default();
+    let ids = match broadcaster.step(&returned, true) {
+        Some(ids) => {
+            num_weight_broadcasts += 1;
+            ids
+        }
+        None => Vec::new(),
+    };
     assert!(!ids.is_empty());
     group.sync_weights(Arc::new(Weights::new(4, vec![])), &ids);
     let mut fresh = BTreeSet::new();
+    let deadline = Deadline::start();
     while fresh.len() < ids.len() {
+        deadline.check("fragments with version 4 from every runner it was sent to")?;
         for f in group.sample()? {
             if f.batch.weights_version[0] == 4 {
                 fresh.insert(f.runner_id);
@@ -118,14 +159,130 @@ fn weights_reach_the_runners_they_are_sent_to() -> Result<()> {
     assert_eq!(m.latest_weights_version, Some(4));
     assert!(m.num_weight_syncs_applied > ids.len() as u64);
     assert!(m.weight_sync_latency_mean_s > 0.0);
-    assert_eq!(broadcaster.num_weight_broadcasts(), 1);
-    group.shutdown()
+    assert_eq!(num_weight_broadcasts, 1);
+    Ok(group.shutdown()?)
+}
+
+/// Restoring an older checkpoint: the newest message wins, whatever its version.
+#[test]
+fn an_older_version_sent_later_is_applied() -> TestResult {
+    let setup = EnvSetup::default();
+    let mut s = settings(2, 1, 5);
+    s.sample_timeout = Some(Duration::from_secs(1));
+    let mut group = EnvRunnerGroup::new(&s, setup.factory(), counting_policies())?;
+    for version in [5, 3] {
+        group.sync_weights(Arc::new(Weights::new(version, vec![])), &[1, 2]);
+        assert_eq!(group.latest_weights().map(|w| w.version), Some(version));
+        let mut fresh = BTreeSet::new();
+        sample_until(&mut group, &format!("version {version} from both runners"), |f| {
+            if f.batch.weights_version[0] == version {
+                fresh.insert(f.runner_id);
+            }
+            fresh.len() == 2
+        })?;
+    }
+    // Once a runner acted with version 3, it keeps it.
+    let later = collect(&mut group, 4)?;
+    assert!(later.iter().all(|f| f.batch.weights_version == vec![3]), "{later:?}");
+    assert_eq!(group.metrics().latest_weights_version, Some(3));
+    group.shutdown()?;
+
+    // The local runner loads what it is given, too.
+    let mut local = EnvRunnerGroup::new(&settings(0, 1, 5), setup.factory(), counting_policies())?;
+    local.sync_weights(Arc::new(Weights::new(5, vec![])), &[0]);
+    assert_eq!(local.sample()?[0].batch.weights_version, vec![5]);
+    local.sync_weights(Arc::new(Weights::new(3, vec![])), &[0]);
+    assert_eq!(local.sample()?[0].batch.weights_version, vec![3]);
+    Ok(local.shutdown()?)
 }
 
 #[test]
-fn dropping_the_group_joins_blocked_runners() -> Result<()> {
+fn latest_weights_are_kept_until_sent() -> TestResult {
     let setup = EnvSetup::default();
-    let group = EnvRunnerGroup::new(&config(3, 2, 5), setup.factory(), counting_policies())?;
+    let mut s = settings(1, 1, 5);
+    s.sample_timeout = Some(Duration::from_secs(1));
+    let mut group = EnvRunnerGroup::new(&s, setup.factory(), counting_policies())?;
+    assert!(group.latest_weights().is_none());
+    assert!(!group.has_unsent_weights());
+    group.set_latest_weights(Arc::new(Weights::new(1, vec![])));
+    assert!(group.has_unsent_weights());
+    assert_eq!(group.metrics().latest_weights_version, Some(1));
+    // Not sent: the runner goes on with its own weights.
+    let before = collect(&mut group, 3)?;
+    assert!(before.iter().all(|f| f.batch.weights_version == vec![0]));
+    group.send_latest_weights(&[1]);
+    assert!(!group.has_unsent_weights());
+    sample_until(&mut group, "version 1", |f| f.batch.weights_version == vec![1])?;
+    // The same version again is nothing new; a new one is.
+    group.sync_weights(Arc::new(Weights::new(1, vec![])), &[1]);
+    assert!(!group.has_unsent_weights());
+    group.set_latest_weights(Arc::new(Weights::new(2, vec![])));
+    assert!(group.has_unsent_weights());
+    Ok(group.shutdown()?)
+}
+
+#[test]
+fn weight_syncs_applied_are_counted_for_threads_and_the_local_runner() -> TestResult {
+    let setup = EnvSetup::default();
+    let mut s = settings(2, 1, 5);
+    s.sample_timeout = Some(Duration::from_secs(1));
+    let mut group = EnvRunnerGroup::new(&s, setup.factory(), counting_policies())?;
+    assert_eq!(group.metrics().num_weight_syncs_applied, 0);
+    group.sync_weights(Arc::new(Weights::new(1, vec![])), &[1, 2]);
+    let mut fresh = BTreeSet::new();
+    sample_until(&mut group, "version 1 from both runners", |f| {
+        if f.batch.weights_version == vec![1] {
+            fresh.insert(f.runner_id);
+        }
+        fresh.len() == 2
+    })?;
+    // A runner reports loading weights before it samples with them.
+    let m = group.metrics();
+    assert_eq!(m.num_weight_syncs_applied, 2);
+    assert!(m.weight_sync_latency_mean_s > 0.0);
+    group.sync_weights(Arc::new(Weights::new(2, vec![])), &[2]);
+    sample_until(&mut group, "version 2 from runner 2", |f| {
+        f.runner_id == 2 && f.batch.weights_version == vec![2]
+    })?;
+    assert_eq!(group.metrics().num_weight_syncs_applied, 3);
+    group.shutdown()?;
+
+    let mut local = EnvRunnerGroup::new(&settings(0, 1, 5), setup.factory(), counting_policies())?;
+    local.sync_weights(Arc::new(Weights::new(1, vec![])), &[0]);
+    assert_eq!(local.metrics().num_weight_syncs_applied, 1);
+    local.sync_weights(Arc::new(Weights::new(2, vec![])), &[0, 7]); // 7: unknown, ignored
+    assert_eq!(local.metrics().num_weight_syncs_applied, 2);
+    assert_eq!(local.sample()?[0].batch.weights_version, vec![2]);
+    Ok(local.shutdown()?)
+}
+
+#[test]
+fn syncs_sent_before_the_next_fragment_are_applied_once_newest_message_first() -> TestResult {
+    let setup = EnvSetup::default();
+    let mut s = settings(1, 1, 5);
+    s.max_requests_in_flight = nz(1);
+    s.sample_timeout = Some(Duration::from_secs(10));
+    let (events_tx, events) = crossbeam_channel::unbounded();
+    let mut group = EnvRunnerGroup::new(&s, setup.factory(), reporting_policies(events_tx))?;
+    // The runner started its only requested fragment: it gets no other request until `sample`
+    // collects this one, so the three syncs all wait for the fragment after it.
+    wait_for_calls(&events, 1, 1)?;
+    for version in [1, 3, 2] {
+        group.sync_weights(Arc::new(Weights::new(version, vec![])), &[1]);
+    }
+    let first = group.sample()?;
+    assert_eq!(first.iter().map(|f| f.batch.weights_version[0]).collect::<Vec<_>>(), vec![0]);
+    let second = group.sample()?;
+    // The newest message wins (version 2), not the highest version, and it is loaded once.
+    assert_eq!(second.iter().map(|f| f.batch.weights_version[0]).collect::<Vec<_>>(), vec![2]);
+    assert_eq!(group.metrics().num_weight_syncs_applied, 1);
+    Ok(group.shutdown()?)
+}
+
+#[test]
+fn dropping_the_group_joins_blocked_runners() -> TestResult {
+    let setup = EnvSetup::default();
+    let group = EnvRunnerGroup::new(&settings(3, 2, 5), setup.factory(), counting_policies())?;
     // Runners fill their requests and block; dropping must not hang.
     drop(group);
     let after = setup.steps.load(Ordering::Relaxed);

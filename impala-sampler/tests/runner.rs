@@ -2,16 +2,18 @@
 
 use std::sync::Arc;
 
+use impala_config::{ConfigError, ImpalaConfig};
 use impala_core::{CoreError, Policy, PolicyInput, PolicyOutput, Weights};
-use impala_sampler::{EnvRunner, PolicyFactory, Result, SamplerError};
+use impala_sampler::{EnvRunner, EnvRunnerSettings, PolicyFactory, Result, SamplerError};
 
-use crate::support::{config, counting_policies, EnvSetup};
+use crate::support::{counting_policies, runner_settings, EnvSetup, TestResult};
 
 #[test]
 fn fragments_are_time_major_with_episode_boundaries() -> Result<()> {
     // 3 envs, episodes terminate after 4 steps, fragments of 5 steps.
     let setup = EnvSetup::default();
-    let mut runner = EnvRunner::new(&config(0, 3, 5), 0, &setup.factory(), &counting_policies())?;
+    let mut runner =
+        EnvRunner::new(&runner_settings(3, 5), 0, &setup.factory(), &counting_policies())?;
     let f = runner.sample()?;
     let b = &f.batch;
     b.validate()?;
@@ -45,7 +47,8 @@ fn truncation_stores_the_value_of_the_final_observation() -> Result<()> {
     // The spec's time limit (3 steps) truncates episodes that never terminate.
     let setup =
         EnvSetup { max_episode_steps: Some(3), terminate_after: None, ..EnvSetup::default() };
-    let mut runner = EnvRunner::new(&config(0, 2, 4), 0, &setup.factory(), &counting_policies())?;
+    let mut runner =
+        EnvRunner::new(&runner_settings(2, 4), 0, &setup.factory(), &counting_policies())?;
     let f = runner.sample()?;
     let b = &f.batch;
     for row in 0..2 {
@@ -68,7 +71,8 @@ fn recurrent_state_is_carried_and_zeroed_at_episode_start() -> Result<()> {
     // One env, episodes of 4 steps, fragments of 3: CountingPolicy's state counts the steps
     // since the episode started, and it reports the state it was given as vf_preds.
     let setup = EnvSetup::default();
-    let mut runner = EnvRunner::new(&config(0, 1, 3), 0, &setup.factory(), &counting_policies())?;
+    let mut runner =
+        EnvRunner::new(&runner_settings(1, 3), 0, &setup.factory(), &counting_policies())?;
     let f1 = runner.sample()?;
     let f2 = runner.sample()?;
     let f3 = runner.sample()?;
@@ -85,8 +89,7 @@ fn recurrent_state_is_carried_and_zeroed_at_episode_start() -> Result<()> {
 #[test]
 fn rewards_are_clipped_but_returns_are_not() -> Result<()> {
     let setup = EnvSetup { reward: 5.0, ..EnvSetup::default() };
-    let mut cfg = config(0, 1, 4);
-    cfg.clip_rewards = Some(1.0);
+    let cfg = EnvRunnerSettings { clip_rewards: Some(1.0), ..runner_settings(1, 4) };
     let mut runner = EnvRunner::new(&cfg, 0, &setup.factory(), &counting_policies())?;
     let f = runner.sample()?;
     assert!(f.batch.rewards.iter().all(|&r| r == 1.0));
@@ -97,8 +100,7 @@ fn rewards_are_clipped_but_returns_are_not() -> Result<()> {
 #[test]
 fn envs_are_seeded_once_by_runner_and_index() -> Result<()> {
     let setup = EnvSetup::default();
-    let mut cfg = config(0, 2, 5);
-    cfg.seed = Some(10);
+    let cfg = EnvRunnerSettings { seed: Some(10), ..runner_settings(2, 5) };
     let mut runner = EnvRunner::new(&cfg, 3, &setup.factory(), &counting_policies())?;
     runner.sample()?;
     let seeds = setup
@@ -112,14 +114,19 @@ fn envs_are_seeded_once_by_runner_and_index() -> Result<()> {
 }
 
 #[test]
-fn weights_published_before_a_fragment_are_used_in_it() -> Result<()> {
+fn weights_set_before_a_fragment_are_used_in_it() -> Result<()> {
     let setup = EnvSetup::default();
-    let mut runner = EnvRunner::new(&config(0, 2, 3), 0, &setup.factory(), &counting_policies())?;
+    let mut runner =
+        EnvRunner::new(&runner_settings(2, 3), 0, &setup.factory(), &counting_policies())?;
     assert_eq!(runner.sample()?.batch.weights_version, vec![0, 0]);
-    runner.publish_weights(Arc::new(Weights::new(7, vec![])));
-    runner.publish_weights(Arc::new(Weights::new(6, vec![]))); // older: ignored
+    runner.set_weights(&Arc::new(Weights::new(7, vec![])))?;
     assert_eq!(runner.sample()?.batch.weights_version, vec![7, 7]);
     assert_eq!(runner.weights_version(), 7);
+    // An older version is loaded too (restoring a checkpoint): the runner acts with what it
+    // was given last.
+    runner.set_weights(&Arc::new(Weights::new(6, vec![])))?;
+    assert_eq!(runner.sample()?.batch.weights_version, vec![6, 6]);
+    assert_eq!(runner.weights_version(), 6);
     Ok(())
 }
 
@@ -150,7 +157,7 @@ impl Policy for ShortPolicy {
 fn a_policy_with_wrong_output_sizes_is_an_error() -> Result<()> {
     let policies: PolicyFactory = Arc::new(|_| Ok(Box::new(ShortPolicy) as Box<dyn Policy>));
     let mut runner =
-        EnvRunner::new(&config(0, 2, 3), 0, &EnvSetup::default().factory(), &policies)?;
+        EnvRunner::new(&runner_settings(2, 3), 0, &EnvSetup::default().factory(), &policies)?;
     let err = runner.sample().err();
     assert!(matches!(
         err,
@@ -159,15 +166,34 @@ fn a_policy_with_wrong_output_sizes_is_an_error() -> Result<()> {
     Ok(())
 }
 
+/// The settings hold `NonZeroUsize`, so a zero count cannot reach a runner: the config's
+/// validation rejects it, naming the field.
 #[test]
 fn zero_envs_is_a_config_error() {
-    let err =
-        EnvRunner::new(&config(0, 0, 3), 0, &EnvSetup::default().factory(), &counting_policies())
-            .err();
-    assert!(matches!(
-        err,
-        Some(SamplerError::InvalidConfig { field: "num_envs_per_env_runner", .. })
-    ));
+    let config = ImpalaConfig { num_envs_per_env_runner: 0, ..ImpalaConfig::default() };
+    let err = config.validate().err();
+    assert!(
+        matches!(&err, Some(ConfigError::Invalid { violations })
+            if violations.iter().any(|v| v.key == "num_envs_per_env_runner")),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn explore_false_acts_greedily() -> TestResult {
+    let spec = crate::support::spec(None);
+    let policies: PolicyFactory = Arc::new(move |id| {
+        Ok(Box::new(impala_sampler::RandomPolicy::new(&spec, id as u64)) as Box<dyn Policy>)
+    });
+    let envs = EnvSetup::default().factory();
+    let explore = runner_settings(4, 25);
+    let greedy = EnvRunnerSettings { explore: false, ..explore.clone() };
+    let sampled = EnvRunner::new(&explore, 0, &envs, &policies)?.sample()?;
+    let modes = EnvRunner::new(&greedy, 0, &envs, &policies)?.sample()?;
+    // RandomPolicy's mode of Discrete(2) is action 0; 100 uniform draws are not all 0.
+    assert!(modes.batch.actions.iter().all(|&a| a == 0.0));
+    assert!(sampled.batch.actions.iter().any(|&a| a == 1.0));
+    Ok(())
 }
 
 /// Box actions in [-0.1, 0.1]; the observation echoes the action the env received.
@@ -207,8 +233,7 @@ fn clip_actions_clips_what_the_env_gets_not_what_the_batch_keeps() -> Result<()>
     let policies: PolicyFactory = Arc::new(move |_| {
         Ok(Box::new(impala_sampler::RandomPolicy::new(&s2, 0)) as Box<dyn Policy>)
     });
-    let mut cfg = config(0, 1, 200);
-    cfg.clip_actions = true;
+    let cfg = EnvRunnerSettings { clip_actions: true, ..runner_settings(1, 200) };
     let f = EnvRunner::new(&cfg, 0, &envs, &policies)?.sample()?;
     let b = &f.batch;
     // Standard-normal actions: most exceed 0.1 in the batch, none reach the env unclipped.

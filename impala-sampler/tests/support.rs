@@ -1,14 +1,46 @@
-//! Test environments and policies with observable internals.
+//! Test environments and policies with observable internals, settings, and helpers that count
+//! what was sampled (the group does not: the caller counts the fragments it gets, once).
 
+use std::collections::BTreeSet;
+use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
-use impala_config::ImpalaConfig;
+use crossbeam_channel::{Receiver, Sender};
 use impala_core::{
     CoreError, Env, EnvSpec, Policy, PolicyInput, PolicyOutput, Space, StepOutcome, Weights,
 };
 use impala_envs::TimeLimit;
-use impala_sampler::{EnvFactory, PolicyFactory};
+use impala_sampler::{
+    BatchingSettings, EnvFactory, EnvRunnerGroupSettings, EnvRunnerSettings, Fragment,
+    PolicyFactory,
+};
+
+/// What tests return: sampler errors, and the timeouts of [`Deadline`].
+pub type TestResult<T = ()> = Result<T, Box<dyn std::error::Error>>;
+
+/// How long a test waits for something that should happen in milliseconds.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// A bound on a test's wait loop, so a broken sampler fails the test instead of hanging it.
+#[derive(Debug, Clone, Copy)]
+pub struct Deadline(Instant);
+
+impl Deadline {
+    /// [`WAIT`] from now.
+    pub fn start() -> Self {
+        Deadline(Instant::now() + WAIT)
+    }
+
+    /// An error naming `what` once the deadline has passed.
+    pub fn check(&self, what: &str) -> TestResult {
+        if Instant::now() > self.0 {
+            return Err(format!("timed out after {WAIT:?} waiting for {what}").into());
+        }
+        Ok(())
+    }
+}
 
 /// Every `TestEnv` gets a distinct instance id, so tests can tell envs apart across restarts.
 static NEXT_INSTANCE: AtomicU64 = AtomicU64::new(1);
@@ -36,9 +68,12 @@ pub struct TestEnv {
     steps: Arc<AtomicU64>,
     /// Faults injected so far, shared with the test.
     faults_hit: Arc<AtomicUsize>,
+    /// Told of every fault injected, before it strikes.
+    fault_events: Sender<()>,
 }
 
-fn spec(max_episode_steps: Option<usize>) -> EnvSpec {
+/// The spec of every `TestEnv` (wrapped in a `TimeLimit` or not, the spaces are these).
+pub fn spec(max_episode_steps: Option<usize>) -> EnvSpec {
     EnvSpec {
         id: "TestEnv".into(),
         observation_space: Space::Box {
@@ -76,6 +111,8 @@ impl Env for TestEnv {
         self.lifetime_steps += 1;
         if self.fault.is_some_and(|(k, _)| k == self.lifetime_steps) {
             self.faults_hit.fetch_add(1, Ordering::SeqCst);
+            // The test may have stopped listening; the fault strikes anyway.
+            let _ = self.fault_events.send(());
         }
         match self.fault {
             Some((k, Fault::Panic)) if self.lifetime_steps == k => {
@@ -110,10 +147,15 @@ pub struct EnvSetup {
     pub built: Arc<AtomicUsize>,
     pub faulty_built: Arc<AtomicUsize>,
     pub faults_hit: Arc<AtomicUsize>,
+    /// One message per fault injected, sent just before it strikes.
+    pub fault_events: Receiver<()>,
+    /// The envs' end of `fault_events`.
+    pub fault_events_tx: Sender<()>,
 }
 
 impl Default for EnvSetup {
     fn default() -> Self {
+        let (fault_events_tx, fault_events) = crossbeam_channel::unbounded();
         EnvSetup {
             max_episode_steps: None,
             terminate_after: Some(4),
@@ -124,6 +166,8 @@ impl Default for EnvSetup {
             built: Arc::default(),
             faulty_built: Arc::default(),
             faults_hit: Arc::default(),
+            fault_events,
+            fault_events_tx,
         }
     }
 }
@@ -154,6 +198,7 @@ impl EnvSetup {
                 seeds: Arc::clone(&setup.seeds),
                 steps: Arc::clone(&setup.steps),
                 faults_hit: Arc::clone(&setup.faults_hit),
+                fault_events: setup.fault_events_tx.clone(),
             };
             Ok(match setup.max_episode_steps {
                 Some(limit) => {
@@ -218,12 +263,143 @@ pub fn counting_policies() -> PolicyFactory {
     Arc::new(|_| Ok(Box::new(CountingPolicy::default()) as Box<dyn Policy>))
 }
 
-pub fn config(num_env_runners: usize, num_envs: usize, fragment: usize) -> ImpalaConfig {
-    ImpalaConfig {
-        num_env_runners,
-        num_envs_per_env_runner: num_envs,
-        rollout_fragment_length: fragment,
-        seed: Some(0),
-        ..ImpalaConfig::default()
+/// A `CountingPolicy` that sends its runner's id on `events` at every `compute_actions`
+/// call, so a test knows how far a runner thread got without sleeping.
+#[derive(Debug)]
+pub struct ReportingPolicy {
+    inner: CountingPolicy,
+    runner_id: usize,
+    events: Sender<usize>,
+}
+
+impl Policy for ReportingPolicy {
+    fn compute_actions(
+        &mut self,
+        input: &PolicyInput<'_>,
+        out: &mut PolicyOutput,
+    ) -> Result<(), CoreError> {
+        // The test may have stopped listening; the runner goes on.
+        let _ = self.events.send(self.runner_id);
+        self.inner.compute_actions(input, out)
     }
+    fn compute_values(
+        &mut self,
+        obs: &[f32],
+        num_envs: usize,
+        state: &[f32],
+    ) -> Result<Vec<f32>, CoreError> {
+        self.inner.compute_values(obs, num_envs, state)
+    }
+    fn state_dim(&self) -> usize {
+        self.inner.state_dim()
+    }
+    fn set_weights(&mut self, weights: &Arc<Weights>) -> Result<(), CoreError> {
+        self.inner.set_weights(weights)
+    }
+    fn weights_version(&self) -> u64 {
+        self.inner.weights_version()
+    }
+}
+
+/// `ReportingPolicy`s sending on `events`.
+pub fn reporting_policies(events: Sender<usize>) -> PolicyFactory {
+    Arc::new(move |runner_id| {
+        Ok(Box::new(ReportingPolicy {
+            inner: CountingPolicy::default(),
+            runner_id,
+            events: events.clone(),
+        }) as Box<dyn Policy>)
+    })
+}
+
+/// Waits (at most [`WAIT`]) until runner `runner_id` made its `n`-th `compute_actions` call
+/// since `events` was created; other runners' calls are skipped.
+pub fn wait_for_calls(events: &Receiver<usize>, runner_id: usize, n: usize) -> TestResult {
+    let deadline = Instant::now() + WAIT;
+    let mut seen = 0;
+    while seen < n {
+        let id = events.recv_deadline(deadline).map_err(|e| {
+            format!("runner {runner_id} made {seen} of {n} compute_actions calls: {e}")
+        })?;
+        seen += usize::from(id == runner_id);
+    }
+    Ok(())
+}
+
+/// A positive count; a zero is a mistake in the test.
+pub const fn nz(n: usize) -> NonZeroUsize {
+    match NonZeroUsize::new(n) {
+        Some(n) => n,
+        None => panic!("a count in a test's settings is 0"),
+    }
+}
+
+/// One runner's settings: `num_envs` envs, fragments of `fragment` steps, seed 0.
+pub fn runner_settings(num_envs: usize, fragment: usize) -> EnvRunnerSettings {
+    EnvRunnerSettings {
+        num_envs: nz(num_envs),
+        rollout_fragment_length: nz(fragment),
+        seed: Some(0),
+        ..EnvRunnerSettings::default()
+    }
+}
+
+/// A group of `num_env_runners` runners of [`runner_settings`]; RLlib's defaults otherwise
+/// (2 requests in flight per runner, a zero collection timeout, restarts on).
+pub fn settings(
+    num_env_runners: usize,
+    num_envs: usize,
+    fragment: usize,
+) -> EnvRunnerGroupSettings {
+    EnvRunnerGroupSettings {
+        num_env_runners,
+        runner: runner_settings(num_envs, fragment),
+        ..EnvRunnerGroupSettings::default()
+    }
+}
+
+/// Train batches of `train_batch_size` env steps, replay seed 0, no replay, no workers.
+pub fn batching(train_batch_size: usize) -> BatchingSettings {
+    BatchingSettings {
+        train_batch_size: nz(train_batch_size),
+        seed: Some(0),
+        ..BatchingSettings::default()
+    }
+}
+
+/// What a caller counts from the fragments `sample()` returned (what the group's
+/// `num_fragments_sampled`, `num_env_steps_sampled` and `num_episodes` used to count).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Sampled {
+    pub fragments: u64,
+    pub env_steps: u64,
+    pub episodes: u64,
+}
+
+impl Sampled {
+    /// The counts of `fragments`.
+    pub fn of(fragments: &[Fragment]) -> Self {
+        Sampled {
+            fragments: fragments.len() as u64,
+            env_steps: fragments.iter().map(|f| f.batch.env_steps() as u64).sum(),
+            episodes: fragments.iter().map(|f| f.episodes.len() as u64).sum(),
+        }
+    }
+}
+
+/// Every (env instance, lifetime step) pair in the delivered `TestEnv` fragments, checked
+/// unique: no step is delivered twice.
+pub fn unique_steps(fragments: &[Fragment]) -> BTreeSet<(u32, u32)> {
+    let mut seen = BTreeSet::new();
+    for f in fragments {
+        let b = &f.batch;
+        for t in 0..b.fragment_len {
+            for row in 0..b.num_rows {
+                let i = b.index(t, row) * 3;
+                let key = (b.obs[i] as u32, b.obs[i + 2] as u32);
+                assert!(seen.insert(key), "step {key:?} delivered twice");
+            }
+        }
+    }
+    seen
 }

@@ -6,3 +6,9 @@ mod builder;
 mod faults;
 mod group;
 mod runner;
+mod seam;
+mod settings;
+
+/// The benches' pure-Rust MLP policy, included so its unit tests run with the suite.
+#[path = "../benches/mlp.rs"]
+mod mlp;

@@ -20,7 +20,7 @@ impl StopCriteria {
     /// The first criterion `result` meets, described (e.g. `episode_return_mean 452.1 >= 450`).
     ///
     /// ```
-    /// use impala_cli::{IterationResult, StopCriteria};
+    /// use impala::{IterationResult, StopCriteria};
     /// let stop = StopCriteria { episode_return_mean: Some(450.0), ..Default::default() };
     /// let r = IterationResult { episode_return_mean: 455.0, ..Default::default() };
     /// assert!(stop.met_by(&r).is_some());

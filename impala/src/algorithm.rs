@@ -2,79 +2,32 @@
 //! (impala-sampler), a learner thread (impala-learner), and the driver's `training_step` loop
 //! that connects them, compiles iteration results and saves/restores checkpoints.
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use impala_config::{DurationUnit, ImpalaConfig};
-use impala_core::{CoreError, Env, EnvSpec, Policy, SampleBatch, Weights};
-use impala_learner::{learner_devices, Learner, LearnerHandle, LearnerStats, TorchPolicy};
+use impala_config::ValidatedConfig;
+use impala_core::{EnvSpec, SampleBatch};
+use impala_learner::{LearnerHandle, LearnerStats};
 use impala_sampler::{
-    AggregationWorkers, EnvContext, EnvFactory, EnvRunner, EnvRunnerGroup, PolicyFactory,
-    SamplerMetrics, TrainBatchBuilder, WeightBroadcaster,
+    EnvRunnerGroup, Fragment, SamplerMetrics, TrainBatchBuilder, WeightBroadcaster,
 };
 
 use crate::checkpoint::{
     read_checkpoint, save_checkpoint, AlgorithmState, Counters, CHECKPOINT_FORMAT_VERSION,
 };
+use crate::evaluation::Evaluator;
 use crate::result::{LearnerQueueInfo, DEFAULT_POLICY_ID};
 use crate::{
-    peak_rss_mib, CliError, EpisodeWindow, EvaluationResult, IterationResult, Perf,
+    peak_rss_mib, EpisodeWindow, EvaluationResult, ImpalaError, IterationResult, Perf,
     PolicyLearnerInfo, Result, ResultInfo,
 };
-
-/// Runner id of the evaluation runner (distinct from the sampling runners' 0..=num_env_runners,
-/// so its env seeds differ from theirs).
-const EVALUATION_RUNNER_ID: usize = 1_000;
 
 /// How long the driver sleeps when a training step found nothing to do, instead of spinning a
 /// core that the runners and the learner need (RLlib's `timeout_s_sampler_manager = 0` polls).
 const IDLE_SLEEP: Duration = Duration::from_micros(500);
-
-/// Checks what can be checked before any thread starts: the environment id and `env_config`
-/// (by building one env) and the resource request against this machine's cores and CUDA
-/// devices. Returns the warnings (e.g. more CPUs asked for than the machine has).
-pub fn check_environment(config: &ImpalaConfig) -> Result<Vec<String>> {
-    make_env(config, &EnvContext::new(0, 0, config.seed, config.env_config.clone()))?;
-    let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
-    let gpus = tch::Cuda::device_count().max(0);
-    let asked = config.default_resource_request().total_gpus();
-    if asked > 0.0 && gpus == 0 && !cfg!(feature = "cuda") {
-        return Err(CliError::ImpossibleResources {
-            reason: format!("the config asks for {asked} GPU(s) but this impala was built without CUDA support"),
-            fix: "rebuild with `cargo build --release -p impala-cli --features cuda` on a CUDA machine, or set \
-                  `num_gpus = 0` (or `_fake_gpus = true` to run the GPU towers on the CPU)"
-                .into(),
-        });
-    }
-    let warnings = config.default_resource_request().check(cpus as f64, gpus as f64)?;
-    Ok(warnings.iter().map(ToString::to_string).collect())
-}
-
-/// Builds one environment as the runners do: the registered env with its time limit, then
-/// observation normalisation and frame stacking when the config asks (rewards are clipped by
-/// the runners, so episode returns stay unclipped).
-fn make_env(config: &ImpalaConfig, ctx: &EnvContext) -> Result<Box<dyn Env>> {
-    let mut env = impala_envs::make(&config.env, &ctx.env_config)?;
-    if config.normalize_observations {
-        // RLlib's MeanStdFilter clips normalised observations to [-10, 10].
-        env = Box::new(impala_envs::NormalizeObservation::new(env, Some(10.0))?);
-    }
-    if config.model.framestack > 1 {
-        env = Box::new(impala_envs::FrameStack::new(env, config.model.framestack)?);
-    }
-    Ok(env)
-}
-
-/// Where train batches are built: on the driver thread, or on aggregation worker threads.
-enum Batching {
-    /// RLlib's `process_experiences_directly` (mix-in replay + concatenation on the driver).
-    Direct(Box<TrainBatchBuilder>),
-    /// RLlib's tree aggregation; fragments the workers could not take yet wait here.
-    Aggregated { workers: AggregationWorkers, waiting: VecDeque<SampleBatch> },
-}
 
 /// Running sums of the learner stats of one iteration (RLlib's `LearnerInfoBuilder` mean).
 #[derive(Default)]
@@ -110,52 +63,48 @@ fn stats_fields(s: &LearnerStats) -> [(&'static str, f64); 9] {
     ]
 }
 
-/// The IMPALA algorithm: build it from an [`ImpalaConfig`], call [`Impala::train`] once per
-/// iteration, [`Impala::save`] / [`Impala::restore`] checkpoints, [`Impala::evaluate`] the
-/// policy.
+/// The IMPALA algorithm: build it from a validated config with [`Impala::builder`] (or
+/// [`Impala::new`] for a registered env), call [`Impala::train`] once per iteration,
+/// [`Impala::save`] / [`Impala::restore`] checkpoints, [`Impala::evaluate`] the policy.
 ///
 /// ```no_run
-/// use impala_cli::Impala;
-/// let mut config = impala_config::ImpalaConfig::default();
+/// use impala::Impala;
+/// let mut config = impala::config::ImpalaConfig::default();
 /// config.min_time_s_per_iteration = 1.0;
-/// let mut algo = Impala::new(config)?;
+/// let mut algo = Impala::new(config.validate()?)?;
 /// let result = algo.train()?;
 /// println!("{}", result.progress_line());
 /// let checkpoint = algo.save(std::path::Path::new("impala_results/example"))?;
 /// algo.stop()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[doc(alias = "IMPALA")]
 pub struct Impala {
-    config: ImpalaConfig,
-    spec: EnvSpec,
-    env_factory: EnvFactory,
-    policy_factory: PolicyFactory,
-    runners: Option<EnvRunnerGroup>,
-    learner: Option<LearnerHandle>,
-    broadcaster: WeightBroadcaster,
-    batching: Batching,
+    pub(crate) config: ValidatedConfig,
+    pub(crate) spec: EnvSpec,
+    pub(crate) runners: Option<EnvRunnerGroup>,
+    pub(crate) learner: Option<LearnerHandle>,
+    pub(crate) broadcaster: WeightBroadcaster,
+    /// The one batching stage; `None` with `_env_runners_only` (samples are discarded).
+    pub(crate) batching: Option<TrainBatchBuilder>,
     /// RLlib's `batches_to_place_on_learner`: train batches the learner queue had no room for,
     /// oldest first; retried every step, never dropped.
-    to_place: VecDeque<SampleBatch>,
-    /// The learner's newest weights not yet broadcast.
-    pending_weights: Option<Arc<Weights>>,
-    /// The learner's newest weights (for evaluation and restarted runners).
-    latest_weights: Arc<Weights>,
-    counters: Counters,
-    episodes: EpisodeWindow,
-    iteration: u64,
-    time_total_s: f64,
-    base_seed: u64,
-    last_learner_stats: BTreeMap<String, f64>,
-    interrupt: Option<Arc<AtomicBool>>,
-    evaluation_runner: Option<EnvRunner>,
-    last_evaluation: Option<EvaluationResult>,
+    pub(crate) to_place: VecDeque<SampleBatch>,
+    pub(crate) counters: Counters,
+    pub(crate) episodes: EpisodeWindow,
+    pub(crate) iteration: u64,
+    pub(crate) time_total_s: f64,
+    pub(crate) base_seed: u64,
+    pub(crate) last_learner_stats: BTreeMap<String, f64>,
+    pub(crate) interrupt: Option<Arc<AtomicBool>>,
+    pub(crate) evaluator: Evaluator,
+    pub(crate) last_evaluation: Option<EvaluationResult>,
 }
 
 impl std::fmt::Debug for Impala {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Impala")
-            .field("env", &self.config.env)
+            .field("env", &self.spec.id)
             .field("iteration", &self.iteration)
             .field("counters", &self.counters)
             .finish_non_exhaustive()
@@ -168,82 +117,18 @@ struct StepActivity {
     fragments: usize,
     placed: usize,
     trained: usize,
-    episodes: Vec<impala_core::EpisodeStats>,
+    episodes: u64,
 }
 
 impl Impala {
-    /// Builds the env runners, the learner (and its thread) and the batching stage from
-    /// `config`, which should be validated (`ImpalaConfig::validate`). Runners start sampling
-    /// at once, with the learner's initial weights.
-    pub fn new(config: ImpalaConfig) -> Result<Self> {
-        // The driver only builds the model and evaluates; one libtorch thread keeps it from
-        // competing with the learner thread (which uses `num_learner_threads`) and the runners
-        // (one each, set by their policies).
-        tch::set_num_threads(1);
-        let base_seed = config.seed.unwrap_or_else(random_seed);
-        let env_config = config.clone();
-        let env_factory: EnvFactory = Arc::new(move |ctx: &EnvContext| {
-            make_env(&env_config, ctx)
-                .map_err(|e| CoreError::Env { env: env_config.env.clone(), reason: e.to_string() })
-        });
-        let spec =
-            make_env(&config, &EnvContext::new(0, 0, config.seed, config.env_config.clone()))?
-                .spec()
-                .clone();
-
-        // The learner seeds its initial weights from `seed`; runs without one get a fresh seed.
-        let learner_config = ImpalaConfig { seed: Some(base_seed), ..config.clone() };
-        let devices = learner_devices(&learner_config)?;
-        let learner = Learner::with_devices(&learner_config, &spec, &devices)?;
-        let initial = learner.weights()?;
-        let learner = LearnerHandle::spawn(&config, learner)?;
-
-        let (policy_config, policy_spec, weights) =
-            (config.clone(), spec.clone(), Arc::clone(&initial));
-        let policy_factory: PolicyFactory = Arc::new(move |runner_id: usize| {
-            let seed =
-                base_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(runner_id as u64 + 1);
-            let mut policy =
-                TorchPolicy::new(&policy_config, &policy_spec, seed).map_err(CoreError::from)?;
-            policy.set_weights(&weights)?;
-            Ok(Box::new(policy) as Box<dyn Policy>)
-        });
-        let runners =
-            EnvRunnerGroup::new(&config, Arc::clone(&env_factory), Arc::clone(&policy_factory))?;
-        let batching = if config.num_aggregation_workers > 0 {
-            Batching::Aggregated {
-                workers: AggregationWorkers::new(&config)?,
-                waiting: VecDeque::new(),
-            }
-        } else {
-            Batching::Direct(Box::new(TrainBatchBuilder::new(&config)?))
-        };
-        Ok(Impala {
-            broadcaster: WeightBroadcaster::new(config.broadcast_interval),
-            episodes: EpisodeWindow::new(config.metrics_num_episodes_for_smoothing),
-            config,
-            spec,
-            env_factory,
-            policy_factory,
-            runners: Some(runners),
-            learner: Some(learner),
-            batching,
-            to_place: VecDeque::new(),
-            pending_weights: None,
-            latest_weights: initial,
-            counters: Counters::default(),
-            iteration: 0,
-            time_total_s: 0.0,
-            base_seed,
-            last_learner_stats: BTreeMap::new(),
-            interrupt: None,
-            evaluation_runner: None,
-            last_evaluation: None,
-        })
+    /// Builds the algorithm for `config`'s registered env (see [`Impala::builder`] to train an
+    /// env of your own).
+    pub fn new(config: ValidatedConfig) -> Result<Self> {
+        Self::builder(config).build()
     }
 
     /// The config the algorithm was built from.
-    pub fn config(&self) -> &ImpalaConfig {
+    pub fn config(&self) -> &ValidatedConfig {
         &self.config
     }
 
@@ -273,30 +158,46 @@ impl Impala {
     }
 
     fn learner(&self) -> Result<&LearnerHandle> {
-        self.learner.as_ref().ok_or(CliError::Stopped)
+        self.learner.as_ref().ok_or(ImpalaError::Stopped)
     }
 
     fn runners(&mut self) -> Result<&mut EnvRunnerGroup> {
-        self.runners.as_mut().ok_or(CliError::Stopped)
+        self.runners.as_mut().ok_or(ImpalaError::Stopped)
     }
 
     /// Runs `training_step` until `min_time_s_per_iteration` has passed and at least
     /// `min_sample_timesteps_per_iteration` / `min_train_timesteps_per_iteration` steps were
     /// sampled / trained (RLlib's `Algorithm.train`), then returns the iteration's result.
+    /// With `evaluation_parallel_to_training`, an evaluation due this iteration runs on the
+    /// evaluation env runners meanwhile, and the iteration also waits for it.
     pub fn train(&mut self) -> Result<IterationResult> {
         let started = Instant::now();
         let before = self.counters;
         let min_time = Duration::from_secs_f64(self.config.min_time_s_per_iteration.max(0.0));
+        let evaluation_due = self
+            .config
+            .evaluation_interval
+            .is_some_and(|n| n > 0 && (self.iteration + 1) % n as u64 == 0);
+        let parallel = evaluation_due && self.config.evaluation_parallel_to_training;
+        if parallel {
+            let weights = self.learner()?.current_weights()?;
+            self.evaluator.start(weights)?;
+        }
+        let mut evaluation = None;
         let mut stats = StatsMean::default();
         let mut num_episodes = 0u64;
         loop {
             let activity = self.training_step(&mut stats)?;
-            num_episodes += activity.episodes.len() as u64;
+            num_episodes += activity.episodes;
+            if parallel && evaluation.is_none() {
+                evaluation = self.evaluator.poll()?;
+            }
             let sampled = self.counters.num_env_steps_sampled - before.num_env_steps_sampled;
             let trained = self.counters.num_env_steps_trained - before.num_env_steps_trained;
             let done = started.elapsed() >= min_time
                 && sampled >= self.config.min_sample_timesteps_per_iteration as u64
-                && trained >= self.config.min_train_timesteps_per_iteration as u64;
+                && trained >= self.config.min_train_timesteps_per_iteration as u64
+                && (!parallel || evaluation.is_some());
             if done || self.interrupted() {
                 break;
             }
@@ -304,25 +205,29 @@ impl Impala {
                 std::thread::sleep(IDLE_SLEEP);
             }
         }
+        if parallel && evaluation.is_none() {
+            // Interrupted: finish the evaluation that is under way, so no episode is lost.
+            evaluation = Some(self.evaluator.finish()?);
+        }
         if stats.count > 0 {
             self.last_learner_stats = stats.mean();
         }
         self.iteration += 1;
         let time_this_iter_s = started.elapsed().as_secs_f64();
         self.time_total_s += time_this_iter_s;
-        if self.config.evaluation_interval.is_some_and(|n| n > 0 && self.iteration % n as u64 == 0)
-        {
-            self.last_evaluation = Some(self.evaluate()?);
-        } else {
-            self.last_evaluation = None;
+        if evaluation_due && !parallel {
+            evaluation = Some(self.evaluate()?);
+        }
+        if evaluation.is_some() {
+            self.last_evaluation = evaluation;
         }
         Ok(self.compile_result(&before, time_this_iter_s, num_episodes))
     }
 
-    /// One pass of RLlib's `Impala.training_step`: check the learner, collect ready sample
-    /// fragments, build train batches (mix-in replay + concatenation, on the driver or on
-    /// aggregation workers), place them on the learner queue without blocking, process
-    /// trained results and broadcast weights to the runners that returned samples.
+    /// RLlib's `Impala.training_step`: collect ready fragments (counted here, once), batch
+    /// them, place train batches on the learner queue, drain the learner's results and
+    /// broadcast weights when due. `_env_runners_only` discards the fragments;
+    /// `_skip_learners` builds train batches and discards them instead of training.
     fn training_step(&mut self, stats: &mut StatsMean) -> Result<StepActivity> {
         self.counters.num_training_step_calls += 1;
         let mut activity = StepActivity::default();
@@ -332,51 +237,42 @@ impl Impala {
         // Backpressure: while train batches wait for room on the learner queue (or fragments
         // for a free aggregation worker), leave the runners' fragments uncollected (they stop
         // at their in-flight cap), so the driver never piles up batches.
-        let mut runners_that_returned = Vec::new();
         let backlog = !self.to_place.is_empty()
-            || matches!(&self.batching, Batching::Aggregated { waiting, .. } if !waiting.is_empty());
+            || self.batching.as_ref().is_some_and(|b| b.num_waiting() > 0);
+        let mut runners_that_returned = BTreeSet::new();
         if !backlog {
             let fragments = self.runners()?.sample()?;
             activity.fragments = fragments.len();
             for fragment in fragments {
-                runners_that_returned.push(fragment.runner_id);
-                let steps = fragment.batch.env_steps() as u64;
-                self.counters.num_env_steps_sampled += steps;
-                self.counters.num_agent_steps_sampled += fragment.batch.agent_steps() as u64;
-                self.counters.episodes_total += fragment.episodes.len() as u64;
-                self.episodes.extend(&fragment.episodes);
-                activity.episodes.extend_from_slice(&fragment.episodes);
-                self.add_to_batching(fragment.batch)?;
+                runners_that_returned.insert(fragment.runner_id);
+                activity.episodes += fragment.episodes.len() as u64;
+                let batch = self.count_sampled(fragment);
+                if let Some(batching) = self.batching.as_mut() {
+                    self.to_place.extend(batching.add(batch)?);
+                }
             }
         }
-        self.collect_train_batches()?;
+        if let Some(batching) = self.batching.as_mut() {
+            self.to_place.extend(batching.ready()?);
+        }
+        if self.config.skip_learners {
+            self.to_place.clear();
+        }
         activity.placed = self.place_on_learner_queue()?;
         activity.trained += self.process_trained_results(stats)?;
-        self.update_workers_if_necessary(&runners_that_returned)?;
+        let returned: Vec<usize> = runners_that_returned.into_iter().collect();
+        self.update_workers_if_necessary(&returned)?;
         Ok(activity)
     }
 
-    fn add_to_batching(&mut self, batch: SampleBatch) -> Result<()> {
-        match &mut self.batching {
-            Batching::Direct(builder) => self.to_place.extend(builder.add(batch)?),
-            Batching::Aggregated { waiting, .. } => waiting.push_back(batch),
-        }
-        Ok(())
-    }
-
-    /// With aggregation workers: hand waiting fragments to them and collect finished train
-    /// batches (fragments no worker can take yet stay waiting, never dropped).
-    fn collect_train_batches(&mut self) -> Result<()> {
-        if let Batching::Aggregated { workers, waiting } = &mut self.batching {
-            while let Some(batch) = waiting.pop_front() {
-                if let Err(batch) = workers.submit(batch) {
-                    waiting.push_front(batch);
-                    break;
-                }
-            }
-            self.to_place.extend(workers.ready()?);
-        }
-        Ok(())
+    /// Counts a delivered fragment: the one place sampled steps and episodes are counted.
+    fn count_sampled(&mut self, fragment: Fragment) -> SampleBatch {
+        let c = &mut self.counters;
+        c.num_env_steps_sampled += fragment.batch.env_steps() as u64;
+        c.num_agent_steps_sampled += fragment.batch.agent_steps() as u64;
+        c.episodes_total += fragment.episodes.len() as u64;
+        self.episodes.extend(&fragment.episodes);
+        fragment.batch
     }
 
     /// RLlib's `place_processed_samples_on_learner_thread_queue` with a non-blocking put: a
@@ -399,7 +295,8 @@ impl Impala {
     /// RLlib's `process_trained_results`: drain the learner's outqueue into the counters and
     /// the iteration's stats. A learner that died surfaces here with its cause.
     fn process_trained_results(&mut self, stats: &mut StatsMean) -> Result<usize> {
-        let outputs = self.learner()?.drain().map_err(|cause| CliError::LearnerDied { cause })?;
+        let outputs =
+            self.learner()?.drain().map_err(|cause| ImpalaError::LearnerDied { cause })?;
         for out in &outputs {
             self.counters.num_env_steps_trained += out.env_steps as u64;
             self.counters.num_agent_steps_trained += out.agent_steps as u64;
@@ -410,19 +307,21 @@ impl Impala {
     }
 
     /// RLlib's `update_workers_if_necessary`: every `broadcast_interval` steps, send the newest
-    /// weights to the runners that returned samples since the last broadcast.
+    /// weights to the runners that returned samples since the last broadcast. The learner
+    /// copies its weights to the CPU only when a broadcast is due and it has moved on.
     fn update_workers_if_necessary(&mut self, runners_that_returned: &[usize]) -> Result<()> {
-        if let Some(w) = self.learner()?.take_new_weights() {
-            self.latest_weights = Arc::clone(&w);
-            self.pending_weights = Some(w);
+        if let Some(weights) = self.learner()?.take_new_weights() {
+            self.runners()?.set_latest_weights(weights);
         }
-        if let Some(ids) =
-            self.broadcaster.step(runners_that_returned, self.pending_weights.is_some())
+        let runners = self.runners.as_mut().ok_or(ImpalaError::Stopped)?;
+        if let Some(ids) = self.broadcaster.step(runners_that_returned, runners.has_unsent_weights())
         {
-            if let Some(weights) = self.pending_weights.take() {
-                self.runners()?.sync_weights(weights, &ids);
-            }
+            runners.send_latest_weights(&ids);
             self.counters.num_weight_broadcasts += 1;
+        }
+        let snapshot_version = runners.latest_weights().map_or(0, |w| w.version);
+        if self.broadcaster.due_at_next_step() && self.counters.num_grad_updates > snapshot_version {
+            self.learner()?.request_weights();
         }
         Ok(())
     }
@@ -496,6 +395,7 @@ impl Impala {
                 num_weight_broadcasts: c.num_weight_broadcasts,
                 num_times_learner_queue_full: c.num_times_learner_queue_full,
                 num_training_step_calls: c.num_training_step_calls,
+                num_weight_snapshots: q.num_weight_snapshots,
                 learner_queue: LearnerQueueInfo {
                     size_count: q.size_count as u64,
                     size_mean: q.size_mean,
@@ -512,67 +412,21 @@ impl Impala {
         }
     }
 
-    /// Runs `evaluation_duration` episodes (or env steps) on a separate evaluation env with the
-    /// learner's newest weights, greedy unless `evaluation_explore` (RLlib's `evaluate()`).
+    /// Runs `evaluation_duration` episodes (or env steps) with the learner's current weights on
+    /// fresh evaluation envs (`evaluation_num_env_runners` runners, or the calling thread when
+    /// 0), greedy unless `evaluation_explore` (RLlib's `evaluate()`). Each call starts new
+    /// episodes, so none spans two calls.
     pub fn evaluate(&mut self) -> Result<EvaluationResult> {
-        if self.evaluation_runner.is_none() {
-            // One env, so episodes are run one after another and short ones are not favoured.
-            let mut eval_config = self.config.clone();
-            eval_config.num_envs_per_env_runner = 1;
-            eval_config.seed = Some(self.base_seed);
-            let mut runner = EnvRunner::new(
-                &eval_config,
-                EVALUATION_RUNNER_ID,
-                &self.env_factory,
-                &self.policy_factory,
-            )?;
-            runner.set_explore(self.config.evaluation_explore);
-            self.evaluation_runner = Some(runner);
-        }
-        if let Some(w) = self.learner()?.take_new_weights() {
-            self.latest_weights = Arc::clone(&w);
-            self.pending_weights = Some(w);
-        }
-        let weights = Arc::clone(&self.latest_weights);
-        let duration = self.config.evaluation_duration.max(1);
-        let unit = self.config.evaluation_duration_unit;
-        let runner = self.evaluation_runner.as_mut().ok_or(CliError::Stopped)?;
-        runner.publish_weights(weights);
-        let mut episodes = Vec::new();
-        let mut steps = 0u64;
-        loop {
-            let fragment = runner.sample()?;
-            steps += fragment.batch.env_steps() as u64;
-            episodes.extend(fragment.episodes);
-            let done = match unit {
-                DurationUnit::Episodes => episodes.len() >= duration,
-                DurationUnit::Timesteps => steps >= duration as u64,
-            };
-            if done {
-                break;
-            }
-        }
-        if unit == DurationUnit::Episodes {
-            episodes.truncate(duration);
-        }
-        let mut window = EpisodeWindow::new(episodes.len().max(1));
-        window.extend(&episodes);
-        let s = window.summary();
-        Ok(EvaluationResult {
-            episode_return_mean: s.episode_return_mean,
-            episode_return_min: s.episode_return_min,
-            episode_return_max: s.episode_return_max,
-            episode_len_mean: s.episode_len_mean,
-            num_episodes: episodes.len() as u64,
-            num_env_steps_sampled: steps,
-        })
+        let weights = self.learner()?.current_weights()?;
+        self.evaluator.start(weights)?;
+        self.evaluator.finish()
     }
 
     /// Saves a checkpoint `dir/checkpoint_<iteration>` atomically: config, counters, episode
     /// window, seed, and the learner's weights and optimizer state.
     pub fn save(&mut self, dir: &Path) -> Result<PathBuf> {
         std::fs::create_dir_all(dir)
-            .map_err(|source| CliError::RunDirNotWritable { path: dir.to_path_buf(), source })?;
+            .map_err(|source| ImpalaError::RunDirNotWritable { path: dir.to_path_buf(), source })?;
         let state = AlgorithmState {
             format_version: CHECKPOINT_FORMAT_VERSION,
             impala_rs_version: env!("CARGO_PKG_VERSION").to_string(),
@@ -584,7 +438,7 @@ impl Impala {
         };
         let learner = self.learner()?;
         save_checkpoint(dir, &state, &self.config, |learner_dir| {
-            learner.save(learner_dir).map_err(|e| CliError::LearnerCheckpoint {
+            learner.save(learner_dir).map_err(|e| ImpalaError::LearnerCheckpoint {
                 path: learner_dir.to_path_buf(),
                 cause: e,
             })
@@ -598,7 +452,7 @@ impl Impala {
         let dir = crate::checkpoint::find_checkpoint(path)?;
         let (state, saved) = read_checkpoint(&dir)?;
         let incompatible =
-            |what: &str, saved: String, now: String| CliError::IncompatibleCheckpoint {
+            |what: &str, saved: String, now: String| ImpalaError::IncompatibleCheckpoint {
                 path: dir.clone(),
                 reason: format!("it was trained with {what} {saved}, this run uses {now}"),
                 fix: format!("resume without changing {what}, or start a new run"),
@@ -614,21 +468,22 @@ impl Impala {
             ));
         }
         // The learner loads between SGD steps: stop its thread, load, start it again.
-        let handle = self.learner.take().ok_or(CliError::Stopped)?;
-        let mut learner = handle.stop().map_err(|cause| CliError::LearnerDied { cause })?;
+        let handle = self.learner.take().ok_or(ImpalaError::Stopped)?;
+        let mut learner = handle.stop().map_err(|cause| ImpalaError::LearnerDied { cause })?;
         let learner_dir = dir.join(crate::checkpoint::LEARNER_DIR);
-        let loaded = learner.load(&learner_dir).map_err(|e| CliError::CorruptCheckpoint {
+        let loaded = learner.load(&learner_dir).map_err(|e| ImpalaError::CorruptCheckpoint {
             path: dir.clone(),
             reason: format!("the learner state does not load ({e})"),
         });
         let weights = learner.weights();
-        self.learner = Some(LearnerHandle::spawn(&self.config, learner)?);
+        let thread_settings = impala_learner::LearnerThreadSettings::from_config(&self.config);
+        self.learner = Some(LearnerHandle::spawn(&thread_settings, learner)?);
         loaded?;
         let weights = weights?;
-        let ids: Vec<usize> = self.runners()?.healthy_runner_ids();
-        self.runners()?.sync_weights(Arc::clone(&weights), &ids);
-        self.latest_weights = weights;
-        self.pending_weights = None;
+        // Sent even when older than what the runners hold: they act with the restored policy.
+        let runners = self.runners()?;
+        let ids = runners.healthy_runner_ids();
+        runners.sync_weights(weights, &ids);
         self.counters = state.counters;
         self.episodes = state.episodes;
         self.iteration = state.training_iteration;
@@ -641,12 +496,12 @@ impl Impala {
     /// failure. Dropping an `Impala` stops them too, without reporting.
     pub fn stop(&mut self) -> Result<()> {
         let runners = self.runners.take().map(EnvRunnerGroup::shutdown);
+        let batching = self.batching.take().map(TrainBatchBuilder::shutdown);
         let learner = self.learner.take().map(LearnerHandle::stop);
-        if let Some(r) = runners {
-            r?;
-        }
+        runners.transpose()?;
+        batching.transpose()?;
         if let Some(l) = learner {
-            l.map_err(|cause| CliError::LearnerDied { cause })?;
+            l.map_err(|cause| ImpalaError::LearnerDied { cause })?;
         }
         Ok(())
     }
@@ -667,12 +522,4 @@ fn env_runner_health(m: &SamplerMetrics) -> BTreeMap<String, f64> {
         ("num_weight_syncs_applied".to_string(), m.num_weight_syncs_applied as f64),
         ("weight_sync_latency_mean_s".to_string(), m.weight_sync_latency_mean_s),
     ])
-}
-
-/// A seed for runs without one (`seed = None`), recorded in checkpoints.
-fn random_seed() -> u64 {
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_nanos() as u64);
-    t ^ (u64::from(std::process::id()) << 32)
 }

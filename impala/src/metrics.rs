@@ -33,7 +33,7 @@ impl EpisodeWindow {
     /// An empty window keeping the last `capacity` episodes (at least one).
     ///
     /// ```
-    /// use impala_cli::EpisodeWindow;
+    /// use impala::EpisodeWindow;
     /// use impala_core::EpisodeStats;
     /// let mut w = EpisodeWindow::new(2);
     /// let ep = |r: f64| EpisodeStats { episode_return: r, episode_len: r as u64, truncated: false };

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::checkpoint::write_file_atomically;
 use crate::result::flatten;
-use crate::{CliError, EventWriter, IterationResult, Result};
+use crate::{ImpalaError, EventWriter, IterationResult, Result};
 
 /// Name of the per-iteration JSON lines file.
 pub const RESULT_FILE: &str = "result.json";
@@ -34,7 +34,7 @@ impl ResultLogger {
     /// the files continue exactly where the checkpoint stopped; otherwise they start empty.
     ///
     /// ```
-    /// use impala_cli::{IterationResult, ResultLogger};
+    /// use impala::{IterationResult, ResultLogger};
     /// let dir = tempfile::tempdir()?;
     /// let mut log = ResultLogger::open(dir.path(), None)?;
     /// log.log(&IterationResult { training_iteration: 1, ..Default::default() })?;
@@ -60,7 +60,7 @@ impl ResultLogger {
         let result_json = OpenOptions::new()
             .append(true)
             .open(&result_path)
-            .map_err(|e| CliError::io("open", &result_path, e))?;
+            .map_err(|e| ImpalaError::io("open", &result_path, e))?;
         let events = EventWriter::create(dir)?;
         let mut logger =
             ResultLogger { dir: dir.to_path_buf(), result_json, header: Vec::new(), rows, events };
@@ -78,13 +78,13 @@ impl ResultLogger {
     pub fn log(&mut self, result: &IterationResult) -> Result<()> {
         let json = result.to_json();
         let result_path = self.dir.join(RESULT_FILE);
-        let line = serde_json::to_string(&json).map_err(|source| CliError::Json {
+        let line = serde_json::to_string(&json).map_err(|source| ImpalaError::Json {
             action: "write",
             path: result_path.clone(),
             source,
         })?;
-        writeln!(self.result_json, "{line}").map_err(|e| CliError::io("write", &result_path, e))?;
-        self.result_json.flush().map_err(|e| CliError::io("write", &result_path, e))?;
+        writeln!(self.result_json, "{line}").map_err(|e| ImpalaError::io("write", &result_path, e))?;
+        self.result_json.flush().map_err(|e| ImpalaError::io("write", &result_path, e))?;
 
         let row = flatten(&json);
         let scalars: Vec<(String, f64)> = row
@@ -123,8 +123,8 @@ impl ResultLogger {
         let mut f = OpenOptions::new()
             .append(true)
             .open(&path)
-            .map_err(|e| CliError::io("open", &path, e))?;
-        f.write_all(self.csv_row(row).as_bytes()).map_err(|e| CliError::io("write", &path, e))
+            .map_err(|e| ImpalaError::io("open", &path, e))?;
+        f.write_all(self.csv_row(row).as_bytes()).map_err(|e| ImpalaError::io("write", &path, e))
     }
 
     fn csv_row(&self, row: &BTreeMap<String, serde_json::Value>) -> String {
@@ -135,7 +135,7 @@ impl ResultLogger {
 /// Writes the run's config as `params.json` (pretty JSON, as Tune does).
 pub fn write_params(dir: &Path, config: &impala_config::ImpalaConfig) -> Result<()> {
     let path = dir.join(PARAMS_FILE);
-    let text = serde_json::to_string_pretty(config).map_err(|source| CliError::Json {
+    let text = serde_json::to_string_pretty(config).map_err(|source| ImpalaError::Json {
         action: "write",
         path: path.clone(),
         source,
@@ -148,15 +148,15 @@ pub fn read_result_lines(path: &Path) -> Result<Vec<(String, serde_json::Value)>
     let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(CliError::io("read", path, e)),
+        Err(e) => return Err(ImpalaError::io("read", path, e)),
     };
     let mut out = Vec::new();
     for line in BufReader::new(file).lines() {
-        let line = line.map_err(|e| CliError::io("read", path, e))?;
+        let line = line.map_err(|e| ImpalaError::io("read", path, e))?;
         if line.trim().is_empty() {
             continue;
         }
-        let value = serde_json::from_str(&line).map_err(|source| CliError::Json {
+        let value = serde_json::from_str(&line).map_err(|source| ImpalaError::Json {
             action: "read",
             path: path.to_path_buf(),
             source,
@@ -228,7 +228,7 @@ mod tests {
 
     #[test]
     fn new_columns_rewrite_the_csv_and_resume_truncates() -> Result<()> {
-        let tmp = tempfile::tempdir().map_err(|e| CliError::io("create", Path::new("tmp"), e))?;
+        let tmp = tempfile::tempdir().map_err(|e| ImpalaError::io("create", Path::new("tmp"), e))?;
         let dir = tmp.path();
         let mut log = ResultLogger::open(dir, None)?;
         log.log(&result(1))?;
@@ -238,12 +238,12 @@ mod tests {
         log.log(&result(3))?;
         drop(log);
         let csv = std::fs::read_to_string(dir.join(PROGRESS_FILE))
-            .map_err(|e| CliError::io("read", dir, e))?;
+            .map_err(|e| ImpalaError::io("read", dir, e))?;
         let lines: Vec<&str> = csv.lines().collect();
         assert_eq!(lines.len(), 4);
         let header: Vec<&str> = lines[0].split(',').collect();
         let col = header.iter().position(|h| *h == "evaluation/episode_return_mean");
-        let col = col.ok_or_else(|| CliError::CorruptEventFile {
+        let col = col.ok_or_else(|| ImpalaError::CorruptEventFile {
             path: dir.into(),
             reason: "no column".into(),
         })?;
@@ -260,7 +260,7 @@ mod tests {
             .collect();
         assert_eq!(iters, vec![1, 2, 3]);
         let csv = std::fs::read_to_string(dir.join(PROGRESS_FILE))
-            .map_err(|e| CliError::io("read", dir, e))?;
+            .map_err(|e| ImpalaError::io("read", dir, e))?;
         assert_eq!(csv.lines().count(), 4);
         Ok(())
     }

@@ -76,6 +76,9 @@ pub struct ResultInfo {
     pub num_times_learner_queue_full: u64,
     /// `training_step` calls over the run.
     pub num_training_step_calls: u64,
+    /// CPU weight snapshots the learner took (only when a broadcast, evaluation or checkpoint
+    /// needed one).
+    pub num_weight_snapshots: u64,
     /// Learner input-queue statistics.
     pub learner_queue: LearnerQueueInfo,
     /// Learner timings in ms (`learner_grad_time_ms`, `learner_load_time_ms`, ...).
@@ -150,7 +153,7 @@ impl IterationResult {
     /// The one-line progress report the `impala` command prints per iteration.
     ///
     /// ```
-    /// let r = impala_cli::IterationResult {
+    /// let r = impala::IterationResult {
     ///     training_iteration: 3, time_total_s: 4.5, num_env_steps_sampled: 30_000,
     ///     num_env_steps_trained: 29_500, episode_return_mean: 187.25, episode_len_mean: 187.25,
     ///     num_env_steps_sampled_throughput_per_sec: 6_800.0, ..Default::default()

@@ -1,8 +1,8 @@
 //! The `Impala` library type on its less common paths: sampling on the driver, aggregation
 //! workers with mix-in replay, evaluation during training, save/restore in-process.
 
-use impala_cli::{Impala, DEFAULT_POLICY_ID};
-use impala_config::ImpalaConfig;
+use impala::{Impala, DEFAULT_POLICY_ID};
+use impala::config::ImpalaConfig;
 
 use crate::common::TestResult;
 
@@ -36,7 +36,7 @@ fn driver_sampling_aggregation_replay_and_evaluation() -> TestResult {
             config.num_env_runners, config.num_aggregation_workers
         );
         let evaluates = config.evaluation_interval.is_some();
-        let mut algo = Impala::new(config.validate()?.into_parts().0)?;
+        let mut algo = Impala::new(config.validate()?)?;
         let result = algo.train()?;
         assert_eq!(result.training_iteration, 1, "{label}");
         assert!(result.num_env_steps_sampled > 0, "{label}");
@@ -58,12 +58,12 @@ fn save_and_restore_continue_counters_and_weights() -> TestResult {
     let mut config = ImpalaConfig::default();
     quick(&mut config);
     let dir = tempfile::tempdir()?;
-    let mut algo = Impala::new(config.clone())?;
+    let mut algo = Impala::new(config.validate()?)?;
     let first = algo.train()?;
     let checkpoint = algo.save(dir.path())?;
     algo.stop()?;
 
-    let mut restored = Impala::new(config.clone())?;
+    let mut restored = Impala::new(config.validate()?)?;
     restored.restore(&checkpoint)?;
     assert_eq!(restored.iteration(), 1);
     assert_eq!(restored.counters().num_env_steps_sampled, first.num_env_steps_sampled);
@@ -75,7 +75,7 @@ fn save_and_restore_continue_counters_and_weights() -> TestResult {
 
     // A checkpoint of another model is refused with the reason.
     config.model.fcnet_hiddens = vec![16];
-    let mut other = Impala::new(config)?;
+    let mut other = Impala::new(config.validate()?)?;
     let err = other.restore(&checkpoint).err().ok_or("restore should fail")?.to_string();
     assert!(err.contains("model"), "{err}");
     other.stop()?;

@@ -7,7 +7,7 @@ use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
-use crate::{CliError, Result};
+use crate::{ImpalaError, Result};
 
 /// Writes scalar summaries to one `events.out.tfevents.<time>.<host>` file, as Tune's TensorBoard
 /// logger does (tags `ray/tune/<flattened result key>`).
@@ -22,10 +22,10 @@ impl EventWriter {
     ///
     /// ```
     /// let dir = tempfile::tempdir()?;
-    /// let mut tb = impala_cli::EventWriter::create(dir.path())?;
+    /// let mut tb = impala::EventWriter::create(dir.path())?;
     /// tb.add_scalars(1, &[("ray/tune/episode_return_mean".to_string(), 21.5)])?;
     /// tb.flush()?;
-    /// let records = impala_cli::tensorboard::read_scalars(tb.path())?;
+    /// let records = impala::tensorboard::read_scalars(tb.path())?;
     /// assert_eq!(records, vec![(1, "ray/tune/episode_return_mean".to_string(), 21.5)]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
@@ -33,7 +33,7 @@ impl EventWriter {
         let now = wall_time();
         let host = hostname();
         let path = dir.join(format!("events.out.tfevents.{}.{host}", now as u64));
-        let file = File::create(&path).map_err(|e| CliError::io("create", &path, e))?;
+        let file = File::create(&path).map_err(|e| ImpalaError::io("create", &path, e))?;
         let mut w = EventWriter { path, out: BufWriter::new(file) };
         let mut event = Vec::new();
         put_double(&mut event, 1, now);
@@ -66,7 +66,7 @@ impl EventWriter {
 
     /// Flushes buffered events to the file.
     pub fn flush(&mut self) -> Result<()> {
-        self.out.flush().map_err(|e| CliError::io("write", &self.path, e))
+        self.out.flush().map_err(|e| ImpalaError::io("write", &self.path, e))
     }
 
     fn write_record(&mut self, data: &[u8]) -> Result<()> {
@@ -76,7 +76,7 @@ impl EventWriter {
         rec.extend_from_slice(&masked_crc32c(&len).to_le_bytes());
         rec.extend_from_slice(data);
         rec.extend_from_slice(&masked_crc32c(data).to_le_bytes());
-        self.out.write_all(&rec).map_err(|e| CliError::io("write", &self.path, e))
+        self.out.write_all(&rec).map_err(|e| ImpalaError::io("write", &self.path, e))
     }
 }
 
@@ -143,8 +143,8 @@ fn hostname() -> String {
 /// every record. It understands exactly what [`EventWriter`] writes (and skips unknown fields),
 /// which is enough to check files in tests and scripts without TensorBoard.
 pub fn read_scalars(path: &Path) -> Result<Vec<(i64, String, f64)>> {
-    let bytes = std::fs::read(path).map_err(|e| CliError::io("read", path, e))?;
-    let corrupt = |reason: &str| CliError::CorruptEventFile {
+    let bytes = std::fs::read(path).map_err(|e| ImpalaError::io("read", path, e))?;
+    let corrupt = |reason: &str| ImpalaError::CorruptEventFile {
         path: path.to_path_buf(),
         reason: reason.to_string(),
     };
@@ -275,7 +275,7 @@ mod tests {
 
     #[test]
     fn events_round_trip_and_detect_corruption() -> Result<()> {
-        let dir = tempfile::tempdir().map_err(|e| CliError::io("create", Path::new("tmp"), e))?;
+        let dir = tempfile::tempdir().map_err(|e| ImpalaError::io("create", Path::new("tmp"), e))?;
         let mut tb = EventWriter::create(dir.path())?;
         let scalars =
             vec![("a/b".to_string(), 1.5), ("nan".to_string(), f64::NAN), ("c".to_string(), -2.0)];
@@ -288,15 +288,15 @@ mod tests {
             vec![(7, "a/b".into(), 1.5), (7, "c".into(), -2.0), (300_000, "a/b".into(), 3.25)]
         );
         // The first record is the file-version event.
-        let bytes = std::fs::read(tb.path()).map_err(|e| CliError::io("read", tb.path(), e))?;
+        let bytes = std::fs::read(tb.path()).map_err(|e| ImpalaError::io("read", tb.path(), e))?;
         assert!(bytes.windows(13).any(|w| w == b"brain.Event:2"));
         // Flip one payload byte: the data checksum must catch it.
         let mut bad = bytes.clone();
         let last = bad.len() - 6;
         bad[last] ^= 0xff;
         let bad_path = dir.path().join("bad");
-        std::fs::write(&bad_path, &bad).map_err(|e| CliError::io("write", &bad_path, e))?;
-        assert!(matches!(read_scalars(&bad_path), Err(CliError::CorruptEventFile { .. })));
+        std::fs::write(&bad_path, &bad).map_err(|e| ImpalaError::io("write", &bad_path, e))?;
+        assert!(matches!(read_scalars(&bad_path), Err(ImpalaError::CorruptEventFile { .. })));
         Ok(())
     }
 }

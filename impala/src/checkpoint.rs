@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{CliError, EpisodeWindow, Result};
+use crate::{ImpalaError, EpisodeWindow, Result};
 
 /// Version of the checkpoint layout; bumped when an older reader could not load it.
 pub const CHECKPOINT_FORMAT_VERSION: u32 = 1;
@@ -82,10 +82,10 @@ pub fn save_checkpoint(
     let target = parent.join(&name);
     let tmp = parent.join(format!(".{name}.tmp-{}", std::process::id()));
     if tmp.exists() {
-        fs::remove_dir_all(&tmp).map_err(|e| CliError::io("remove", &tmp, e))?;
+        fs::remove_dir_all(&tmp).map_err(|e| ImpalaError::io("remove", &tmp, e))?;
     }
     let written = (|| {
-        fs::create_dir_all(tmp.join(LEARNER_DIR)).map_err(|e| CliError::io("create", &tmp, e))?;
+        fs::create_dir_all(tmp.join(LEARNER_DIR)).map_err(|e| ImpalaError::io("create", &tmp, e))?;
         fill(&tmp.join(LEARNER_DIR))?;
         write_json(&tmp.join(STATE_FILE), state)?;
         write_json(&tmp.join(CONFIG_FILE), config)?;
@@ -98,11 +98,11 @@ pub fn save_checkpoint(
     }
     if target.exists() {
         let old = parent.join(format!(".{name}.old-{}", std::process::id()));
-        fs::rename(&target, &old).map_err(|e| CliError::io("rename", &target, e))?;
-        fs::rename(&tmp, &target).map_err(|e| CliError::io("rename", &tmp, e))?;
-        fs::remove_dir_all(&old).map_err(|e| CliError::io("remove", &old, e))?;
+        fs::rename(&target, &old).map_err(|e| ImpalaError::io("rename", &target, e))?;
+        fs::rename(&tmp, &target).map_err(|e| ImpalaError::io("rename", &tmp, e))?;
+        fs::remove_dir_all(&old).map_err(|e| ImpalaError::io("remove", &old, e))?;
     } else {
-        fs::rename(&tmp, &target).map_err(|e| CliError::io("rename", &tmp, e))?;
+        fs::rename(&tmp, &target).map_err(|e| ImpalaError::io("rename", &tmp, e))?;
     }
     sync_dir(parent)?;
     Ok(target)
@@ -116,7 +116,7 @@ pub fn find_checkpoint(path: &Path) -> Result<PathBuf> {
     }
     let entries = match fs::read_dir(path) {
         Ok(e) => e,
-        Err(_) => return Err(CliError::NoCheckpoint { path: path.to_path_buf() }),
+        Err(_) => return Err(ImpalaError::NoCheckpoint { path: path.to_path_buf() }),
     };
     let newest = entries
         .filter_map(std::result::Result::ok)
@@ -126,13 +126,13 @@ pub fn find_checkpoint(path: &Path) -> Result<PathBuf> {
             Some((iter, e.path()))
         })
         .max_by_key(|(iter, _)| *iter);
-    newest.map(|(_, p)| p).ok_or_else(|| CliError::NoCheckpoint { path: path.to_path_buf() })
+    newest.map(|(_, p)| p).ok_or_else(|| ImpalaError::NoCheckpoint { path: path.to_path_buf() })
 }
 
 /// Reads and checks a checkpoint's state and config (the learner's files are checked when the
 /// learner loads them).
 pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::ImpalaConfig)> {
-    let corrupt = |reason: String| CliError::CorruptCheckpoint { path: dir.to_path_buf(), reason };
+    let corrupt = |reason: String| ImpalaError::CorruptCheckpoint { path: dir.to_path_buf(), reason };
     let read = |file: &str| {
         fs::read_to_string(dir.join(file)).map_err(|e| corrupt(format!("cannot read {file} ({e})")))
     };
@@ -145,7 +145,7 @@ pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::Imp
             .get("impala_rs_version")
             .and_then(|v| v.as_str())
             .unwrap_or("an unknown version");
-        return Err(CliError::IncompatibleCheckpoint {
+        return Err(ImpalaError::IncompatibleCheckpoint {
             path: dir.to_path_buf(),
             reason: format!(
                 "it has checkpoint format {} (written by impala-rs {writer}), this impala-rs {} reads format {}",
@@ -160,7 +160,7 @@ pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::Imp
         .map_err(|e| corrupt(format!("{STATE_FILE} is incomplete ({e})")))?;
     let config_text = read(CONFIG_FILE)?;
     let config =
-        serde_json::from_str(&config_text).map_err(|e| CliError::IncompatibleCheckpoint {
+        serde_json::from_str(&config_text).map_err(|e| ImpalaError::IncompatibleCheckpoint {
             path: dir.to_path_buf(),
             reason: format!("its {CONFIG_FILE} does not fit this version's config ({e})"),
             fix: "resume it with the impala-rs version that wrote it, or start a new run".into(),
@@ -172,12 +172,12 @@ pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::Imp
 }
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
-    let text = serde_json::to_string_pretty(value).map_err(|source| CliError::Json {
+    let text = serde_json::to_string_pretty(value).map_err(|source| ImpalaError::Json {
         action: "write",
         path: path.to_path_buf(),
         source,
     })?;
-    fs::write(path, text).map_err(|e| CliError::io("write", path, e))
+    fs::write(path, text).map_err(|e| ImpalaError::io("write", path, e))
 }
 
 /// Replaces `path` with `bytes` atomically (temporary sibling, fsync, rename).
@@ -191,27 +191,27 @@ pub fn write_file_atomically(path: &Path, bytes: &[u8]) -> Result<()> {
     })();
     written.map_err(|e| {
         let _ = fs::remove_file(&tmp);
-        CliError::io("write", path, e)
+        ImpalaError::io("write", path, e)
     })
 }
 
 /// fsyncs every file and folder under `dir` (and `dir` itself).
 fn sync_tree(dir: &Path) -> Result<()> {
-    for entry in fs::read_dir(dir).map_err(|e| CliError::io("read", dir, e))? {
-        let path = entry.map_err(|e| CliError::io("read", dir, e))?.path();
+    for entry in fs::read_dir(dir).map_err(|e| ImpalaError::io("read", dir, e))? {
+        let path = entry.map_err(|e| ImpalaError::io("read", dir, e))?.path();
         if path.is_dir() {
             sync_tree(&path)?;
         } else {
             fs::File::open(&path)
                 .and_then(|f| f.sync_all())
-                .map_err(|e| CliError::io("sync", &path, e))?;
+                .map_err(|e| ImpalaError::io("sync", &path, e))?;
         }
     }
     sync_dir(dir)
 }
 
 fn sync_dir(dir: &Path) -> Result<()> {
-    fs::File::open(dir).and_then(|f| f.sync_all()).map_err(|e| CliError::io("sync", dir, e))
+    fs::File::open(dir).and_then(|f| f.sync_all()).map_err(|e| ImpalaError::io("sync", dir, e))
 }
 
 #[cfg(test)]
@@ -231,7 +231,7 @@ mod tests {
     }
 
     fn tmp() -> Result<tempfile::TempDir> {
-        tempfile::tempdir().map_err(|e| CliError::io("create", Path::new("tmp"), e))
+        tempfile::tempdir().map_err(|e| ImpalaError::io("create", Path::new("tmp"), e))
     }
 
     #[test]
@@ -240,7 +240,7 @@ mod tests {
         let config = impala_config::ImpalaConfig::default();
         for iter in [2, 10, 4] {
             save_checkpoint(dir.path(), &state(iter), &config, |d| {
-                fs::write(d.join("model.bin"), b"w").map_err(|e| CliError::io("write", d, e))
+                fs::write(d.join("model.bin"), b"w").map_err(|e| ImpalaError::io("write", d, e))
             })?;
         }
         // Saving the same iteration again replaces it.
@@ -250,7 +250,7 @@ mod tests {
         let (s, c) = read_checkpoint(&newest)?;
         assert_eq!((s, c), (state(10), config));
         let names: Vec<String> = fs::read_dir(dir.path())
-            .map_err(|e| CliError::io("read", dir.path(), e))?
+            .map_err(|e| ImpalaError::io("read", dir.path(), e))?
             .filter_map(|e| e.ok()?.file_name().into_string().ok())
             .collect();
         assert!(names.iter().all(|n| n.starts_with("checkpoint_")), "{names:?}");
@@ -261,13 +261,13 @@ mod tests {
     fn a_failing_save_leaves_nothing() -> Result<()> {
         let dir = tmp()?;
         let err = save_checkpoint(dir.path(), &state(1), &Default::default(), |d| {
-            Err(CliError::CorruptCheckpoint { path: d.into(), reason: "boom".into() })
+            Err(ImpalaError::CorruptCheckpoint { path: d.into(), reason: "boom".into() })
         });
         assert!(err.is_err());
         let left =
-            fs::read_dir(dir.path()).map_err(|e| CliError::io("read", dir.path(), e))?.count();
+            fs::read_dir(dir.path()).map_err(|e| ImpalaError::io("read", dir.path(), e))?.count();
         assert_eq!(left, 0);
-        assert!(matches!(find_checkpoint(dir.path()), Err(CliError::NoCheckpoint { .. })));
+        assert!(matches!(find_checkpoint(dir.path()), Err(ImpalaError::NoCheckpoint { .. })));
         Ok(())
     }
 
@@ -276,16 +276,16 @@ mod tests {
         let dir = tmp()?;
         let ckpt = save_checkpoint(dir.path(), &state(3), &Default::default(), |_| Ok(()))?;
         let state_path = ckpt.join(STATE_FILE);
-        fs::write(&state_path, "{not json").map_err(|e| CliError::io("write", &state_path, e))?;
-        assert!(matches!(read_checkpoint(&ckpt), Err(CliError::CorruptCheckpoint { .. })));
-        let mut future = serde_json::to_value(state(3)).map_err(|source| CliError::Json {
+        fs::write(&state_path, "{not json").map_err(|e| ImpalaError::io("write", &state_path, e))?;
+        assert!(matches!(read_checkpoint(&ckpt), Err(ImpalaError::CorruptCheckpoint { .. })));
+        let mut future = serde_json::to_value(state(3)).map_err(|source| ImpalaError::Json {
             action: "write",
             path: state_path.clone(),
             source,
         })?;
         future["format_version"] = 99.into();
         fs::write(&state_path, future.to_string())
-            .map_err(|e| CliError::io("write", &state_path, e))?;
+            .map_err(|e| ImpalaError::io("write", &state_path, e))?;
         let err = read_checkpoint(&ckpt).map_err(|e| e.to_string());
         assert!(err.is_err_and(|e| e.contains("format 99")));
         Ok(())

@@ -1,0 +1,55 @@
+//! The `log_level` option: a tracing subscriber on stderr that prints the library's events
+//! (runner failures and restarts, learner stalls) as `warning: ...` / `error: ...` lines, in
+//! the same shape as the command's own messages.
+
+use std::fmt;
+
+use tracing::{Event, Level, Subscriber};
+use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
+use tracing_subscriber::fmt::FmtContext;
+use tracing_subscriber::registry::LookupSpan;
+
+/// `level: message key=value ...`, without timestamps or module paths.
+struct OneLine;
+
+impl<S, N> FormatEvent<S, N> for OneLine
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+    N: for<'a> FormatFields<'a> + 'static,
+{
+    fn format_event(
+        &self,
+        ctx: &FmtContext<'_, S, N>,
+        mut writer: Writer<'_>,
+        event: &Event<'_>,
+    ) -> fmt::Result {
+        let level = match *event.metadata().level() {
+            Level::ERROR => "error",
+            Level::WARN => "warning",
+            Level::INFO => "info",
+            Level::DEBUG => "debug",
+            Level::TRACE => "trace",
+        };
+        write!(writer, "{level}: ")?;
+        ctx.field_format().format_fields(writer.by_ref(), event)?;
+        writeln!(writer)
+    }
+}
+
+/// Installs the subscriber at RLlib's `log_level` (`WARN` by default; validated to be one of
+/// TRACE, DEBUG, INFO, WARN, ERROR). Only the first call in a process takes effect.
+pub fn init(log_level: &str) {
+    let level = match log_level.to_ascii_uppercase().as_str() {
+        "TRACE" => Level::TRACE,
+        "DEBUG" => Level::DEBUG,
+        "INFO" => Level::INFO,
+        "ERROR" => Level::ERROR,
+        _ => Level::WARN,
+    };
+    // Fails only when a subscriber is already installed, which is then the one to use.
+    let _ = tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .event_format(OneLine)
+        .try_init();
+}

@@ -1,0 +1,229 @@
+//! The one seam between the [`EnvRunnerGroup`](crate::EnvRunnerGroup) and its env runners: the
+//! group sends [`RunnerRequest`]s through an [`EnvRunnerHandle`] and receives
+//! [`RunnerReply`]s on one shared channel. Runner threads in this process
+//! ([`ThreadLauncher`]) use it; a transport for runners in other processes or hosts implements
+//! [`EnvRunnerLauncher`] and plugs in with
+//! [`EnvRunnerGroup::with_launcher`](crate::EnvRunnerGroup::with_launcher), leaving in-flight
+//! caps, weight broadcast, fault tolerance and counting to the group.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crossbeam_channel::{Receiver, Sender};
+use impala_core::Weights;
+
+use crate::error::panic_message;
+use crate::{EnvFactory, EnvRunner, EnvRunnerSettings, Fragment, PolicyFactory, Result};
+
+/// What the group asks of an env runner (RLlib's remote calls on an `EnvRunner` actor).
+#[derive(Debug, Clone)]
+pub enum RunnerRequest {
+    /// Sample one more fragment. The group sends at most `max_requests_in_flight` more of
+    /// these than it got fragments back, which is how the in-flight cap works.
+    Sample,
+    /// Act with these weights from the next fragment on (the newest request wins).
+    SetWeights {
+        /// The weights.
+        weights: Arc<Weights>,
+        /// When the group sent them, for the weight-sync latency metric.
+        sent: Instant,
+    },
+    /// Finish the fragment being sampled, if any, and end.
+    Stop,
+}
+
+/// What an env runner answers.
+#[derive(Debug)]
+pub enum RunnerReply {
+    /// A finished fragment.
+    Fragment(Box<Fragment>),
+    /// Weights from a [`RunnerRequest::SetWeights`] were loaded, `latency` after it was sent.
+    WeightsApplied {
+        /// From the request's `sent` to loading.
+        latency: Duration,
+    },
+    /// The runner failed (env or policy error, panic, lost connection) and has ended.
+    Failed(String),
+}
+
+/// A reply and who sent it: the runner's id and incarnation (bumped on every restart, so the
+/// group can drop what a dead incarnation still sends).
+#[derive(Debug)]
+pub struct RunnerMessage {
+    /// The runner's id (1-based).
+    pub runner_id: usize,
+    /// Which incarnation of it.
+    pub incarnation: u64,
+    /// The reply.
+    pub reply: RunnerReply,
+}
+
+/// Where one runner incarnation sends its replies.
+#[derive(Debug, Clone)]
+pub struct ReplySender {
+    runner_id: usize,
+    incarnation: u64,
+    tx: Sender<RunnerMessage>,
+}
+
+impl ReplySender {
+    pub(crate) fn new(runner_id: usize, incarnation: u64, tx: Sender<RunnerMessage>) -> Self {
+        ReplySender { runner_id, incarnation, tx }
+    }
+
+    /// The runner this sender belongs to.
+    pub fn runner_id(&self) -> usize {
+        self.runner_id
+    }
+
+    /// Sends a reply; `false` when the group is gone (the runner should end).
+    pub fn send(&self, reply: RunnerReply) -> bool {
+        let msg = RunnerMessage { runner_id: self.runner_id, incarnation: self.incarnation, reply };
+        self.tx.send(msg).is_ok()
+    }
+}
+
+/// The driver's end of one running env runner.
+pub trait EnvRunnerHandle: Send {
+    /// Queues a request without blocking. `false` when the runner is gone; its failure
+    /// reaches the group as a [`RunnerReply::Failed`] (or the group marks it failed).
+    fn send(&mut self, request: RunnerRequest) -> bool;
+
+    /// Waits for the runner to end after [`RunnerRequest::Stop`] (a thread is joined, a
+    /// process reaped). An error is a failure that escaped the runner.
+    fn join(self: Box<Self>) -> Result<()>;
+}
+
+/// Starts env runners: threads here, worker processes, or runners on other hosts.
+pub trait EnvRunnerLauncher: Send {
+    /// Starts runner `replies.runner_id()`; it serves requests and answers on `replies` until
+    /// it is stopped or fails. An error here leaves the runner down; the group retries while
+    /// restarts remain.
+    fn launch(&mut self, replies: ReplySender) -> Result<Box<dyn EnvRunnerHandle>>;
+}
+
+/// Runs each env runner on a thread of this process: RLlib's remote env runners, as threads.
+pub struct ThreadLauncher {
+    settings: EnvRunnerSettings,
+    env_factory: EnvFactory,
+    policy_factory: PolicyFactory,
+}
+
+impl std::fmt::Debug for ThreadLauncher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ThreadLauncher").field("settings", &self.settings).finish_non_exhaustive()
+    }
+}
+
+impl ThreadLauncher {
+    /// A launcher building each runner from `settings` and the factories.
+    pub fn new(
+        settings: EnvRunnerSettings,
+        env_factory: EnvFactory,
+        policy_factory: PolicyFactory,
+    ) -> Self {
+        ThreadLauncher { settings, env_factory, policy_factory }
+    }
+}
+
+impl ThreadLauncher {
+    /// Runs an already built runner on a new thread.
+    pub(crate) fn start(
+        &self,
+        runner: EnvRunner,
+        replies: ReplySender,
+    ) -> Result<Box<dyn EnvRunnerHandle>> {
+        let name = format!("env-runner-{}", replies.runner_id());
+        let (requests, inbox) = crossbeam_channel::unbounded();
+        let thread = crate::threads::spawn(name, move || serve(runner, &inbox, &replies))?;
+        Ok(Box::new(ThreadHandle { requests, thread }))
+    }
+}
+
+impl EnvRunnerLauncher for ThreadLauncher {
+    fn launch(&mut self, replies: ReplySender) -> Result<Box<dyn EnvRunnerHandle>> {
+        let id = replies.runner_id();
+        let runner = EnvRunner::new(&self.settings, id, &self.env_factory, &self.policy_factory)?;
+        self.start(runner, replies)
+    }
+}
+
+struct ThreadHandle {
+    requests: Sender<RunnerRequest>,
+    thread: JoinHandle<()>,
+}
+
+impl EnvRunnerHandle for ThreadHandle {
+    fn send(&mut self, request: RunnerRequest) -> bool {
+        self.requests.send(request).is_ok()
+    }
+
+    fn join(self: Box<Self>) -> Result<()> {
+        let ThreadHandle { requests, thread } = *self;
+        // Closing the inbox ends a runner that is waiting for requests.
+        drop(requests);
+        crate::threads::join(thread)
+    }
+}
+
+/// What a runner has been asked to do and has not done yet.
+#[derive(Default)]
+struct Pending {
+    samples: usize,
+    weights: Option<(Arc<Weights>, Instant)>,
+    stop: bool,
+}
+
+impl Pending {
+    fn take(&mut self, request: RunnerRequest) {
+        match request {
+            RunnerRequest::Sample => self.samples += 1,
+            RunnerRequest::SetWeights { weights, sent } => self.weights = Some((weights, sent)),
+            RunnerRequest::Stop => self.stop = true,
+        }
+    }
+}
+
+/// Serves one runner's requests: waits when there is nothing to do, reads every queued request
+/// before each fragment (so the newest weights act), and replies with each fragment. An error
+/// or panic is replied as [`RunnerReply::Failed`] and ends the runner. Any transport's runner
+/// side can run this loop over its own channel.
+pub fn serve(mut runner: EnvRunner, inbox: &Receiver<RunnerRequest>, replies: &ReplySender) {
+    let mut pending = Pending::default();
+    loop {
+        if pending.samples == 0 {
+            match inbox.recv() {
+                Ok(request) => pending.take(request),
+                Err(_) => return,
+            }
+        }
+        for request in inbox.try_iter() {
+            pending.take(request);
+        }
+        if pending.stop {
+            return;
+        }
+        if pending.samples == 0 {
+            continue;
+        }
+        let step = catch_unwind(AssertUnwindSafe(|| -> Result<Fragment> {
+            if let Some((weights, sent)) = pending.weights.take() {
+                runner.set_weights(&weights)?;
+                replies.send(RunnerReply::WeightsApplied { latency: sent.elapsed() });
+            }
+            runner.sample()
+        }));
+        let reply = match step {
+            Ok(Ok(fragment)) => RunnerReply::Fragment(Box::new(fragment)),
+            Ok(Err(e)) => RunnerReply::Failed(e.to_string()),
+            Err(payload) => RunnerReply::Failed(panic_message(payload.as_ref())),
+        };
+        let failed = matches!(reply, RunnerReply::Failed(_));
+        if !replies.send(reply) || failed {
+            return;
+        }
+        pending.samples -= 1;
+    }
+}

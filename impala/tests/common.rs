@@ -1,0 +1,3 @@
+//! Shared test helpers.
+
+pub type TestResult = Result<(), Box<dyn std::error::Error>>;

@@ -1,0 +1,4 @@
+//! Integration tests of the `impala` library (one binary, modules below).
+
+mod algorithm;
+mod common;
