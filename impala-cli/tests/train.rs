@@ -178,3 +178,43 @@ fn every_example_config_loads_and_validates() -> TestResult {
     assert_eq!(seen, ["Acrobot-v1", "CartPole-v1", "Pendulum-v1"]);
     Ok(())
 }
+
+#[test]
+fn log_level_prints_library_warnings_on_stderr() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    // The learner gets no data (`_skip_learners`) and waits 1 ms for it: a stall warning.
+    let mut args = vec!["train", "--stop-iters", "1", "--quiet"];
+    args.extend(["--set", "_skip_learners=true", "--set", "learner_queue_timeout=0.001"]);
+    args.extend(FAST);
+    let mut loud = args.clone();
+    loud.extend(["--run-dir", "run"]);
+    let run = impala(dir.path(), &loud)?;
+    assert!(run.success, "{}", run.stderr);
+    let warning = run.stderr.lines().find(|l| l.contains("learner_queue_timeout"));
+    assert!(warning.is_some_and(|l| l.starts_with("warning: ")), "{}", run.stderr);
+    // At ERROR the same run prints no warning.
+    let mut quiet = args.clone();
+    quiet.extend(["--set", "log_level=ERROR", "--run-dir", "run2"]);
+    let run = impala(dir.path(), &quiet)?;
+    assert!(run.success, "{}", run.stderr);
+    assert!(!run.stderr.contains("learner_queue_timeout"), "{}", run.stderr);
+    Ok(())
+}
+
+#[test]
+fn config_prints_the_learner_device_plan() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let run = impala(dir.path(), &["config", "--set", "num_learners=2"])?;
+    assert!(run.success, "{}", run.stderr);
+    assert!(
+        run.stdout.contains("# learner: 2 CPU tower(s) in one MultiGPULearnerThread"),
+        "{}",
+        run.stdout
+    );
+    let run = impala(
+        dir.path(),
+        &["config", "--set", "simple_optimizer=true", "--set", "num_learners=2"],
+    )?;
+    run.assert_one_line_error(&["simple_optimizer", "LearnerThread"]);
+    Ok(())
+}

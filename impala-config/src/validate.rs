@@ -469,18 +469,33 @@ fn check_resources(config: &ImpalaConfig, c: &mut Checker) {
             "set either `num_gpus` (old stack) or `num_learners` with `num_gpus_per_learner` (new stack), and the other to 0".into(),
         );
     }
+    if config.num_gpus > 0.0 && config.num_learners > 1 {
+        c.error(
+            "num_learners",
+            Rule::LearnerGpusTwice,
+            format!("is {} but `num_gpus` = {} places the learner's towers the old-stack way", config.num_learners, config.num_gpus),
+            "use `num_learners` with `num_gpus_per_learner` (new stack) and `num_gpus = 0`, or `num_gpus` with `num_learners` at most 1".into(),
+        );
+    }
     if per_learner > 1.0 && per_learner.fract() != 0.0 {
         c.error(
             "num_gpus_per_learner",
             Rule::WholeGpus,
             format!("is {per_learner} but only a fraction below 1 can share a GPU"),
-            format!("set `num_gpus_per_learner` to {} or {}", per_learner.floor(), per_learner.ceil()),
+            format!(
+                "set `num_gpus_per_learner` to {} or {}",
+                per_learner.floor(),
+                per_learner.ceil()
+            ),
         );
     } else if per_learner > 0.0 && per_learner < 1.0 && config.num_learners > 1 {
         c.error(
             "num_gpus_per_learner",
             Rule::WholeGpus,
-            format!("is {per_learner} with `num_learners` = {}: learners cannot share one GPU", config.num_learners),
+            format!(
+                "is {per_learner} with `num_learners` = {}: learners cannot share one GPU",
+                config.num_learners
+            ),
             "set `num_gpus_per_learner` to 1 (one GPU per learner), or `num_learners` to 1".into(),
         );
     }

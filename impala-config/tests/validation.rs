@@ -549,8 +549,7 @@ fn learner_plans_for_the_old_and_new_stack() -> TestResult {
             500,
         ),
     ];
-    for (what, config, kind, num_devices, multi_gpu_thread, train_batch_size, per_device) in cases
-    {
+    for (what, config, kind, num_devices, multi_gpu_thread, train_batch_size, per_device) in cases {
         let validated = config.validate().map_err(|e| format!("{what}: {e}"))?;
         let expected = LearnerPlan {
             kind,

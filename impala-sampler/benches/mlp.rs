@@ -315,7 +315,12 @@ mod tests {
         target.set_weights(&Arc::new(source.weights(5)))?;
         assert_eq!(target.weights(5), source.weights(5));
         let other = MlpPolicy::new(&spec(), &[6], 3)?;
-        assert!(target.set_weights(&Arc::new(other.weights(6))).is_err());
+        let err = target.set_weights(&Arc::new(other.weights(6))).err();
+        assert!(
+            matches!(&err, Some(CoreError::Policy { reason }) if reason.contains("shape")),
+            "{err:?}"
+        );
+        assert_eq!(target.weights_version(), 5); // the rejected snapshot's version is not taken
         Ok(())
     }
 }

@@ -5,13 +5,19 @@
 // `criterion_group!` generates an undocumented function.
 #![allow(missing_docs)]
 
+mod mlp;
+
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use impala_config::ImpalaConfig;
 use impala_core::Policy;
-use impala_sampler::{EnvFactory, EnvRunnerGroup, MlpPolicy, PolicyFactory, RandomPolicy, Result};
+use impala_sampler::{
+    EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings, EnvRunnerSettings, PolicyFactory,
+    RandomPolicy, Result, SamplerError,
+};
+use mlp::MlpPolicy;
 
 const FRAGMENT: usize = 50;
 
@@ -37,16 +43,23 @@ fn factories(hiddens: Option<&'static [usize]>) -> (EnvFactory, PolicyFactory) {
 }
 
 fn group(runners: usize, envs: usize, hiddens: Option<&'static [usize]>) -> Result<EnvRunnerGroup> {
-    let config = ImpalaConfig {
+    let positive = |n: usize, field| {
+        NonZeroUsize::new(n)
+            .ok_or(SamplerError::InvalidConfig { field, reason: "must be at least 1".into() })
+    };
+    let settings = EnvRunnerGroupSettings {
         num_env_runners: runners,
-        num_envs_per_env_runner: envs,
-        rollout_fragment_length: FRAGMENT,
-        timeout_s_sampler_manager: 0.01,
-        seed: Some(0),
-        ..ImpalaConfig::default()
+        runner: EnvRunnerSettings {
+            num_envs: positive(envs, "num_envs_per_env_runner")?,
+            rollout_fragment_length: positive(FRAGMENT, "rollout_fragment_length")?,
+            seed: Some(0),
+            ..EnvRunnerSettings::default()
+        },
+        sample_timeout: Some(Duration::from_millis(10)),
+        ..EnvRunnerGroupSettings::default()
     };
     let (e, p) = factories(hiddens);
-    EnvRunnerGroup::new(&config, e, p)
+    EnvRunnerGroup::new(&settings, e, p)
 }
 
 /// Samples until `steps` env steps arrived; returns the time taken.

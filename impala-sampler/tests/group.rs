@@ -36,7 +36,11 @@ fn sample_until(
     loop {
         deadline.check(what)?;
         let got = group.sample()?;
-        let finished = got.iter().fold(false, |finished, f| done(f) || finished);
+        // `done` sees every fragment, also after one finished the wait.
+        let mut finished = false;
+        for f in &got {
+            finished |= done(f);
+        }
         out.extend(got);
         if finished {
             return Ok(out);

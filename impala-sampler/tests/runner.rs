@@ -192,7 +192,7 @@ fn explore_false_acts_greedily() -> TestResult {
     let modes = EnvRunner::new(&greedy, 0, &envs, &policies)?.sample()?;
     // RandomPolicy's mode of Discrete(2) is action 0; 100 uniform draws are not all 0.
     assert!(modes.batch.actions.iter().all(|&a| a == 0.0));
-    assert!(sampled.batch.actions.iter().any(|&a| a == 1.0));
+    assert!(sampled.batch.actions.contains(&1.0));
     Ok(())
 }
 

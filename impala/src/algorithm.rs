@@ -99,6 +99,8 @@ pub struct Impala {
     pub(crate) interrupt: Option<Arc<AtomicBool>>,
     pub(crate) evaluator: Evaluator,
     pub(crate) last_evaluation: Option<EvaluationResult>,
+    /// Learner stalls already reported (to log only new ones).
+    pub(crate) stalls_reported: u64,
 }
 
 impl std::fmt::Debug for Impala {
@@ -221,7 +223,23 @@ impl Impala {
         if evaluation.is_some() {
             self.last_evaluation = evaluation;
         }
+        self.report_stalls();
         Ok(self.compile_result(&before, time_this_iter_s, num_episodes))
+    }
+
+    /// Logs learner stalls (waits of `learner_queue_timeout` without data) seen since the last
+    /// iteration: not fatal, but a sign that sampling cannot keep up or is blocked.
+    fn report_stalls(&mut self) {
+        let stalls =
+            self.learner.as_ref().map_or(0, |l| l.queue_stats().num_learner_queue_timeouts);
+        if stalls > self.stalls_reported {
+            tracing::warn!(
+                new_stalls = stalls - self.stalls_reported,
+                learner_queue_timeout_s = self.config.learner_queue_timeout,
+                "the learner waited a whole learner_queue_timeout for a train batch; sampling is slower than training or blocked"
+            );
+            self.stalls_reported = stalls;
+        }
     }
 
     /// RLlib's `Impala.training_step`: collect ready fragments (counted here, once), batch
@@ -314,13 +332,15 @@ impl Impala {
             self.runners()?.set_latest_weights(weights);
         }
         let runners = self.runners.as_mut().ok_or(ImpalaError::Stopped)?;
-        if let Some(ids) = self.broadcaster.step(runners_that_returned, runners.has_unsent_weights())
+        if let Some(ids) =
+            self.broadcaster.step(runners_that_returned, runners.has_unsent_weights())
         {
             runners.send_latest_weights(&ids);
             self.counters.num_weight_broadcasts += 1;
         }
         let snapshot_version = runners.latest_weights().map_or(0, |w| w.version);
-        if self.broadcaster.due_at_next_step() && self.counters.num_grad_updates > snapshot_version {
+        if self.broadcaster.due_at_next_step() && self.counters.num_grad_updates > snapshot_version
+        {
             self.learner()?.request_weights();
         }
         Ok(())

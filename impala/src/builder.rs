@@ -96,8 +96,8 @@ impl ImpalaBuilder {
         let policy_factory: PolicyFactory = Arc::new(move |runner_id: usize| {
             let seed =
                 base_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(runner_id as u64 + 1);
-            let mut policy = TorchPolicy::new(&model, &policy_spec, base_seed, seed)
-                .map_err(CoreError::from)?;
+            let mut policy =
+                TorchPolicy::new(&model, &policy_spec, base_seed, seed).map_err(CoreError::from)?;
             policy.set_weights(&weights)?;
             Ok(Box::new(policy) as Box<dyn Policy>)
         });
@@ -128,6 +128,7 @@ impl ImpalaBuilder {
             last_learner_stats: Default::default(),
             interrupt: None,
             last_evaluation: None,
+            stalls_reported: 0,
             config,
         })
     }
@@ -151,11 +152,14 @@ fn check_devices(config: &ValidatedConfig) -> Result<()> {
     let plan = config.learner_plan();
     let available = tch::Cuda::device_count().max(0) as usize;
     if plan.uses_cuda() && available < plan.num_devices {
+        let asked = plan.num_devices;
         let reason = if cfg!(feature = "cuda") || available > 0 {
-            format!("the learner needs {plan}, but this machine has {available} CUDA device(s)")
+            format!(
+                "the config asks for {asked} GPU(s) for the learner ({plan}), but this machine has {available} CUDA device(s)"
+            )
         } else {
             format!(
-                "the learner needs {plan}, but this impala sees no CUDA device (it may be built without CUDA support)"
+                "the config asks for {asked} GPU(s) for the learner ({plan}), but this impala sees no CUDA device (it may be built without CUDA support)"
             )
         };
         return Err(ImpalaError::ImpossibleResources {
@@ -194,7 +198,9 @@ fn wrapped(config: &ValidatedConfig, base: EnvFactory) -> EnvFactory {
         };
         let mut env = base(ctx)?;
         if normalize {
-            env = Box::new(impala_envs::NormalizeObservation::new(env, Some(10.0)).map_err(wrap_error)?);
+            env = Box::new(
+                impala_envs::NormalizeObservation::new(env, Some(10.0)).map_err(wrap_error)?,
+            );
         }
         if framestack > 1 {
             env = Box::new(impala_envs::FrameStack::new(env, framestack).map_err(wrap_error)?);

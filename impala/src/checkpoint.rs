@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::{ImpalaError, EpisodeWindow, Result};
+use crate::{EpisodeWindow, ImpalaError, Result};
 
 /// Version of the checkpoint layout; bumped when an older reader could not load it.
 pub const CHECKPOINT_FORMAT_VERSION: u32 = 1;
@@ -85,7 +85,8 @@ pub fn save_checkpoint(
         fs::remove_dir_all(&tmp).map_err(|e| ImpalaError::io("remove", &tmp, e))?;
     }
     let written = (|| {
-        fs::create_dir_all(tmp.join(LEARNER_DIR)).map_err(|e| ImpalaError::io("create", &tmp, e))?;
+        fs::create_dir_all(tmp.join(LEARNER_DIR))
+            .map_err(|e| ImpalaError::io("create", &tmp, e))?;
         fill(&tmp.join(LEARNER_DIR))?;
         write_json(&tmp.join(STATE_FILE), state)?;
         write_json(&tmp.join(CONFIG_FILE), config)?;
@@ -132,7 +133,8 @@ pub fn find_checkpoint(path: &Path) -> Result<PathBuf> {
 /// Reads and checks a checkpoint's state and config (the learner's files are checked when the
 /// learner loads them).
 pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::ImpalaConfig)> {
-    let corrupt = |reason: String| ImpalaError::CorruptCheckpoint { path: dir.to_path_buf(), reason };
+    let corrupt =
+        |reason: String| ImpalaError::CorruptCheckpoint { path: dir.to_path_buf(), reason };
     let read = |file: &str| {
         fs::read_to_string(dir.join(file)).map_err(|e| corrupt(format!("cannot read {file} ({e})")))
     };
@@ -276,7 +278,8 @@ mod tests {
         let dir = tmp()?;
         let ckpt = save_checkpoint(dir.path(), &state(3), &Default::default(), |_| Ok(()))?;
         let state_path = ckpt.join(STATE_FILE);
-        fs::write(&state_path, "{not json").map_err(|e| ImpalaError::io("write", &state_path, e))?;
+        fs::write(&state_path, "{not json")
+            .map_err(|e| ImpalaError::io("write", &state_path, e))?;
         assert!(matches!(read_checkpoint(&ckpt), Err(ImpalaError::CorruptCheckpoint { .. })));
         let mut future = serde_json::to_value(state(3)).map_err(|source| ImpalaError::Json {
             action: "write",

@@ -84,18 +84,18 @@ pub use result::{
 pub use stop::StopCriteria;
 pub use tensorboard::EventWriter;
 
-/// The shared vocabulary: `Env`, spaces, `SampleBatch`, `Policy`, `Weights`.
-pub use impala_core as core;
 /// `ImpalaConfig`: every RLlib option, builder groups, files, validation.
 pub use impala_config as config;
+/// The shared vocabulary: `Env`, spaces, `SampleBatch`, `Policy`, `Weights`.
+pub use impala_core as core;
 /// Native environments, the env registry and wrappers.
 pub use impala_envs as envs;
-/// Env runners, the runner seam, weight broadcast and the batching stage.
-pub use impala_sampler as sampler;
 /// Models, the V-trace loss and the learner threads (libtorch).
 pub use impala_learner as learner;
 /// RLlib's mix-in replay buffer.
 pub use impala_replay as replay;
+/// Env runners, the runner seam, weight broadcast and the batching stage.
+pub use impala_sampler as sampler;
 /// V-trace on slices, without libtorch.
 pub use impala_vtrace as vtrace;
 

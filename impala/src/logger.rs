@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 
 use crate::checkpoint::write_file_atomically;
 use crate::result::flatten;
-use crate::{ImpalaError, EventWriter, IterationResult, Result};
+use crate::{EventWriter, ImpalaError, IterationResult, Result};
 
 /// Name of the per-iteration JSON lines file.
 pub const RESULT_FILE: &str = "result.json";
@@ -83,7 +83,8 @@ impl ResultLogger {
             path: result_path.clone(),
             source,
         })?;
-        writeln!(self.result_json, "{line}").map_err(|e| ImpalaError::io("write", &result_path, e))?;
+        writeln!(self.result_json, "{line}")
+            .map_err(|e| ImpalaError::io("write", &result_path, e))?;
         self.result_json.flush().map_err(|e| ImpalaError::io("write", &result_path, e))?;
 
         let row = flatten(&json);
@@ -228,7 +229,8 @@ mod tests {
 
     #[test]
     fn new_columns_rewrite_the_csv_and_resume_truncates() -> Result<()> {
-        let tmp = tempfile::tempdir().map_err(|e| ImpalaError::io("create", Path::new("tmp"), e))?;
+        let tmp =
+            tempfile::tempdir().map_err(|e| ImpalaError::io("create", Path::new("tmp"), e))?;
         let dir = tmp.path();
         let mut log = ResultLogger::open(dir, None)?;
         log.log(&result(1))?;

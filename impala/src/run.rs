@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::{write_params, Impala, ImpalaError, IterationResult, Result, ResultLogger, StopCriteria};
+use crate::{
+    write_params, Impala, ImpalaError, IterationResult, Result, ResultLogger, StopCriteria,
+};
 
 /// How a run goes.
 #[derive(Debug, Clone, PartialEq)]

@@ -275,7 +275,8 @@ mod tests {
 
     #[test]
     fn events_round_trip_and_detect_corruption() -> Result<()> {
-        let dir = tempfile::tempdir().map_err(|e| ImpalaError::io("create", Path::new("tmp"), e))?;
+        let dir =
+            tempfile::tempdir().map_err(|e| ImpalaError::io("create", Path::new("tmp"), e))?;
         let mut tb = EventWriter::create(dir.path())?;
         let scalars =
             vec![("a/b".to_string(), 1.5), ("nan".to_string(), f64::NAN), ("c".to_string(), -2.0)];

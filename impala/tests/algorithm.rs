@@ -1,8 +1,8 @@
 //! The `Impala` library type on its less common paths: sampling on the driver, aggregation
 //! workers with mix-in replay, evaluation during training, save/restore in-process.
 
-use impala::{Impala, DEFAULT_POLICY_ID};
 use impala::config::ImpalaConfig;
+use impala::{Impala, DEFAULT_POLICY_ID};
 
 use crate::common::TestResult;
 

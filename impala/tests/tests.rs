@@ -2,3 +2,4 @@
 
 mod algorithm;
 mod common;
+mod options;
