@@ -323,7 +323,7 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     };
     if stop == StopCriteria::default() {
         // No criterion given: train until solved, i.e. Gymnasium's `reward_threshold` of the env.
-        stop.episode_return_mean = reward_threshold(&config.env)?;
+        stop.episode_return_mean = impala::envs::reward_threshold(&config.env);
     }
 
     let run_dir = match (&args.run_dir, &checkpoint) {
@@ -393,14 +393,6 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         println!("{summary}");
     }
     Ok(ExitCode::SUCCESS)
-}
-
-/// The env's registered `reward_threshold` (Gymnasium's "solved"), if it has one.
-fn reward_threshold(env: &str) -> anyhow::Result<Option<f64>> {
-    Ok(impala::envs::list()?
-        .into_iter()
-        .find(|info| info.spec.id == env)
-        .and_then(|info| info.reward_threshold))
 }
 
 fn describe_stop(stop: &StopCriteria) -> String {

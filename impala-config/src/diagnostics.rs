@@ -45,6 +45,9 @@ pub enum Rule {
     DropLastTsNeedsTwoSteps,
     /// `evaluation_parallel_to_training` needs evaluation env runners.
     ParallelEvaluationNeedsRunners,
+    /// A Ray scheduling option that has nothing to act on in impala-rs (placement strategy,
+    /// custom resources, GPUs for env runners, whose policies infer on the CPU).
+    NotSupported,
 }
 
 /// One problem found by [`crate::ImpalaConfig::validate`]: what, where and how to fix it.

@@ -460,6 +460,33 @@ fn check_resources(config: &ImpalaConfig, c: &mut Checker) {
     for (name, &amount) in &config.custom_resources_per_env_runner {
         c.non_negative(&format!("custom_resources_per_env_runner.{name}"), amount);
     }
+    // Ray places actors by these; impala-rs has nothing to place (runners are threads here, and
+    // remote runners are placed by Kubernetes or Slurm), so they are refused, not ignored.
+    if config.placement_strategy != crate::PlacementStrategy::Pack {
+        c.error(
+            "placement_strategy",
+            Rule::NotSupported,
+            format!("is {} but impala-rs uses no Ray placement groups, so it would do nothing", config.placement_strategy.as_str()),
+            "remove `placement_strategy` (impala-rs runs the learner and runner threads in one process)".into(),
+        );
+    }
+    let custom = config.custom_resources_per_env_runner.iter().find(|(_, &amount)| amount > 0.0);
+    if let Some((name, _)) = custom {
+        c.error(
+            format!("custom_resources_per_env_runner.{name}"),
+            Rule::NotSupported,
+            "asks for a custom Ray resource, which impala-rs has no scheduler to honour".into(),
+            "remove `custom_resources_per_env_runner`".into(),
+        );
+    }
+    if config.num_gpus_per_env_runner > 0.0 {
+        c.error(
+            "num_gpus_per_env_runner",
+            Rule::NotSupported,
+            format!("is {} but env runners' policies always infer on the CPU (one libtorch thread each)", config.num_gpus_per_env_runner),
+            "set `num_gpus_per_env_runner = 0`; the learner's GPUs are `num_gpus` or `num_gpus_per_learner`".into(),
+        );
+    }
     let per_learner = config.num_gpus_per_learner;
     if config.num_gpus > 0.0 && per_learner > 0.0 {
         c.error(

@@ -588,3 +588,29 @@ fn evaluation_parallel_to_training_round_trips_through_toml() -> TestResult {
     assert!(set.evaluation_parallel_to_training);
     Ok(())
 }
+
+#[test]
+fn ray_scheduling_options_with_nothing_to_act_on_are_refused() -> TestResult {
+    let mut config = ImpalaConfig::default();
+    config.apply_override("placement_strategy=SPREAD")?;
+    fails(&config, Rule::NotSupported, "placement_strategy")?;
+    let mut config = ImpalaConfig::default();
+    config.apply_override("custom_resources_per_env_runner.tpu=1")?;
+    fails(&config, Rule::NotSupported, "custom_resources_per_env_runner.tpu")?;
+    let mut config = ImpalaConfig::default();
+    config.num_gpus_per_env_runner = 0.5;
+    fails(&config, Rule::NotSupported, "num_gpus_per_env_runner")?;
+    // Zero amounts ask for nothing.
+    config.num_gpus_per_env_runner = 0.0;
+    config.apply_override("custom_resources_per_env_runner.tpu=0")?;
+    config.validate()?;
+    Ok(())
+}
+
+#[test]
+fn old_stack_gpus_with_several_learners_are_refused() -> TestResult {
+    let config =
+        ImpalaConfig::default().resources(|r| r.num_gpus(2.0)).learners(|l| l.num_learners(3));
+    fails(&config, Rule::LearnerGpusTwice, "num_learners")?;
+    Ok(())
+}

@@ -45,8 +45,8 @@ pub use classic::{
 };
 pub use error::{EnvError, Result};
 pub use registry::{
-    list, make, make_stateful, register, EnvConfig, EnvCreator, EnvInfo, Registration,
-    MAX_EPISODE_STEPS,
+    list, make, make_stateful, register, reward_threshold, EnvConfig, EnvCreator, EnvInfo,
+    Registration, MAX_EPISODE_STEPS,
 };
 pub use vector::{VectorEnv, VectorStep};
 pub use wrappers::{

@@ -356,6 +356,20 @@ pub fn list() -> Result<Vec<EnvInfo>> {
     Ok(infos)
 }
 
+/// The return at which `id` counts as solved (Gymnasium's `reward_threshold`), without
+/// building the env; `None` for an env without one or an unknown id.
+///
+/// ```
+/// assert_eq!(impala_envs::reward_threshold("CartPole-v1"), Some(475.0));
+/// assert_eq!(impala_envs::reward_threshold("Pendulum-v1"), None);
+/// ```
+pub fn reward_threshold(id: &str) -> Option<f64> {
+    if let Some(entry) = NATIVES.iter().find(|e| e.id == id) {
+        return entry.reward_threshold;
+    }
+    REGISTERED.read().unwrap_or_else(PoisonError::into_inner).get(id)?.reward_threshold
+}
+
 /// Creates the environment known as `id`, as `gymnasium.make(id, **env_config)`: a native env,
 /// else one added with [`register`].
 ///

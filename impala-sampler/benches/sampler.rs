@@ -5,6 +5,7 @@
 // `criterion_group!` generates an undocumented function.
 #![allow(missing_docs)]
 
+#[path = "support/mlp.rs"]
 mod mlp;
 
 use std::num::NonZeroUsize;

@@ -129,11 +129,11 @@ impl TrainBatchBuilder {
             self.batch_being_built.push(part);
         }
         if self.steps_being_built >= self.train_batch_size {
-            // The parts are shared with the replay buffer: concatenate them in place.
-            let train_batch = SampleBatch::concat(&self.batch_being_built)?;
-            self.batch_being_built.clear();
+            // The parts are shared with the replay buffer: concatenate them in place. A batch
+            // that does not concatenate is dropped with its error, not retried forever.
+            let parts = std::mem::take(&mut self.batch_being_built);
             self.steps_being_built = 0;
-            done.push(train_batch);
+            done.push(SampleBatch::concat(&parts)?);
         }
         Ok(())
     }

@@ -52,7 +52,7 @@ pub enum SamplerError {
         /// The last error or panic message.
         reason: String,
     },
-    /// An aggregation worker failed (a batch that does not concatenate, or a panic).
+    /// An aggregation worker failed (a panic in its mix-in replay).
     #[error("aggregation worker {worker_index} failed: {reason}")]
     AggregationWorkerFailed {
         /// The worker's index.

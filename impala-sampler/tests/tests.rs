@@ -10,5 +10,5 @@ mod seam;
 mod settings;
 
 /// The benches' pure-Rust MLP policy, included so its unit tests run with the suite.
-#[path = "../benches/mlp.rs"]
+#[path = "../benches/support/mlp.rs"]
 mod mlp;
