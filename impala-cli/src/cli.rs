@@ -348,7 +348,7 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     }
     let options = RunOptions {
         run_dir,
-        stop: stop.clone(),
+        stop,
         checkpoint_every: args.checkpoint_every,
         resumed: checkpoint.is_some(),
     };

@@ -597,8 +597,7 @@ fn ray_scheduling_options_with_nothing_to_act_on_are_refused() -> TestResult {
     let mut config = ImpalaConfig::default();
     config.apply_override("custom_resources_per_env_runner.tpu=1")?;
     fails(&config, Rule::NotSupported, "custom_resources_per_env_runner.tpu")?;
-    let mut config = ImpalaConfig::default();
-    config.num_gpus_per_env_runner = 0.5;
+    let mut config = ImpalaConfig { num_gpus_per_env_runner: 0.5, ..ImpalaConfig::default() };
     fails(&config, Rule::NotSupported, "num_gpus_per_env_runner")?;
     // Zero amounts ask for nothing.
     config.num_gpus_per_env_runner = 0.0;

@@ -12,14 +12,16 @@ use impala::{Impala, ImpalaError};
 use crate::common::TestResult;
 
 fn quick() -> ImpalaConfig {
-    let mut config = ImpalaConfig::default();
-    config.min_time_s_per_iteration = 0.3;
-    config.num_env_runners = 1;
-    config.num_envs_per_env_runner = 4;
-    config.rollout_fragment_length = 10;
-    config.train_batch_size = 80;
+    let mut config = ImpalaConfig {
+        min_time_s_per_iteration: 0.3,
+        num_env_runners: 1,
+        num_envs_per_env_runner: 4,
+        rollout_fragment_length: 10,
+        train_batch_size: 80,
+        seed: Some(3),
+        ..ImpalaConfig::default()
+    };
     config.model.fcnet_hiddens = vec![16];
-    config.seed = Some(3);
     config
 }
 
