@@ -169,6 +169,7 @@ impl ImpalaConfig {
     /// assert_eq!(rules, [Rule::GammaInUnitInterval, Rule::EntropyCoeffNonNegative]);
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
+    #[doc(alias = "validate_config")]
     pub fn validate(&self) -> Result<ValidatedConfig> {
         let mut fixed = self.clone();
         let mut c = Checker::default();

@@ -172,6 +172,7 @@ struct PolicyStore<T> {
 /// assert!(buffer.replay().is_none()); // nothing new since
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[doc(alias = "MixInMultiAgentReplayBuffer")]
 #[derive(Debug)]
 pub struct MixInReplay<T> {
     capacity: usize,

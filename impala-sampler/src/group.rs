@@ -128,6 +128,8 @@ struct Member {
 /// group.shutdown()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[doc(alias = "FaultTolerantActorManager")]
+#[doc(alias = "AsyncRequestsManager")]
 pub struct EnvRunnerGroup {
     settings: EnvRunnerGroupSettings,
     spec: EnvSpec,

@@ -79,6 +79,8 @@ pub struct Fragment {
 /// assert_eq!(fragment.episodes.len(), 2); // each env finished one 3-step episode
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+#[doc(alias = "RolloutWorker")]
+#[doc(alias = "SingleAgentEnvRunner")]
 pub struct EnvRunner {
     runner_id: usize,
     envs: VectorEnv,

@@ -172,6 +172,7 @@ impl Impala {
     /// sampled / trained (RLlib's `Algorithm.train`), then returns the iteration's result.
     /// With `evaluation_parallel_to_training`, an evaluation due this iteration runs on the
     /// evaluation env runners meanwhile, and the iteration also waits for it.
+    #[doc(alias = "training_step")]
     pub fn train(&mut self) -> Result<IterationResult> {
         let started = Instant::now();
         let before = self.counters;

@@ -10,20 +10,23 @@
 //! use impala::config::ImpalaConfig;
 //! use impala::Impala;
 //!
-//! /// Walk right to the end of a corridor of 5 cells (action 1) for a reward of 1.
-//! struct Corridor { spec: EnvSpec, pos: usize }
+//! /// Walk right to the end of a corridor of 5 cells (action 1) for a reward of 1, within 50
+//! /// steps.
+//! struct Corridor { spec: EnvSpec, pos: usize, t: usize }
 //! impl Env for Corridor {
 //!     fn spec(&self) -> &EnvSpec { &self.spec }
 //!     fn reset(&mut self, _seed: Option<u64>, obs: &mut [f32]) -> Result<(), CoreError> {
-//!         self.pos = 0;
+//!         (self.pos, self.t) = (0, 0);
 //!         obs[0] = 0.0;
 //!         Ok(())
 //!     }
 //!     fn step(&mut self, action: &[f32], obs: &mut [f32]) -> Result<StepOutcome, CoreError> {
 //!         self.pos = if action[0] > 0.5 { self.pos + 1 } else { self.pos.saturating_sub(1) };
+//!         self.t += 1;
 //!         obs[0] = self.pos as f32;
 //!         let terminated = self.pos == 4;
-//!         Ok(StepOutcome { reward: f64::from(u8::from(terminated)), terminated, truncated: false })
+//!         let reward = f64::from(u8::from(terminated));
+//!         Ok(StepOutcome { reward, terminated, truncated: self.t == 50 && !terminated })
 //!     }
 //! }
 //!
@@ -38,9 +41,9 @@
 //!             id: "Corridor".into(),
 //!             observation_space: Space::continuous(vec![0.0], vec![4.0])?,
 //!             action_space: Space::Discrete(2),
-//!             max_episode_steps: None,
+//!             max_episode_steps: Some(50),
 //!         };
-//!         Ok(Box::new(impala::envs::TimeLimit::new(Corridor { spec, pos: 0 }, 50)?) as Box<dyn Env>)
+//!         Ok(Box::new(Corridor { spec, pos: 0, t: 0 }) as Box<dyn Env>)
 //!     })
 //!     .build()?;
 //! let result = algo.train()?;
