@@ -2,20 +2,22 @@
 //! Argument parsing, signals and printing only; the algorithm is the `impala` library.
 
 use std::ffi::OsString;
-use std::path::{Path, PathBuf};
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::time::Instant;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use impala::checkpoint::{find_checkpoint, read_checkpoint};
 use impala::config::{ImpalaConfig, ValidatedConfig};
-use impala::run::{default_run_dir, RunEvent, RunOptions};
-use impala::{peak_rss_mib, Impala, StopCriteria};
+use impala::run::{
+    BestCheckpoint, CheckpointPolicy, Opened, RunDir, RunEvent, RunOptions, RunTarget, ScoreOrder,
+};
+use impala::{peak_rss_mib, Impala, ImpalaError, StopCriteria};
 
 use crate::error::CliError;
+use crate::signals::Interrupts;
 
 /// The config `impala train` uses when no file is given: the tuned CartPole-v1 example.
 pub(crate) const DEFAULT_CONFIG_TOML: &str = include_str!("../../examples/cartpole-impala.toml");
@@ -51,6 +53,9 @@ pub enum Command {
     /// Measure wall-clock, env steps and peak memory to reach a return on CartPole-v1, over
     /// several seeds (each a fresh `impala train` process), and print JSON.
     BenchCartpole(BenchArgs),
+    /// Train with 10 ms iterations for a while and print the growth of resident memory as
+    /// JSON (a soak test of the per-iteration bookkeeping; target: < 5 MiB over 30 minutes).
+    BenchMemory(MemoryArgs),
 }
 
 /// Where the config comes from: a file and/or `--env`, then `--set` overrides.
@@ -79,27 +84,46 @@ pub struct TrainArgs {
     pub source: ConfigSource,
     /// Stop once episode_return_mean (over the last 100 episodes) reaches this. With no --stop-*
     /// option at all, training stops at the env's reward_threshold (solved; CartPole-v1: 475).
-    #[arg(long, allow_negative_numbers = true)]
+    #[arg(long, allow_negative_numbers = true, value_parser = finite)]
     pub stop_reward: Option<f64>,
-    /// Stop once this many env steps were sampled.
-    #[arg(long)]
+    /// Stop once this many env steps were sampled (at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub stop_timesteps: Option<u64>,
-    /// Stop after this many training iterations.
-    #[arg(long)]
+    /// Stop after this many training iterations (at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub stop_iters: Option<u64>,
-    /// Stop after this many seconds of training.
-    #[arg(long)]
+    /// Stop after this many seconds of training (a positive number).
+    #[arg(long, value_parser = positive)]
     pub stop_time: Option<f64>,
-    /// The run folder for results and checkpoints (default:
-    /// `impala_results/IMPALA_<env>_<date>`; with --resume, the checkpoint's run folder).
+    /// The run folder for results and checkpoints (default: a new
+    /// `impala_results/IMPALA_<env>_<UTC date and time>`; with --resume, the checkpoint's run
+    /// folder, and another folder forks the run into it).
     #[arg(long)]
     pub run_dir: Option<PathBuf>,
     /// Save a checkpoint every N iterations (one is always saved at the end); 0 = only at the end.
     #[arg(long, default_value_t = 0, value_name = "N")]
     pub checkpoint_every: u64,
+    /// The result key that ranks checkpoints (result.json's names, nested keys joined with `/`,
+    /// e.g. `evaluation/episode_return_mean`); the best is kept and named in `best_checkpoint`.
+    #[arg(long, default_value = "episode_return_mean", value_name = "KEY")]
+    pub checkpoint_score_attribute: String,
+    /// Whether a higher (`max`) or lower (`min`) score is better.
+    #[arg(long, default_value = "max", value_parser = ["max", "min"])]
+    pub checkpoint_score_order: String,
+    /// Keep this many of the newest checkpoints (the final one is among them) plus the best by
+    /// --checkpoint-score-attribute, or `all`. Tune keeps the N best instead; keeping the newest
+    /// means a resume always finds where the run stopped.
+    #[arg(long, default_value = "3", value_name = "N|all", value_parser = num_to_keep)]
+    pub num_to_keep: NumToKeep,
     /// Continue a run from a checkpoint folder, or from the newest checkpoint of a run folder.
+    /// From the newest checkpoint the run continues in its folder; from an older one a new run
+    /// folder is forked with the history up to that checkpoint (see --truncate).
     #[arg(long, value_name = "PATH")]
     pub resume: Option<PathBuf>,
+    /// With --resume of an older checkpoint: rewind its run folder to it instead of forking,
+    /// deleting the later results, TensorBoard events and checkpoints.
+    #[arg(long, requires = "resume")]
+    pub truncate: bool,
     /// Print no per-iteration progress lines.
     #[arg(long)]
     pub quiet: bool,
@@ -108,15 +132,51 @@ pub struct TrainArgs {
     pub summary_json: bool,
 }
 
+/// `--num-to-keep`: a count, or `None` for all.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NumToKeep(pub Option<NonZeroUsize>);
+
+fn num_to_keep(s: &str) -> Result<NumToKeep, String> {
+    if s == "all" {
+        return Ok(NumToKeep(None));
+    }
+    match s.parse::<usize>() {
+        Ok(n) => NonZeroUsize::new(n).map(|n| NumToKeep(Some(n))).ok_or_else(|| {
+            "keep at least 1 (the final and best are kept besides), or `all`".into()
+        }),
+        Err(_) => Err("expected a positive number or `all`".into()),
+    }
+}
+
+/// A finite number (`nan` and `inf` never stop a run).
+fn finite(s: &str) -> Result<f64, String> {
+    let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
+    if v.is_finite() {
+        Ok(v)
+    } else {
+        Err("expected a finite number".into())
+    }
+}
+
+/// A finite positive number.
+fn positive(s: &str) -> Result<f64, String> {
+    let v = finite(s)?;
+    if v > 0.0 {
+        Ok(v)
+    } else {
+        Err("expected a positive number".into())
+    }
+}
+
 /// `impala evaluate`.
 #[derive(Debug, Clone, Args)]
 pub struct EvaluateArgs {
     /// A checkpoint folder, or a run folder (its newest checkpoint is used).
     #[arg(long, value_name = "PATH")]
     pub checkpoint: PathBuf,
-    /// Episodes to run.
-    #[arg(long, default_value_t = 10)]
-    pub episodes: usize,
+    /// Episodes to run (at least 1).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub episodes: u64,
     /// Sample actions instead of acting greedily.
     #[arg(long)]
     pub explore: bool,
@@ -140,16 +200,42 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 3)]
     pub seeds: u64,
     /// The episode_return_mean to reach.
-    #[arg(long, default_value_t = 450.0)]
+    #[arg(long, default_value_t = 450.0, allow_negative_numbers = true, value_parser = finite)]
     pub stop_reward: f64,
     /// Give up on a seed after this many seconds of training.
-    #[arg(long, default_value_t = 300.0)]
+    #[arg(long, default_value_t = 300.0, value_parser = positive)]
     pub stop_time: f64,
     /// Config file (default: the embedded CartPole-v1 example).
     pub config: Option<PathBuf>,
     /// Override options for every seed.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
+}
+
+/// `impala bench-memory`.
+#[derive(Debug, Clone, Args)]
+pub struct MemoryArgs {
+    /// The config (`min_time_s_per_iteration=0.01` is applied first; --set may change it).
+    #[command(flatten)]
+    pub source: ConfigSource,
+    /// How long to train, in minutes.
+    #[arg(long, default_value_t = 30.0, value_parser = positive)]
+    pub minutes: f64,
+    /// Growth is measured from this many seconds in (allocator and libtorch warm-up).
+    #[arg(long, default_value_t = 60.0, value_parser = finite)]
+    pub warmup_s: f64,
+    /// Seconds between resident-memory samples.
+    #[arg(long, default_value_t = 10.0, value_parser = positive)]
+    pub sample_every_s: f64,
+    /// Save (and prune) checkpoints every N iterations.
+    #[arg(long, default_value_t = 1000, value_name = "N")]
+    pub checkpoint_every: u64,
+    /// The run folder (default: a temporary folder, removed at the end).
+    #[arg(long)]
+    pub run_dir: Option<PathBuf>,
+    /// Keep the temporary run folder.
+    #[arg(long)]
+    pub keep_run_dir: bool,
 }
 
 /// Parses `args` and runs the command. Errors are returned for `main` to print as one line.
@@ -173,6 +259,7 @@ where
         Command::Config(args) => print_config(&args),
         Command::Envs => list_envs(),
         Command::BenchCartpole(args) => crate::bench::bench_cartpole(&args),
+        Command::BenchMemory(args) => crate::soak::bench_memory(&args),
     }
 }
 
@@ -274,24 +361,12 @@ fn list_envs() -> anyhow::Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// Ctrl-C handling: the first press asks the loop to finish the iteration, save and exit; a
-/// second press exits at once.
-fn install_interrupt_handler() -> Arc<AtomicBool> {
-    let flag = Arc::new(AtomicBool::new(false));
-    let presses = AtomicUsize::new(0);
-    let handler_flag = Arc::clone(&flag);
-    let installed = ctrlc::set_handler(move || {
-        if presses.fetch_add(1, Ordering::SeqCst) == 0 {
-            eprintln!("\ninterrupted: finishing this iteration and saving a checkpoint (Ctrl-C again to quit now)");
-            handler_flag.store(true, Ordering::SeqCst);
-        } else {
-            std::process::exit(130);
-        }
-    });
-    if let Err(e) = installed {
-        eprintln!("warning: Ctrl-C will not save a checkpoint ({e})");
-    }
-    flag
+/// The folder of a new run without --run-dir: `impala_results/IMPALA_<env>_<date>` (Tune's
+/// `~/ray_results/IMPALA_<env>_<date>` naming, relative to the working folder so it is easy to
+/// find), to the microsecond and never shared.
+fn default_target(env: &str) -> RunTarget {
+    let env: String = env.chars().map(|c| if matches!(c, '/' | '\\') { '_' } else { c }).collect();
+    RunTarget::Unique { parent: PathBuf::from("impala_results"), prefix: format!("IMPALA_{env}") }
 }
 
 fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
@@ -325,51 +400,75 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         // No criterion given: train until solved, i.e. Gymnasium's `reward_threshold` of the env.
         stop.episode_return_mean = impala::envs::reward_threshold(&config.env);
     }
-
-    let run_dir = match (&args.run_dir, &checkpoint) {
-        (Some(dir), _) => dir.clone(),
-        (None, Some(ckpt)) => ckpt.parent().map_or_else(|| PathBuf::from("."), Path::to_path_buf),
-        (None, None) => default_run_dir(&config.env),
+    let policy = CheckpointPolicy {
+        score_attribute: args.checkpoint_score_attribute.clone(),
+        score_order: if args.checkpoint_score_order == "min" {
+            ScoreOrder::Min
+        } else {
+            ScoreOrder::Max
+        },
+        num_to_keep: args.num_to_keep.0,
     };
+    policy.check()?;
+    let target = match (&checkpoint, &args.run_dir) {
+        (Some(ckpt), run_dir) => RunTarget::Resume {
+            checkpoint: ckpt.clone(),
+            run_dir: run_dir.clone(),
+            truncate: args.truncate,
+        },
+        (None, Some(dir)) => RunTarget::New(dir.clone()),
+        (None, None) => default_target(&config.env),
+    };
+
+    // From here on SIGINT/SIGTERM finish the iteration and save instead of killing the process.
+    let interrupts = Interrupts::install().context("cannot listen for SIGINT and SIGTERM")?;
     let (env, seed) = (config.env.clone(), config.seed);
     let mut algo = Impala::new(config)?;
     if let Some(ckpt) = &checkpoint {
         algo.restore(ckpt)?;
     }
-    let interrupted = install_interrupt_handler();
-    algo.set_interrupt_flag(Arc::clone(&interrupted));
+    algo.set_interrupt_flag(interrupts.flag());
+    // Restored first: a checkpoint that does not load changes no run folder.
+    let run_dir = RunDir::open(&target)?;
+    print_opened(&run_dir);
     if !args.quiet {
         println!(
             "training {env} in {} (from {}); stop: {}",
-            run_dir.display(),
+            run_dir.path().display(),
             checkpoint.as_ref().map_or_else(|| "scratch".to_string(), |c| c.display().to_string()),
             describe_stop(&stop)
         );
     }
-    let options = RunOptions {
-        run_dir,
-        stop,
-        checkpoint_every: args.checkpoint_every,
-        resumed: checkpoint.is_some(),
-    };
-    let summary = impala::run::run(&mut algo, &options, &interrupted, |event| {
+    let options = RunOptions { stop, checkpoint_every: args.checkpoint_every, checkpoints: policy };
+    let interrupt = interrupts.flag();
+    let summary = impala::run::run(&mut algo, &run_dir, &options, &interrupt, |event| {
         if args.quiet {
             return;
         }
         match event {
             RunEvent::Result(result) => println!("{}", result.progress_line()),
-            RunEvent::Checkpoint(path) => println!("checkpoint saved: {}", path.display()),
+            RunEvent::Checkpoint { path, score, best } => {
+                println!("checkpoint saved: {}{}", path.display(), describe_score(score, best));
+            }
+            _ => {}
         }
     })?;
     algo.stop()?;
-    let stop_reason =
-        if summary.interrupted { "interrupted (Ctrl-C)".to_string() } else { summary.stop_reason };
+    drop(run_dir);
+    let stop_reason = if summary.interrupted {
+        format!("interrupted ({})", interrupts.received_name().unwrap_or("signal"))
+    } else {
+        summary.stop_reason
+    };
     let result = &summary.last;
     let wall_s = started.elapsed().as_secs_f64();
     if !args.quiet {
+        let best = summary.best.as_ref().map_or_else(String::new, |b| {
+            format!("; best checkpoint {} ({} {})", b.path.display(), b.attribute, b.score)
+        });
         println!(
             "stopped: {stop_reason}; episode_return_mean {:.2} after {} env steps in {:.1}s; \
-             checkpoint {}",
+             checkpoint {}{best}",
             result.episode_return_mean,
             result.num_env_steps_sampled,
             result.time_total_s,
@@ -389,10 +488,57 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
             "episode_return_mean": result.episode_return_mean,
             "peak_rss_mib": peak_rss_mib(),
             "checkpoint": summary.checkpoint,
+            "best_checkpoint": summary.best.as_ref().map(|b| &b.path),
+            "best_checkpoint_score": summary.best.as_ref().map(|b| b.score),
         });
         println!("{summary}");
     }
-    Ok(ExitCode::SUCCESS)
+    // 128 + the signal's number, as a shell reports a process that the signal ended: a job
+    // scheduler must not take an interrupted run for a finished one.
+    Ok(interrupts.exit_code().unwrap_or(ExitCode::SUCCESS))
+}
+
+/// ` (episode_return_mean 21.5; best checkpoint_000004 at 30.25)`.
+fn describe_score(score: Option<f64>, best: Option<&BestCheckpoint>) -> String {
+    let Some(best) = best else {
+        return String::new();
+    };
+    let name = best.path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let own = score.map_or_else(|| "no score yet".to_string(), |s| format!("{s}"));
+    format!(" ({} {own}; best {name} at {})", best.attribute, best.score)
+}
+
+/// Says what opening the run folder did besides starting: a fork, a rewind, dropped results.
+fn print_opened(dir: &RunDir) {
+    let path = dir.path().display();
+    let range = |(a, b): (u64, u64)| if a == b { format!("{a}") } else { format!("{a}-{b}") };
+    match dir.opened() {
+        Opened::Continued { iteration, dropped: Some(dropped) } => eprintln!(
+            "warning: iteration(s) {} of `{path}` came after its newest checkpoint \
+             (iteration {iteration}); their results are removed and they are trained again",
+            range(*dropped)
+        ),
+        Opened::Forked { checkpoint, source, iteration, source_last } => println!(
+            "forked a new run folder {path} from {}: it holds the history up to iteration \
+             {iteration}; {} is unchanged{}",
+            checkpoint.display(),
+            source.display(),
+            source_last.map_or_else(String::new, |l| format!(
+                " and keeps iterations to {l} (--truncate rewinds it to {iteration} instead)"
+            ))
+        ),
+        Opened::Truncated { iteration, dropped, removed_checkpoints } => println!(
+            "rewound {path} to iteration {iteration} (--truncate): removed the results of \
+             iteration(s) {} and checkpoint(s) {}",
+            dropped.map_or_else(|| "none".to_string(), range),
+            if removed_checkpoints.is_empty() {
+                "none".to_string()
+            } else {
+                removed_checkpoints.join(", ")
+            }
+        ),
+        _ => {}
+    }
 }
 
 fn describe_stop(stop: &StopCriteria) -> String {
@@ -410,26 +556,32 @@ fn describe_stop(stop: &StopCriteria) -> String {
         parts.push(format!("time_total_s >= {s}"));
     }
     if parts.is_empty() {
-        "never (Ctrl-C saves and stops)".into()
+        "never (Ctrl-C or SIGTERM saves and stops)".into()
     } else {
         parts.join(" or ")
     }
 }
 
 fn evaluate(args: &EvaluateArgs) -> anyhow::Result<ExitCode> {
-    let ckpt = find_checkpoint(&args.checkpoint)?;
-    let (_, mut config) = read_checkpoint(&ckpt)?;
-    config.evaluation_duration = args.episodes.max(1);
-    config.evaluation_duration_unit = impala::config::DurationUnit::Episodes;
-    config.evaluation_explore = args.explore;
-    // Evaluation needs no runners or learner thread beyond what restoring weights requires.
-    config.num_env_runners = 0;
-    let config = config.validate()?;
-    impala::check_environment(&config)?;
-    let mut algo = Impala::new(config)?;
-    algo.restore(&ckpt)?;
-    let eval = algo.evaluate()?;
-    algo.stop()?;
+    evaluate_checkpoint(args).map_err(|e| match e.downcast::<ImpalaError>() {
+        // The library's checkpoint errors suggest resuming from another checkpoint; here the
+        // fix is to evaluate another one.
+        Ok(ImpalaError::CorruptCheckpoint { path, reason }) => {
+            CliError::UnreadableCheckpoint { path, reason }.into()
+        }
+        Ok(ImpalaError::IncompatibleCheckpoint { path, reason, .. }) => {
+            CliError::IncompatibleCheckpoint { path, reason }.into()
+        }
+        Ok(other) => other.into(),
+        Err(e) => e,
+    })
+}
+
+fn evaluate_checkpoint(args: &EvaluateArgs) -> anyhow::Result<ExitCode> {
+    // Only what evaluation needs: the env and CPU policies with the checkpoint's weights (no
+    // learner thread, optimizer state or training runners), its files verified.
+    let episodes = usize::try_from(args.episodes).unwrap_or(usize::MAX);
+    let eval = impala::evaluate_checkpoint(&args.checkpoint, episodes, args.explore)?;
     println!("{}", serde_json::to_string(&eval)?);
     Ok(ExitCode::SUCCESS)
 }

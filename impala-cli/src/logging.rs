@@ -50,6 +50,7 @@ pub fn init(log_level: &str) {
     let _ = tracing_subscriber::fmt()
         .with_max_level(level)
         .with_writer(std::io::stderr)
+        .with_ansi(false)
         .event_format(OneLine)
         .try_init();
 }

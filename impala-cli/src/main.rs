@@ -6,6 +6,8 @@ mod bench;
 mod cli;
 mod error;
 mod logging;
+mod signals;
+mod soak;
 
 use std::process::ExitCode;
 

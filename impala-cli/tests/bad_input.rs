@@ -92,8 +92,48 @@ fn missing_corrupt_and_incompatible_checkpoints() -> TestResult {
     )?;
     let run = impala(dir.path(), &["evaluate", "--checkpoint", "run/checkpoint_000003"])?;
     run.assert_one_line_error(&["cannot be used here", "format 99", "impala-rs 9.0.0"]);
+    // Evaluating is not resuming: the fix must not say --resume (it did).
+    assert!(!run.stderr.contains("resume"), "{}", run.stderr);
+    fs::write(ckpt.join("algorithm_state.json"), "{truncated")?;
+    let run = impala(dir.path(), &["evaluate", "--checkpoint", "run"])?;
+    run.assert_one_line_error(&["checkpoint_000003", "unreadable", "evaluate another"]);
+    assert!(!run.stderr.contains("resume"), "{}", run.stderr);
     // Nothing was written next to the bad checkpoint.
     assert_eq!(entries(&dir.path().join("run")), vec!["checkpoint_000003".to_string()]);
+    Ok(())
+}
+
+#[test]
+fn stop_criteria_that_never_stop_and_zero_counts_are_refused() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    // Before: accepted, and `nan`/`inf` never stopped the run, `0` ran one iteration anyway.
+    for (flag, value) in [
+        ("--stop-time", "nan"),
+        ("--stop-time", "inf"),
+        ("--stop-time", "0"),
+        ("--stop-time", "-5"),
+        ("--stop-reward", "nan"),
+        ("--stop-reward", "inf"),
+        ("--stop-iters", "0"),
+        ("--stop-timesteps", "0"),
+    ] {
+        let arg = format!("{flag}={value}");
+        let run = impala(dir.path(), &["train", &arg, "--run-dir", "run"])?;
+        assert!(!run.success, "{flag} {value} was accepted");
+        assert!(run.stderr.contains(flag) && run.stderr.contains(value), "{}", run.stderr);
+    }
+    let run = impala(dir.path(), &["evaluate", "--checkpoint", "run", "--episodes", "0"])?;
+    assert!(!run.success);
+    assert!(run.stderr.contains("--episodes"), "{}", run.stderr);
+    let run = impala(dir.path(), &["train", "--truncate", "--run-dir", "run"])?;
+    assert!(!run.success);
+    assert!(run.stderr.contains("--resume"), "{}", run.stderr);
+    for value in ["0", "x"] {
+        let run = impala(dir.path(), &["train", "--num-to-keep", value, "--run-dir", "run"])?;
+        assert!(!run.success);
+        assert!(run.stderr.contains("--num-to-keep"), "{}", run.stderr);
+    }
+    assert!(!dir.path().join("run").exists());
     Ok(())
 }
 

@@ -3,4 +3,6 @@
 
 mod bad_input;
 mod common;
+mod faults;
+mod runs;
 mod train;

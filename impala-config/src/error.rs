@@ -170,6 +170,47 @@ pub enum ConfigError {
         /// The cause.
         source: std::io::Error,
     },
+    /// A config file that is not text: not UTF-8, or holding a NUL byte (a binary or
+    /// compressed file, or the wrong path).
+    #[error("{}:{position}: {}", path.display(), not_text(*offset, *byte, *utf16))]
+    NotText {
+        /// The file.
+        path: PathBuf,
+        /// The byte offset of the first byte that is not UTF-8 text.
+        offset: usize,
+        /// That byte.
+        byte: u8,
+        /// Its line and column.
+        position: Position,
+        /// The file starts with a UTF-16 byte order mark.
+        utf16: bool,
+    },
+    /// A config file without a single key (empty, or only comments). It would mean the
+    /// library defaults, which differ from the tuned example the `impala` command uses when no
+    /// file is given.
+    #[error(
+        "{}: the config file is empty (no keys), which would mean the library defaults \
+         (RLlib's `ImpalaConfig()`), not the tuned example used without a file; add {} and the \
+         options to change, or omit the file to use the embedded example",
+        path.display(),
+        example_env_line(*format)
+    )]
+    EmptyFile {
+        /// The file.
+        path: PathBuf,
+        /// Its format (for the example line).
+        format: crate::ConfigFormat,
+    },
+    /// Several unknown keys, wrongly typed values or keys given twice in one text, all of
+    /// them, in the order they are written.
+    #[error("{origin}: {} problems:\n{}", errors.len(), list(errors))]
+    Several {
+        /// Where the text came from.
+        origin: Origin,
+        /// Every problem: [`ConfigError::UnknownKey`], [`ConfigError::WrongType`] or
+        /// [`ConfigError::DuplicateKey`].
+        errors: Vec<ConfigError>,
+    },
     /// Validation found problems; all of them are listed.
     #[error("{} problem(s) in the config:\n{}", violations.len(), list(violations))]
     Invalid {
@@ -192,8 +233,29 @@ pub enum ConfigError {
     },
 }
 
-fn list(violations: &[Violation]) -> String {
-    violations.iter().map(|v| format!("  - {v}")).collect::<Vec<_>>().join("\n")
+fn list<T: fmt::Display>(items: &[T]) -> String {
+    items.iter().map(|v| format!("  - {v}")).collect::<Vec<_>>().join("\n")
+}
+
+fn not_text(offset: usize, byte: u8, utf16: bool) -> String {
+    let what = if byte == 0 {
+        "a NUL byte".to_string()
+    } else {
+        format!("byte {byte:#04x}, which is not UTF-8 text,")
+    };
+    let hint = if utf16 { " (the file looks like UTF-16: save it as UTF-8)" } else { "" };
+    format!(
+        "not a text config file: {what} at byte offset {offset}{hint}; a config file is TOML, \
+         YAML or JSON text: check that the path names the config and not a binary file"
+    )
+}
+
+fn example_env_line(format: crate::ConfigFormat) -> &'static str {
+    match format {
+        crate::ConfigFormat::Toml => "`env = \"CartPole-v1\"`",
+        crate::ConfigFormat::Yaml => "`env: CartPole-v1`",
+        crate::ConfigFormat::Json => "`{\"env\": \"CartPole-v1\"}`",
+    }
 }
 
 /// The crate's result type.

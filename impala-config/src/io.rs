@@ -73,6 +73,12 @@ impl ImpalaConfig {
     /// Reads a config file; the format comes from the extension. Keys left out keep their
     /// defaults. The file is flat like RLlib's `to_dict()`, with the model in a `model` table.
     ///
+    /// A file that is not UTF-8 text is [`ConfigError::NotText`] (with where its first bad byte
+    /// is); a file without a single key is [`ConfigError::EmptyFile`] (an empty file would
+    /// silently mean the library defaults). Every unknown key and wrongly typed value of the
+    /// file is reported, in file order: one is [`ConfigError::UnknownKey`] or
+    /// [`ConfigError::WrongType`], several are [`ConfigError::Several`].
+    ///
     /// ```
     /// use impala_config::ImpalaConfig;
     /// let dir = tempfile::tempdir()?;
@@ -86,8 +92,9 @@ impl ImpalaConfig {
     pub fn load(path: impl AsRef<Path>) -> Result<Loaded> {
         let path = path.as_ref();
         let format = ConfigFormat::from_path(path)?;
-        let text = std::fs::read_to_string(path)
+        let bytes = std::fs::read(path)
             .map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
+        let text = text_of(path, bytes)?;
         parse(&text, format, &Origin::File(path.to_path_buf()))
     }
 
@@ -110,10 +117,19 @@ impl ImpalaConfig {
     pub fn from_dict(dict: BTreeMap<String, Value>) -> Result<Loaded> {
         let root = Value::Object(dict.into_iter().collect());
         let origin = Origin::Set;
-        let warnings = check_keys(&root, None, &origin)?;
-        let config = serde_path_to_error::deserialize(root)
-            .map_err(|e| wrong_type(&e.path().to_string(), e.inner().to_string(), &origin, None))?;
-        Ok(Loaded { config, warnings })
+        let mut problems = Problems::default();
+        let warnings = check_keys(&root, None, &origin, &mut problems)?;
+        let typed = serde_path_to_error::deserialize(&root)
+            .map_err(|e| wrong_type(&e.path().to_string(), e.inner().to_string(), &origin, None));
+        match typed {
+            Ok(config) if problems.is_empty() => return Ok(Loaded { config, warnings }),
+            Ok(_) => {}
+            Err(whole) => {
+                check_types(&root, None, &origin, &mut problems);
+                problems.add_whole_text_error(whole);
+            }
+        }
+        Err(problems.into_error(&origin))
     }
 
     /// Writes the config to `path`; the format comes from the extension.
@@ -354,10 +370,15 @@ fn parse_override_value(raw: &str) -> std::result::Result<Value, String> {
 }
 
 /// Reads `text` into a config: first as a generic tree to check its keys, then typed, so that a
-/// wrong type is reported with the format's own line and column.
+/// wrong type is reported with the format's own line and column. When anything is wrong, every
+/// key is checked on its own so that all unknown keys and wrong types are reported together.
 fn parse(text: &str, format: ConfigFormat, origin: &Origin) -> Result<Loaded> {
+    let empty = |origin: &Origin| match origin {
+        Origin::File(path) => Err(ConfigError::EmptyFile { path: path.clone(), format }),
+        _ => Ok(Loaded { config: ImpalaConfig::default(), warnings: Vec::new() }),
+    };
     if text.trim().is_empty() {
-        return Ok(Loaded { config: ImpalaConfig::default(), warnings: Vec::new() });
+        return empty(origin);
     }
     let syntax = |message: String, position: Option<Position>| ConfigError::Syntax {
         format,
@@ -375,11 +396,31 @@ fn parse(text: &str, format: ConfigFormat, origin: &Origin) -> Result<Loaded> {
             ConfigFormat::Toml => toml::from_str(text)
                 .map_err(|e| syntax(e.message().into(), toml_position(text, &e)))?,
         };
-    if tree.is_null() {
-        return Ok(Loaded { config: ImpalaConfig::default(), warnings: Vec::new() });
+    let no_keys = match &tree {
+        Value::Null => true,
+        Value::Object(map) => map.is_empty(),
+        _ => false,
+    };
+    if no_keys {
+        return empty(origin);
     }
-    let warnings = check_keys(&tree, Some(text), origin)?;
-    let config = match format {
+    let mut problems = Problems::default();
+    let warnings = check_keys(&tree, Some(text), origin, &mut problems)?;
+    let typed = deserialize_text(text, format, origin);
+    match typed {
+        Ok(config) if problems.is_empty() => return Ok(Loaded { config, warnings }),
+        Ok(_) => {}
+        Err(first) => {
+            check_types(&tree, Some(text), origin, &mut problems);
+            problems.add_whole_text_error(first);
+        }
+    }
+    Err(problems.into_error(origin))
+}
+
+/// Deserializes the whole text with the format's own deserializer (for its positions).
+fn deserialize_text(text: &str, format: ConfigFormat, origin: &Origin) -> Result<ImpalaConfig> {
+    match format {
         ConfigFormat::Json => {
             let mut de = serde_json::Deserializer::from_str(text);
             serde_path_to_error::deserialize(&mut de).map_err(|e| {
@@ -389,7 +430,7 @@ fn parse(text: &str, format: ConfigFormat, origin: &Origin) -> Result<Loaded> {
                     origin,
                     json_position(e.inner()),
                 )
-            })?
+            })
         }
         ConfigFormat::Yaml => serde_path_to_error::deserialize(
             serde_norway::Deserializer::from_str(text),
@@ -401,14 +442,92 @@ fn parse(text: &str, format: ConfigFormat, origin: &Origin) -> Result<Loaded> {
                 origin,
                 yaml_position(e.inner()),
             )
-        })?,
+        }),
         ConfigFormat::Toml => serde_path_to_error::deserialize(toml::Deserializer::new(text))
             .map_err(|e| {
                 let position = toml_position(text, e.inner());
                 wrong_type(&e.path().to_string(), e.inner().message().into(), origin, position)
-            })?,
+            }),
+    }
+}
+
+/// The problems found in one config text, each with where it is (for file order).
+#[derive(Default)]
+struct Problems {
+    /// (where it is written, the index of its top-level key in the tree, the problem).
+    found: Vec<(Option<Position>, usize, ConfigError)>,
+}
+
+impl Problems {
+    fn push(&mut self, position: Option<Position>, order: usize, error: ConfigError) {
+        self.found.push((position, order, error));
+    }
+
+    fn is_empty(&self) -> bool {
+        self.found.is_empty()
+    }
+
+    /// Adds the error of the whole-text pass. It knows the exact position of the first wrong
+    /// value, which the key-by-key pass found with its key's position only: it replaces that
+    /// one. It is kept on its own only when nothing else was found (after an unknown key it is
+    /// serde's "unknown field", already reported).
+    fn add_whole_text_error(&mut self, whole: ConfigError) {
+        let (key, position) = match &whole {
+            ConfigError::WrongType { key, position, .. } => (Some(key.as_str()), *position),
+            _ => (None, None),
+        };
+        let same = self.found.iter().position(
+            |(_, _, e)| matches!(e, ConfigError::WrongType { key: k, .. } if Some(k.as_str()) == key),
+        );
+        match same {
+            Some(i) => {
+                let (old_position, order, _) = self.found[i];
+                self.found[i] = (position.or(old_position), order, whole);
+            }
+            None if self.found.is_empty() => self.found.push((position, usize::MAX, whole)),
+            None => {}
+        }
+    }
+
+    /// One problem as itself; several as [`ConfigError::Several`], in the order they are
+    /// written (problems without a position last, in the tree's key order).
+    fn into_error(mut self, origin: &Origin) -> ConfigError {
+        self.found.sort_by_key(|(p, order, _)| (sort_key(*p), *order));
+        let mut errors: Vec<ConfigError> = self.found.into_iter().map(|(_, _, e)| e).collect();
+        if errors.len() == 1 {
+            if let Some(only) = errors.pop() {
+                return only;
+            }
+        }
+        ConfigError::Several { origin: origin.clone(), errors }
+    }
+}
+
+/// Text of a config file, or where its first byte that is not UTF-8 text is.
+fn text_of(path: &Path, bytes: Vec<u8>) -> Result<String> {
+    let not_text = |offset: usize, bytes: &[u8]| {
+        let before = String::from_utf8_lossy(&bytes[..offset]);
+        ConfigError::NotText {
+            path: path.to_path_buf(),
+            offset,
+            byte: bytes[offset],
+            position: Position::from_offset(&before, before.len()),
+            utf16: bytes.starts_with(&[0xFF, 0xFE]) || bytes.starts_with(&[0xFE, 0xFF]),
+        }
     };
-    Ok(Loaded { config, warnings })
+    // A NUL byte is valid UTF-8 but no config format allows it: the file is binary.
+    let nul = bytes.iter().position(|&b| b == 0);
+    match String::from_utf8(bytes) {
+        Ok(text) => match nul {
+            Some(offset) => Err(not_text(offset, text.as_bytes())),
+            None => Ok(text),
+        },
+        Err(e) => {
+            let bad = e.utf8_error().valid_up_to();
+            let bytes = e.into_bytes();
+            Err(not_text(nul.map_or(bad, |n| n.min(bad)), &bytes))
+        }
+    }
 }
 
 fn json_position(e: &serde_json::Error) -> Option<Position> {
@@ -423,8 +542,14 @@ fn toml_position(text: &str, e: &toml::de::Error) -> Option<Position> {
     e.span().map(|span| Position::from_offset(text, span.start))
 }
 
-/// Checks every key of a config tree: aliases (warnings), duplicates and unknown keys.
-fn check_keys(tree: &Value, text: Option<&str>, origin: &Origin) -> Result<Vec<Warning>> {
+/// Checks every key of a config tree: aliases (warnings), duplicates and unknown keys, which go
+/// to `problems`. A tree that is not a table is an error at once.
+fn check_keys(
+    tree: &Value,
+    text: Option<&str>,
+    origin: &Origin,
+    problems: &mut Problems,
+) -> Result<Vec<Warning>> {
     let Value::Object(map) = tree else {
         return Err(ConfigError::WrongType {
             key: ".".into(),
@@ -434,32 +559,85 @@ fn check_keys(tree: &Value, text: Option<&str>, origin: &Origin) -> Result<Vec<W
             position: None,
         });
     };
+    let locate = |key: &str| text.and_then(|t| find_key(t, key));
     let mut warnings = Vec::new();
     let mut seen: BTreeMap<&str, &str> = BTreeMap::new();
-    for (key, value) in map {
+    for (order, (key, value)) in map.iter().enumerate() {
         let canonical = if key_info(key).is_some() {
             key.as_str()
         } else if alias(key).is_some() {
             resolve(key, &mut warnings)
         } else {
-            return Err(unknown_key(key, origin, text.and_then(|t| find_key(t, key))));
+            let position = locate(key);
+            problems.push(position, order, unknown_key(key, origin, position));
+            continue;
         };
-        if let Some(first) = seen.insert(canonical, key) {
-            return Err(ConfigError::DuplicateKey {
+        if let Some(other) = seen.insert(canonical, key) {
+            // Name the two spellings in file order; the problem is where the second one is.
+            let (mut first, mut second) = ((locate(other), other), (locate(key), key.as_str()));
+            if sort_key(first.0) > sort_key(second.0) {
+                std::mem::swap(&mut first, &mut second);
+            }
+            let duplicate = ConfigError::DuplicateKey {
                 key: canonical.into(),
-                first: first.into(),
-                second: key.clone(),
+                first: first.1.into(),
+                second: second.1.into(),
                 origin: origin.clone(),
-            });
+            };
+            problems.push(second.0, order, duplicate);
         }
         if let (true, Value::Object(model)) = (canonical == "model", value) {
-            if let Some(bad) = model.keys().find(|k| model_key_info(k).is_none()) {
-                let position = text.and_then(|t| find_key(t, bad));
-                return Err(unknown_key(&format!("model.{bad}"), origin, position));
+            for bad in model.keys().filter(|k| model_key_info(k).is_none()) {
+                let position = locate(bad);
+                let unknown = unknown_key(&format!("model.{bad}"), origin, position);
+                problems.push(position, order, unknown);
             }
         }
     }
     Ok(warnings)
+}
+
+/// Orders positions as they are written; none comes last.
+fn sort_key(position: Option<Position>) -> (u32, u32) {
+    position.map_or((u32::MAX, u32::MAX), |p| (p.line, p.column))
+}
+
+/// Deserializes each known key of `tree` on its own (each model key too) and adds every value
+/// of the wrong type to `problems`, with its key's position.
+fn check_types(tree: &Value, text: Option<&str>, origin: &Origin, problems: &mut Problems) {
+    let Value::Object(map) = tree else { return };
+    let locate = |key: &str| text.and_then(|t| find_value(t, key));
+    let mut check = |one: Value, order: usize, located: &str| {
+        if let Err(e) = serde_path_to_error::deserialize::<_, ImpalaConfig>(one) {
+            let position = locate(located);
+            let path = e.path().to_string();
+            problems.push(
+                position,
+                order,
+                wrong_type(&path, e.inner().to_string(), origin, position),
+            );
+        }
+    };
+    for (order, (key, value)) in map.iter().enumerate() {
+        let canonical = match alias(key) {
+            Some(a) => a.canonical,
+            None if key_info(key).is_some() => key.as_str(),
+            None => continue,
+        };
+        match (canonical == "model", value) {
+            (true, Value::Object(model)) => {
+                for (model_key, v) in model.iter().filter(|(k, _)| model_key_info(k).is_some()) {
+                    check(single(key, single(model_key, v.clone())), order, model_key);
+                }
+            }
+            _ => check(single(key, value.clone()), order, key),
+        }
+    }
+}
+
+/// The table `{key: value}`.
+fn single(key: &str, value: Value) -> Value {
+    Value::Object(std::iter::once((key.to_string(), value)).collect())
 }
 
 /// The parser's message without the path and position it repeats (those are fields).
@@ -532,6 +710,17 @@ fn nearest<'a>(key: &str, candidates: impl Iterator<Item = (&'a str, &'a str)>) 
 /// Where `key` is written as a key (`key =`, `key:`, `"key":`) in `text`, for formats whose
 /// parsers do not report it.
 fn find_key(text: &str, key: &str) -> Option<Position> {
+    find_key_and_value(text, key).map(|(key, _)| Position::from_offset(text, key))
+}
+
+/// Where the value of `key` starts in `text` (where its key is when the value starts on a
+/// later line, as a YAML block does).
+fn find_value(text: &str, key: &str) -> Option<Position> {
+    find_key_and_value(text, key).map(|(_, value)| Position::from_offset(text, value))
+}
+
+/// The byte offsets of the first place `key` is written as a key in `text`, and of its value.
+fn find_key_and_value(text: &str, key: &str) -> Option<(usize, usize)> {
     let mut offset = 0;
     for line in text.split_inclusive('\n') {
         let mut from = 0;
@@ -545,7 +734,14 @@ fn find_key(text: &str, key: &str) -> Option<Position> {
             let after = line[end..].trim_start_matches(['"', '\'']).trim_start();
             if before_ok && (after.starts_with(':') || after.starts_with('=')) {
                 let quoted = line[..start].ends_with(['"', '\'']);
-                return Some(Position::from_offset(text, offset + start - usize::from(quoted)));
+                let key_at = offset + start - usize::from(quoted);
+                let value = after[1..].trim_start_matches([' ', '\t']);
+                let value_at = if value.trim().is_empty() || value.starts_with('#') {
+                    key_at
+                } else {
+                    offset + line.len() - value.len()
+                };
+                return Some((key_at, value_at));
             }
             from = end;
         }

@@ -2,6 +2,7 @@
 
 mod formats;
 mod keys;
+mod messages;
 mod resources;
 mod schedule;
 mod validation;

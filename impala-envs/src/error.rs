@@ -31,6 +31,16 @@ pub enum EnvError {
         /// Every key this environment accepts.
         accepted: Vec<String>,
     },
+    /// An `env_config` key that the original env takes but this one cannot support.
+    #[error("env_config `{key}` is not supported by `{env}`: {reason}")]
+    UnsupportedConfigKey {
+        /// The environment id.
+        env: String,
+        /// The key.
+        key: String,
+        /// Why it is not supported.
+        reason: String,
+    },
     /// An `env_config` value of the wrong type or out of range.
     #[error("env_config `{key}` for `{env}` must be {expected}, got {got}")]
     InvalidConfigValue {

@@ -5,6 +5,8 @@
 //!   and [`Pendulum`] (`Pendulum-v1`): Gymnasium's classic-control dynamics in `f64`, observations
 //!   in `f32`, same spaces, rewards, termination and reset distributions. Tests replay
 //!   trajectories recorded from Gymnasium (`scripts/record_env_fixtures.py`).
+//! - [`CartPoleCrashing`] (`CartPoleCrashing-v1`): RLlib's `CartPoleCrashing`, a CartPole that
+//!   fails and stalls at random (seeded), to test env runner fault tolerance.
 //! - [`make`] creates them by id with an `env_config` (as `gymnasium.make`), time limit included;
 //!   [`list`] describes them. [`register`] adds your own env under a new id (as
 //!   `gymnasium.register`), which [`make`] and [`list`] then know for the rest of the process.
@@ -34,6 +36,7 @@
 #![deny(missing_docs)]
 
 mod classic;
+mod crashing;
 mod error;
 mod registry;
 mod vector;
@@ -43,6 +46,7 @@ pub use classic::{
     Acrobot, CartPole, CartPoleConfig, MountainCar, MountainCarConfig, Pendulum, PendulumConfig,
     StatefulEnv,
 };
+pub use crashing::{CartPoleCrashing, CartPoleCrashingConfig};
 pub use error::{EnvError, Result};
 pub use registry::{
     list, make, make_stateful, register, reward_threshold, EnvConfig, EnvCreator, EnvInfo,

@@ -6,15 +6,17 @@
 
 use crate::error::nearest;
 use crate::{
-    Acrobot, CartPole, CartPoleConfig, EnvError, MountainCar, MountainCarConfig, Pendulum,
-    PendulumConfig, Result, StatefulEnv, TimeLimit,
+    Acrobot, CartPole, CartPoleConfig, CartPoleCrashing, CartPoleCrashingConfig, EnvError,
+    MountainCar, MountainCarConfig, Pendulum, PendulumConfig, Result, StatefulEnv, TimeLimit,
 };
 use impala_core::{Env, EnvSpec, StepOutcome};
 use serde_json::Value;
 use std::borrow::Cow;
 use std::collections::btree_map::{self, BTreeMap};
 use std::fmt;
+use std::ops::{Range, RangeInclusive};
 use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
 
 /// An `env_config`: extra keyword arguments by name, as RLlib's `env_config` dict
 /// (`ImpalaConfig::env_config` has this type).
@@ -31,6 +33,7 @@ enum Kind {
     Acrobot,
     MountainCar,
     Pendulum,
+    CartPoleCrashing,
 }
 
 /// One native id, as Gymnasium's `register(...)`.
@@ -41,15 +44,22 @@ struct Entry {
     reward_threshold: Option<f64>,
     /// Keyword arguments of the env's constructor (besides `max_episode_steps`).
     kwargs: &'static [&'static str],
+    /// Keys of the original env that this one refuses, and why.
+    unsupported: &'static [(&'static str, &'static str)],
 }
 
-const NATIVES: [Entry; 4] = [
+/// Why `CartPoleCrashing-v1` refuses RLlib's `*_on_worker_indices`.
+const NO_WORKER_INDEX: &str = "an env made from its id and env_config does not know which env \
+     runner it runs on, so crashes and stalls cannot be limited to some runners";
+
+const NATIVES: [Entry; 5] = [
     Entry {
         id: CartPole::ID,
         kind: Kind::CartPole,
         max_episode_steps: 500,
         reward_threshold: Some(475.0),
         kwargs: &["sutton_barto_reward"],
+        unsupported: &[],
     },
     Entry {
         id: Acrobot::ID,
@@ -57,6 +67,7 @@ const NATIVES: [Entry; 4] = [
         max_episode_steps: 500,
         reward_threshold: Some(-100.0),
         kwargs: &[],
+        unsupported: &[],
     },
     Entry {
         id: MountainCar::ID,
@@ -64,6 +75,7 @@ const NATIVES: [Entry; 4] = [
         max_episode_steps: 200,
         reward_threshold: Some(-110.0),
         kwargs: &["goal_velocity"],
+        unsupported: &[],
     },
     Entry {
         id: Pendulum::ID,
@@ -71,6 +83,27 @@ const NATIVES: [Entry; 4] = [
         max_episode_steps: 200,
         reward_threshold: None,
         kwargs: &["g"],
+        unsupported: &[],
+    },
+    Entry {
+        id: CartPoleCrashing::ID,
+        kind: Kind::CartPoleCrashing,
+        max_episode_steps: 500,
+        reward_threshold: Some(475.0),
+        kwargs: &[
+            "p_crash",
+            "p_crash_reset",
+            "crash_after_n_steps",
+            "p_stall",
+            "p_stall_reset",
+            "stall_after_n_steps",
+            "stall_time_sec",
+            "init_time_s",
+        ],
+        unsupported: &[
+            ("crash_on_worker_indices", NO_WORKER_INDEX),
+            ("stall_on_worker_indices", NO_WORKER_INDEX),
+        ],
     },
 ];
 
@@ -320,7 +353,10 @@ pub struct EnvInfo {
 ///
 /// ```
 /// let ids: Vec<String> = impala_envs::list()?.into_iter().map(|info| info.spec.id).collect();
-/// assert_eq!(ids, ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1"]);
+/// assert_eq!(
+///     ids,
+///     ["CartPole-v1", "Acrobot-v1", "MountainCar-v0", "Pendulum-v1", "CartPoleCrashing-v1"]
+/// );
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn list() -> Result<Vec<EnvInfo>> {
@@ -376,7 +412,8 @@ pub fn reward_threshold(id: &str) -> Option<f64> {
 /// `env_config` may set `max_episode_steps` (a positive integer), which overrides the registered
 /// time limit; the env is wrapped in a [`TimeLimit`] whenever a limit applies. Native envs take
 /// their own keyword arguments (`sutton_barto_reward` for CartPole-v1, `goal_velocity` for
-/// MountainCar-v0, `g` for Pendulum-v1) and refuse any other key. A registered env's creator gets
+/// MountainCar-v0, `g` for Pendulum-v1, RLlib's crash and stall keys for CartPoleCrashing-v1,
+/// see [`CartPoleCrashingConfig`]) and refuse any other key. A registered env's creator gets
 /// the other keys unchanged (without `max_episode_steps`), checks them itself, and its errors are
 /// returned as they are; its env reports `id` in its spec, as Gymnasium's `make` sets `env.spec`.
 ///
@@ -506,7 +543,39 @@ fn build<B: FromStateful>(entry: &Entry, env_config: &EnvConfig) -> Result<B> {
             let g = args.f64("g", PendulumConfig::default().g)?;
             B::from_stateful(TimeLimit::new(Pendulum::new(PendulumConfig { g }), steps)?)
         }
+        Kind::CartPoleCrashing => {
+            let config = crashing_config(&args)?;
+            B::from_stateful(TimeLimit::new(CartPoleCrashing::new(config), steps)?)
+        }
     })
+}
+
+/// `CartPoleCrashing-v1`'s keys, checked; a stall needs `stall_time_sec`.
+fn crashing_config(args: &Kwargs<'_>) -> Result<CartPoleCrashingConfig> {
+    let defaults = CartPoleCrashingConfig::default();
+    let config = CartPoleCrashingConfig {
+        p_crash: args.probability("p_crash", defaults.p_crash)?,
+        p_crash_reset: args.probability("p_crash_reset", defaults.p_crash_reset)?,
+        crash_after_n_steps: args.step_range("crash_after_n_steps")?,
+        p_stall: args.probability("p_stall", defaults.p_stall)?,
+        p_stall_reset: args.probability("p_stall_reset", defaults.p_stall_reset)?,
+        stall_after_n_steps: args.step_range("stall_after_n_steps")?,
+        stall_time: args.seconds("stall_time_sec")?,
+        init_time: args.seconds("init_time_s")?,
+    };
+    let stalls =
+        config.p_stall > 0.0 || config.p_stall_reset > 0.0 || config.stall_after_n_steps.is_some();
+    if stalls && config.stall_time.is_none() {
+        return Err(EnvError::InvalidConfigValue {
+            env: args.entry.id.to_string(),
+            key: "stall_time_sec".to_string(),
+            expected: "set (seconds >= 0, or [low, high]) when p_stall, p_stall_reset or \
+                 stall_after_n_steps is"
+                .to_string(),
+            got: "nothing".to_string(),
+        });
+    }
+    Ok(config)
 }
 
 /// Typed access to one env's `env_config`, after checking that every key is accepted.
@@ -517,6 +586,14 @@ struct Kwargs<'a> {
 
 impl<'a> Kwargs<'a> {
     fn new(entry: &'a Entry, config: &'a EnvConfig) -> Result<Self> {
+        if let Some((key, reason)) = entry.unsupported.iter().find(|(k, _)| config.contains_key(*k))
+        {
+            return Err(EnvError::UnsupportedConfigKey {
+                env: entry.id.to_string(),
+                key: key.to_string(),
+                reason: reason.to_string(),
+            });
+        }
         let accepted = || std::iter::once(MAX_EPISODE_STEPS).chain(entry.kwargs.iter().copied());
         if let Some(key) = config.keys().find(|k| !accepted().any(|a| a == k.as_str())) {
             return Err(EnvError::UnknownConfigKey {
@@ -557,6 +634,53 @@ impl<'a> Kwargs<'a> {
                 .filter(|x| x.is_finite())
                 .ok_or_else(|| self.invalid(key, "a finite number", v)),
         }
+    }
+
+    fn probability(&self, key: &str, default: f64) -> Result<f64> {
+        match self.config.get(key) {
+            None => Ok(default),
+            Some(v) => v
+                .as_f64()
+                .filter(|p| (0.0..=1.0).contains(p))
+                .ok_or_else(|| self.invalid(key, "a probability (a number in [0, 1])", v)),
+        }
+    }
+
+    /// A step count `n >= 1` (as `n..n + 1`) or `[low, high]` with `1 <= low < high` (RLlib's
+    /// 2-tuple, drawn from `low..high`).
+    fn step_range(&self, key: &str) -> Result<Option<Range<u64>>> {
+        let Some(v) = self.config.get(key) else { return Ok(None) };
+        let count = |v: &Value| v.as_u64().filter(|&n| n >= 1);
+        let range = match v {
+            Value::Array(pair) => match pair.as_slice() {
+                [low, high] => {
+                    count(low).zip(count(high)).filter(|(l, h)| l < h).map(|(l, h)| l..h)
+                }
+                _ => None,
+            },
+            _ => count(v).map(|n| n..n + 1),
+        };
+        range.map(Some).ok_or_else(|| {
+            self.invalid(key, "a positive integer, or [low, high] with 1 <= low < high", v)
+        })
+    }
+
+    /// Seconds `t >= 0` (as `t..=t`) or `[low, high]` with `0 <= low <= high`.
+    fn seconds(&self, key: &str) -> Result<Option<RangeInclusive<Duration>>> {
+        let Some(v) = self.config.get(key) else { return Ok(None) };
+        let secs = |v: &Value| {
+            v.as_f64().filter(|t| t.is_finite() && *t >= 0.0).map(Duration::from_secs_f64)
+        };
+        let range = match v {
+            Value::Array(pair) => match pair.as_slice() {
+                [low, high] => secs(low).zip(secs(high)).filter(|(l, h)| l <= h),
+                _ => None,
+            },
+            _ => secs(v).map(|t| (t, t)),
+        };
+        range.map(|(low, high)| Some(low..=high)).ok_or_else(|| {
+            self.invalid(key, "seconds (a number >= 0), or [low, high] with 0 <= low <= high", v)
+        })
     }
 }
 

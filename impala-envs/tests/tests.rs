@@ -1,5 +1,6 @@
 //! Integration tests.
 
+mod crashing;
 mod envs;
 mod parity;
 mod registry;

@@ -45,6 +45,17 @@ pub enum LearnerError {
         /// Gradient global norm before clipping.
         grad_gnorm: f64,
     },
+    /// An optimizer step made a weight or an optimizer state non-finite (e.g. a huge learning
+    /// rate without `grad_clip`); the step was undone, so the weights are still the last good
+    /// ones.
+    #[error(
+        "non-finite weights: the optimizer step made `{tensor}` NaN or infinite; the step was \
+         undone, the weights are the last good ones (lower lr, or set grad_clip)"
+    )]
+    NonFiniteWeights {
+        /// The first parameter or optimizer-state tensor (by name) that became non-finite.
+        tensor: String,
+    },
     /// A checkpoint could not be written or does not match this model.
     #[error("checkpoint {path}: {reason}")]
     Checkpoint {

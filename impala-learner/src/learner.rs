@@ -329,9 +329,26 @@ impl Learner {
         for (g, &norm) in group_grads.iter_mut().zip(group_norms) {
             clip_grads(g, norm, o.grad_clip)?;
         }
+        // A finite gradient can still make the weights or the optimizer state overflow (a huge
+        // learning rate without clipping): keep what the step changes, and undo a step that
+        // leaves anything non-finite, so the learner always holds its last good weights.
+        let backup = self.backup()?;
         let lrs = if o.separate_vf_optimizer { vec![cur_lr, o.lr_vf] } else { vec![cur_lr] };
+        let mut stepped = Ok(());
         for (((opt, _), g), lr) in self.optimizers.iter_mut().zip(&group_grads).zip(lrs) {
-            opt.step(g, lr)?;
+            stepped = opt.step(g, lr);
+            if stepped.is_err() {
+                break;
+            }
+        }
+        let checked = stepped.and_then(|()| self.first_non_finite());
+        if !matches!(checked, Ok(None)) {
+            self.restore(&backup)?;
+            return Err(match checked {
+                Ok(Some(tensor)) => LearnerError::NonFiniteWeights { tensor },
+                Ok(None) => LearnerError::Config { reason: "unreachable".into() },
+                Err(e) => e,
+            });
         }
         let (first, rest) = self.towers.split_at_mut(1);
         for tower in rest {
@@ -406,32 +423,140 @@ impl Learner {
     }
 
     /// Restores a [`Learner::save`] checkpoint; every tensor must match this model by name and
-    /// shape.
+    /// shape, and every floating-point tensor must be finite (a checkpoint holding NaN or inf is
+    /// refused, naming the tensor). Everything is read and checked before anything changes, so
+    /// a refused checkpoint leaves the learner as it was.
     pub fn load(&mut self, dir: &Path) -> Result<()> {
         let mut model = read_checkpoint(&dir.join(MODEL_FILE))?;
+        let weights = self.towers[0]
+            .params
+            .iter()
+            .map(|(name, p)| model.take(name, p))
+            .collect::<Result<Vec<_>>>()?;
+        let mut state = read_checkpoint(&dir.join(LEARNER_STATE_FILE))?;
+        let scalar = |state: &mut Checkpoint, name: &str| -> Result<u64> {
+            let t = state.take(name, &Tensor::f_from_slice(&[0i64])?)?;
+            Ok(Vec::<i64>::try_from(&t)?.first().map_or(0, |&v| v.max(0) as u64))
+        };
+        let version = scalar(&mut state, "meta.version")?;
+        let agent_steps_trained = scalar(&mut state, "meta.agent_steps_trained")?;
+        let optimizer_states = self
+            .optimizers
+            .iter()
+            .enumerate()
+            .map(|(i, (opt, _))| {
+                opt.read_state(&format!("optimizer{i}"), &mut |name, like| state.take(name, like))
+            })
+            .collect::<Result<Vec<_>>>()?;
         {
             let _guard = tch::no_grad_guard();
-            for (name, p) in &self.towers[0].params {
-                let mut p = p.shallow_clone();
-                p.f_copy_(&model.take(name, &p)?)?;
+            for ((_, p), w) in self.towers[0].params.iter().zip(&weights) {
+                p.shallow_clone().f_copy_(w)?;
             }
         }
         let (first, rest) = self.towers.split_at_mut(1);
         for tower in rest {
             tower.vs.copy(&first[0].vs)?;
         }
-        let mut state = read_checkpoint(&dir.join(LEARNER_STATE_FILE))?;
-        let scalar = |state: &mut Checkpoint, name: &str| -> Result<u64> {
-            let t = state.take(name, &Tensor::f_from_slice(&[0i64])?)?;
-            Ok(Vec::<i64>::try_from(&t)?.first().map_or(0, |&v| v.max(0) as u64))
-        };
-        self.version = scalar(&mut state, "meta.version")?;
-        self.agent_steps_trained = scalar(&mut state, "meta.agent_steps_trained")?;
-        for (i, (opt, _)) in self.optimizers.iter_mut().enumerate() {
-            opt.load_state(&format!("optimizer{i}"), &mut |name, like| state.take(name, like))?;
+        self.version = version;
+        self.agent_steps_trained = agent_steps_trained;
+        for ((opt, _), loaded) in self.optimizers.iter_mut().zip(optimizer_states) {
+            opt.restore(loaded);
         }
         Ok(())
     }
+
+    /// What an optimizer step changes, by name: the first tower's weights, then every
+    /// optimizer's slots (shallow handles; all on the first device, in `Float`).
+    fn stepped_tensors(&self) -> Vec<(String, Tensor)> {
+        let mut named: Vec<(String, Tensor)> =
+            self.towers[0].params.iter().map(|(n, p)| (n.clone(), p.shallow_clone())).collect();
+        for (i, (opt, _)) in self.optimizers.iter().enumerate() {
+            named.extend(
+                opt.named_slots(&format!("optimizer{i}"))
+                    .into_iter()
+                    .map(|(n, t)| (n, t.shallow_clone())),
+            );
+        }
+        named
+    }
+
+    /// All of [`Learner::stepped_tensors`] in one flat tensor (one copy, one kernel).
+    fn flat(tensors: &[(String, Tensor)]) -> Result<Tensor> {
+        let views =
+            tensors.iter().map(|(_, t)| Ok(t.f_reshape([-1])?)).collect::<Result<Vec<_>>>()?;
+        Ok(Tensor::f_cat(&views, 0)?)
+    }
+
+    /// A copy of what an optimizer step changes, and the optimizers' step counts.
+    fn backup(&self) -> Result<Backup> {
+        let _guard = tch::no_grad_guard();
+        let flat = Self::flat(&self.stepped_tensors())?;
+        let steps = self.optimizers.iter().map(|(opt, _)| opt.step_count()).collect();
+        Ok(Backup { flat, steps })
+    }
+
+    /// Puts a [`Learner::backup`] back (the other towers are copied from the first only after
+    /// a good step, so they still hold these weights).
+    fn restore(&mut self, backup: &Backup) -> Result<()> {
+        let _guard = tch::no_grad_guard();
+        let mut offset = 0;
+        for (_, mut t) in self.stepped_tensors() {
+            let n = t.numel() as i64;
+            let saved = backup.flat.f_narrow(0, offset, n)?.f_view(t.size().as_slice())?;
+            t.f_copy_(&saved)?;
+            offset += n;
+        }
+        for ((opt, _), &steps) in self.optimizers.iter_mut().zip(&backup.steps) {
+            opt.set_step_count(steps);
+        }
+        Ok(())
+    }
+
+    /// The name of the first weight or optimizer-state tensor holding NaN or inf, if any: one
+    /// check over all of them (one host sync), then a search only when it fails.
+    fn first_non_finite(&self) -> Result<Option<String>> {
+        let _guard = tch::no_grad_guard();
+        let tensors = self.stepped_tensors();
+        if bool::try_from(Self::flat(&tensors)?.f_isfinite()?.f_all()?)? {
+            return Ok(None);
+        }
+        for (name, t) in &tensors {
+            if !bool::try_from(t.f_isfinite()?.f_all()?)? {
+                return Ok(Some(name.clone()));
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// What [`Learner::backup`] keeps.
+struct Backup {
+    flat: Tensor,
+    steps: Vec<u64>,
+}
+
+/// Reads the weights of a [`Learner::save`] checkpoint folder (`dir/model.safetensors`) as a
+/// [`Weights`] snapshot of `version`, without a learner or its optimizer state: what an
+/// evaluation needs for [`TorchPolicy::set_weights`](impala_core::Policy::set_weights), which
+/// checks the names and shapes against its model. Non-finite weights are refused, naming the
+/// tensor.
+pub fn read_model_weights(dir: &Path, version: u64) -> Result<Arc<Weights>> {
+    let model = read_checkpoint(&dir.join(MODEL_FILE))?;
+    let mut named: Vec<(&String, &Tensor)> = model.tensors.iter().collect();
+    named.sort_by(|a, b| a.0.cmp(b.0));
+    let tensors = named
+        .into_iter()
+        .map(|(name, t)| {
+            let flat = t.f_to_kind(Kind::Float)?.f_contiguous()?.f_view([-1])?;
+            Ok(NamedTensor {
+                name: name.clone(),
+                shape: t.size().iter().map(|&d| d as usize).collect(),
+                data: Vec::<f32>::try_from(&flat)?,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    Ok(Arc::new(Weights::new(version, tensors)))
 }
 
 /// The tensors of one checkpoint file, checked against what they are loaded into.
@@ -440,11 +565,21 @@ struct Checkpoint {
     tensors: HashMap<String, Tensor>,
 }
 
+/// Reads a safetensors file of a checkpoint, refusing one whose floating-point tensors hold NaN
+/// or inf (named, the first by name).
 fn read_checkpoint(path: &Path) -> Result<Checkpoint> {
-    let tensors = Tensor::read_safetensors(path).map_err(|e| LearnerError::Checkpoint {
-        path: path.to_path_buf(),
-        reason: e.to_string(),
-    })?;
+    let fail = |reason: String| LearnerError::Checkpoint { path: path.to_path_buf(), reason };
+    let mut tensors = Tensor::read_safetensors(path).map_err(|e| fail(e.to_string()))?;
+    tensors.sort_by(|a, b| a.0.cmp(&b.0));
+    let _guard = tch::no_grad_guard();
+    for (name, t) in &tensors {
+        if t.is_floating_point() && !bool::try_from(t.f_isfinite()?.f_all()?)? {
+            return Err(fail(format!(
+                "tensor `{name}` holds non-finite values (NaN or inf); the run that wrote it \
+                 had diverged"
+            )));
+        }
+    }
     Ok(Checkpoint { path: path.to_path_buf(), tensors: tensors.into_iter().collect() })
 }
 

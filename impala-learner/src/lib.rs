@@ -58,7 +58,7 @@ mod thread;
 pub use batch::{BatchLoader, LoadedBatch};
 pub use distribution::ActionDistribution;
 pub use error::{LearnerError, Result};
-pub use learner::{Learner, LearnerStats, LEARNER_STATE_FILE, MODEL_FILE};
+pub use learner::{read_model_weights, Learner, LearnerStats, LEARNER_STATE_FILE, MODEL_FILE};
 pub use minibatch::{Minibatch, MinibatchBuffer};
 pub use model::ActorCritic;
 pub use policy::TorchPolicy;

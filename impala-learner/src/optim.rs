@@ -29,6 +29,13 @@ pub(crate) enum OptimizerKind {
     },
 }
 
+/// An optimizer's step count and slot tensors, read from a checkpoint.
+#[derive(Debug)]
+pub(crate) struct OptimizerState {
+    step: u64,
+    state: Vec<[Tensor; 2]>,
+}
+
 /// One optimizer over a group of parameters.
 #[derive(Debug)]
 pub(crate) struct Optimizer {
@@ -98,6 +105,35 @@ impl Optimizer {
         Ok(())
     }
 
+    /// Steps taken (the bias corrections depend on it).
+    pub(crate) fn step_count(&self) -> u64 {
+        self.step
+    }
+
+    /// Sets the steps taken (undoing a step).
+    pub(crate) fn set_step_count(&mut self, step: u64) {
+        self.step = step;
+    }
+
+    /// Puts back a state from [`Optimizer::read_state`]. The slots are the optimizer's own
+    /// tensors (nothing else holds them), so they are swapped in.
+    pub(crate) fn restore(&mut self, state: OptimizerState) {
+        self.step = state.step;
+        self.state = state.state;
+    }
+
+    /// The slot tensors with their checkpoint names (`{prefix}.<slot>.<param>`).
+    pub(crate) fn named_slots(&self, prefix: &str) -> Vec<(String, &Tensor)> {
+        let slots = self.slot_names();
+        let mut out = Vec::with_capacity(2 * self.names.len());
+        for (name, state) in self.names.iter().zip(&self.state) {
+            for (slot, t) in slots.iter().zip(state) {
+                out.push((format!("{prefix}.{slot}.{name}"), t));
+            }
+        }
+        out
+    }
+
     /// The state as named tensors for a checkpoint (`{prefix}.step`, `{prefix}.<slot>.<param>`).
     pub(crate) fn state_tensors(&self, prefix: &str) -> Result<Vec<(String, Tensor)>> {
         let slots = self.slot_names();
@@ -110,24 +146,24 @@ impl Optimizer {
         Ok(out)
     }
 
-    /// Restores [`Optimizer::state_tensors`] from `lookup`.
-    pub(crate) fn load_state(
-        &mut self,
+    /// Reads [`Optimizer::state_tensors`] from `lookup` (which checks names and shapes)
+    /// without changing the optimizer; [`Optimizer::restore`] applies it.
+    pub(crate) fn read_state(
+        &self,
         prefix: &str,
         lookup: &mut dyn FnMut(&str, &Tensor) -> Result<Tensor>,
-    ) -> Result<()> {
+    ) -> Result<OptimizerState> {
         let slots = self.slot_names();
         let step = lookup(&format!("{prefix}.step"), &Tensor::f_from_slice(&[0i64])?)?;
         let steps = Vec::<i64>::try_from(&step)?;
-        self.step = steps.first().map_or(0, |&s| s.max(0) as u64);
-        let _guard = tch::no_grad_guard();
-        for (name, state) in self.names.iter().zip(self.state.iter_mut()) {
-            for (slot, t) in slots.iter().zip(state.iter_mut()) {
-                let loaded = lookup(&format!("{prefix}.{slot}.{name}"), t)?;
-                t.f_copy_(&loaded)?;
-            }
+        let step = steps.first().map_or(0, |&s| s.max(0) as u64);
+        let mut state = Vec::with_capacity(self.state.len());
+        for (name, [a, b]) in self.names.iter().zip(&self.state) {
+            let a = lookup(&format!("{prefix}.{}.{name}", slots[0]), a)?;
+            let b = lookup(&format!("{prefix}.{}.{name}", slots[1]), b)?;
+            state.push([a, b]);
         }
-        Ok(())
+        Ok(OptimizerState { step, state })
     }
 
     fn slot_names(&self) -> [&'static str; 2] {

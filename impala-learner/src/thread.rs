@@ -196,8 +196,9 @@ impl Snapshots {
 /// - Weights are copied off the device only when asked for: [`LearnerHandle::request_weights`]
 ///   (then [`LearnerHandle::take_new_weights`]) for broadcasts, [`LearnerHandle::current_weights`]
 ///   for evaluation and checkpoints.
-/// - A failure (non-finite loss, libtorch error) stops the thread; [`LearnerHandle::drain`]
-///   returns its cause. The learner's weights are the last good ones.
+/// - A failure (non-finite loss or weights, libtorch error) stops the thread;
+///   [`LearnerHandle::drain`] returns its cause. The learner's weights are the last good ones
+///   (the failing step is not applied), and [`LearnerHandle::finish`] hands the learner back.
 ///
 /// ```
 /// use impala_config::ImpalaConfig;
@@ -453,13 +454,35 @@ impl LearnerHandle {
     }
 
     /// Stops the threads and returns the [`Learner`] (for checkpointing), or the failure that
-    /// stopped the thread if [`LearnerHandle::drain`] has not reported it yet.
-    pub fn stop(mut self) -> Result<Learner> {
-        let learner = self.shutdown();
-        if let Some(Err(e)) = self.outqueue.try_iter().find(|o| o.is_err()) {
-            return Err(e);
+    /// stopped the thread if [`LearnerHandle::drain`] has not reported it yet (see
+    /// [`LearnerHandle::finish`] to get the learner back in that case too).
+    pub fn stop(self) -> Result<Learner> {
+        let (learner, failure) = self.finish();
+        failure?;
+        learner.ok_or_else(|| LearnerError::ThreadDied {
+            reason: "the learner thread panicked".into(),
+        })
+    }
+
+    /// Stops the threads and hands back the [`Learner`] whatever stopped its thread (`None`
+    /// only when the thread panicked), with the failure that stopped it if
+    /// [`LearnerHandle::drain`] has not reported it yet. After a failure (a non-finite loss or
+    /// weights, a libtorch error) the learner holds its last good weights and optimizer state:
+    /// the failing step was not applied, so it can still be saved.
+    pub fn finish(mut self) -> (Option<Learner>, Result<()>) {
+        let joined = self.shutdown();
+        let failure = self.outqueue.try_iter().find_map(std::result::Result::err);
+        match (joined, failure) {
+            (Ok(learner), None) => (Some(learner), Ok(())),
+            (Ok(learner), Some(e)) => (Some(learner), Err(e)),
+            (Err(e), failure) => (None, Err(failure.unwrap_or(e))),
         }
-        learner
+    }
+
+    /// Whether the learner thread is still running (it ends after a failure, reported by
+    /// [`LearnerHandle::drain`]).
+    pub fn is_running(&self) -> bool {
+        self.learner_thread.as_ref().is_some_and(|t| !t.is_finished())
     }
 
     fn shutdown(&mut self) -> Result<Learner> {

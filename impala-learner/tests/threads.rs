@@ -318,3 +318,79 @@ fn handle_and_policy_can_move_to_other_threads() {
     send::<Learner>();
     send::<impala_learner::TorchPolicy>();
 }
+
+#[test]
+fn a_step_that_overflows_the_weights_is_undone() -> TestResult {
+    // The gradient is finite, but Adam's first step moves every weight by about lr: past f32's
+    // range. The learner must refuse the step and keep its weights and optimizer state.
+    let s = spec(4, Space::Discrete(2));
+    let c = config(vec![8]);
+    let mut huge = settings(&c)?;
+    huge.optimizer.lr = 1e39;
+    huge.optimizer.grad_clip = None;
+    let mut learner = Learner::new(&huge, &s, Device::Cpu)?;
+    let before = learner.weights()?;
+    let err = learner.update(&random_batch(&s, 5, 2, 0, 1), 0);
+    assert!(
+        matches!(&err, Err(LearnerError::NonFiniteWeights { tensor }) if !tensor.is_empty()),
+        "{err:?}"
+    );
+    assert!(err.is_err_and(|e| e.to_string().contains("non-finite")));
+    assert_eq!(learner.version(), 0);
+    assert_eq!(learner.weights()?, before);
+    // The state is the untouched one: a checkpoint of it loads (finite) into a fresh learner,
+    // whose first sane step matches a learner that never saw the overflow.
+    let dir = tempfile::tempdir()?;
+    learner.save(dir.path())?;
+    let mut loaded = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
+    loaded.load(dir.path())?;
+    let mut fresh = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
+    let batch = random_batch(&s, 5, 2, 0, 2);
+    loaded.update(&batch, 0)?;
+    fresh.update(&batch, 0)?;
+    assert_eq!(loaded.weights()?, fresh.weights()?);
+    Ok(())
+}
+
+#[test]
+fn a_dead_learner_thread_hands_back_its_last_good_learner() -> TestResult {
+    // lr = 1e30 without clipping: the weights blow up to ~1e30 in a step, then the loss is
+    // NaN or the next step overflows; either way the thread dies.
+    let mut c = config(vec![8]);
+    c.lr = 1e30;
+    c.grad_clip = None;
+    let (s, h) = setup(&c)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seed = 0;
+    let err = loop {
+        if Instant::now() > deadline {
+            return Err("the learner did not die".into());
+        }
+        seed += 1;
+        let _ = h.try_enqueue(random_batch(&s, 5, 2, 0, seed));
+        if let Err(e) = h.drain_wait(Duration::from_millis(50)) {
+            break e;
+        }
+    };
+    assert!(
+        matches!(err, LearnerError::NonFiniteLoss { .. } | LearnerError::NonFiniteWeights { .. }),
+        "{err:?}"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h.is_running() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(!h.is_running());
+    let (learner, failure) = h.finish();
+    assert!(failure.is_ok(), "the failure was drained already: {failure:?}");
+    let learner = learner.ok_or("no learner back")?;
+    let weights = learner.weights()?;
+    assert!(weights.tensors.iter().all(|t| t.data.iter().all(|x| x.is_finite())));
+    // Its last good state saves and loads.
+    let dir = tempfile::tempdir()?;
+    learner.save(dir.path())?;
+    let mut restored = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
+    restored.load(dir.path())?;
+    assert_eq!(restored.weights()?, weights);
+    Ok(())
+}

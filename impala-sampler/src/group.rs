@@ -9,6 +9,7 @@ use std::time::Instant;
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use impala_core::{EnvSpec, Weights};
 
+use crate::context::{by_runner_id, ContextPolicyFactory};
 use crate::error::panic_message;
 use crate::seam::{EnvRunnerHandle, RunnerMessage, RunnerReply, RunnerRequest};
 use crate::threads::{deadline_after, receive_until};
@@ -81,8 +82,9 @@ struct Member {
 /// of its fragments are uncollected, and gets a new request for each fragment
 /// [`sample`](Self::sample) delivers. A runner whose env or policy errors or panics, or that is
 /// lost, is marked unhealthy, its uncollected fragments are dropped, and it is relaunched (up to
-/// `max_num_env_runner_restarts` restarts over the group) with the newest weights; the others
-/// go on sampling. Dropping the group (or [`shutdown`](Self::shutdown)) stops every runner.
+/// `max_num_env_runner_restarts` restarts over the group) with the newest weights as its next
+/// incarnation, whose envs (and, with [`EnvRunnerGroup::with_context_policies`], policy) draw
+/// new random streams; the others go on sampling. Dropping the group (or [`shutdown`](Self::shutdown)) stops every runner.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -163,22 +165,39 @@ impl EnvRunnerGroup {
     /// Runner threads built from the factories ([`ThreadLauncher`]), or the local runner when
     /// `num_env_runners == 0`. Runners are built on the calling thread, so env and config
     /// errors surface here; each then starts with its full allowance of sample requests.
+    /// Restarted runners get new env seeds
+    /// ([`EnvContext::for_incarnation`](crate::EnvContext::for_incarnation)); `policy_factory`
+    /// sees only the runner's id (see [`EnvRunnerGroup::with_context_policies`]).
     pub fn new(
         settings: &EnvRunnerGroupSettings,
         env_factory: EnvFactory,
         policy_factory: PolicyFactory,
     ) -> Result<Self> {
+        Self::with_context_policies(settings, env_factory, by_runner_id(policy_factory))
+    }
+
+    /// As [`EnvRunnerGroup::new`], with each runner's policy built from the runner's
+    /// [`EnvContext`](crate::EnvContext) (that of its env 0: runner index, incarnation, seed),
+    /// so a restarted runner samples actions from a new stream as well as stepping new env
+    /// streams. `policies` is an
+    /// `Arc<dyn Fn(&EnvContext) -> Result<Box<dyn Policy>, CoreError> + Send + Sync>`.
+    pub fn with_context_policies(
+        settings: &EnvRunnerGroupSettings,
+        env_factory: EnvFactory,
+        policies: ContextPolicyFactory,
+    ) -> Result<Self> {
+        let launcher =
+            ThreadLauncher::with_context_policies(settings.runner.clone(), env_factory, policies);
         if settings.num_env_runners == 0 {
-            let local = EnvRunner::new(&settings.runner, 0, &env_factory, &policy_factory)?;
+            let local = launcher.build(0, 0)?;
             let spec = local.spec().clone();
             let mut group = Self::empty(settings, spec, None);
             group.local = Some(local);
             return Ok(group);
         }
         // Build runner 1 here for the spec; the launcher builds the others the same way.
-        let first = EnvRunner::new(&settings.runner, 1, &env_factory, &policy_factory)?;
+        let first = launcher.build(1, 0)?;
         let spec = first.spec().clone();
-        let launcher = ThreadLauncher::new(settings.runner.clone(), env_factory, policy_factory);
         let mut group = Self::empty(settings, spec, None);
         let replies = ReplySender::new(1, 0, group.replies_tx.clone());
         let handle = launcher.start(first, replies)?;

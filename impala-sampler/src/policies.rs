@@ -6,6 +6,7 @@ use std::sync::Arc;
 use impala_core::{EnvSpec, Policy, PolicyInput, PolicyOutput, Space, Weights};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
+use rand_distr::StandardNormal;
 
 /// Acts uniformly at random: `Discrete`/`MultiDiscrete` actions uniformly, `Box` actions from a
 /// standard normal (its distribution inputs are mean 0 and log-std 0, so `action_logp` is exact).
@@ -50,13 +51,6 @@ fn std_normal_logpdf(x: f32) -> f32 {
     -0.5 * x * x - 0.5 * (2.0 * std::f32::consts::PI).ln()
 }
 
-/// A standard normal draw (Box-Muller).
-fn std_normal(rng: &mut SmallRng) -> f32 {
-    let u1: f32 = rng.random::<f32>().max(f32::MIN_POSITIVE);
-    let u2: f32 = rng.random();
-    (-2.0 * u1.ln()).sqrt() * (2.0 * std::f32::consts::PI * u2).cos()
-}
-
 impl Policy for RandomPolicy {
     fn compute_actions(
         &mut self,
@@ -87,7 +81,7 @@ impl Policy for RandomPolicy {
                 }
                 Space::Box { .. } => {
                     for a in row.iter_mut() {
-                        *a = if input.explore { std_normal(&mut self.rng) } else { 0.0 };
+                        *a = if input.explore { self.rng.sample(StandardNormal) } else { 0.0 };
                         *logp += std_normal_logpdf(*a);
                     }
                 }
@@ -112,5 +106,41 @@ impl Policy for RandomPolicy {
 
     fn weights_version(&self) -> u64 {
         self.version
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn box_actions_are_standard_normal_with_their_log_density() -> impala_core::Result<()> {
+        let spec = EnvSpec {
+            id: "x".into(),
+            observation_space: Space::continuous(vec![0.0], vec![1.0])?,
+            action_space: Space::continuous(vec![-2.0, -2.0], vec![2.0, 2.0])?,
+            max_episode_steps: None,
+        };
+        let mut policy = RandomPolicy::new(&spec, 1);
+        let mut out = PolicyOutput::default();
+        let n = 20_000;
+        let obs = vec![0.5; n];
+        let input = PolicyInput { obs: &obs, num_envs: n, state: &[], explore: true };
+        policy.compute_actions(&input, &mut out)?;
+        assert_eq!(out.actions.len(), 2 * n);
+        let mean = out.actions.iter().map(|&a| f64::from(a)).sum::<f64>() / (2 * n) as f64;
+        let var = out.actions.iter().map(|&a| (f64::from(a) - mean).powi(2)).sum::<f64>()
+            / (2 * n) as f64;
+        // Standard errors: 1 / sqrt(40000) = 0.005 for the mean, about 0.007 for the variance.
+        assert!(mean.abs() < 0.025 && (var - 1.0).abs() < 0.04, "mean {mean}, var {var}");
+        for (row, &logp) in out.actions.chunks_exact(2).zip(&out.action_logp) {
+            let want = std_normal_logpdf(row[0]) + std_normal_logpdf(row[1]);
+            assert!((logp - want).abs() < 1e-5, "{logp} vs {want}");
+        }
+        // Without exploration: the mode.
+        let input = PolicyInput { explore: false, ..input };
+        policy.compute_actions(&input, &mut out)?;
+        assert!(out.actions.iter().all(|&a| a == 0.0));
+        Ok(())
     }
 }

@@ -1,10 +1,10 @@
 //! One env runner: `num_envs_per_env_runner` environments and one policy copy, stepped together.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use impala_core::{
-    EnvSpec, EpisodeStats, Policy, PolicyInput, PolicyOutput, SampleBatch, Space, Weights,
+    CoreError, EnvSpec, EpisodeStats, Policy, PolicyInput, PolicyOutput, SampleBatch, Space,
+    Weights,
 };
 use impala_envs::VectorEnv;
 
@@ -117,28 +117,50 @@ impl std::fmt::Debug for EnvRunner {
 }
 
 impl EnvRunner {
-    /// Builds runner `runner_id` (0 = local): `settings.num_envs` envs from `env_factory`,
-    /// vectorised with auto-reset, and one policy from `policy_factory`. All envs must share
-    /// their spaces. Time limits are the envs' own (`impala_envs::make` adds `TimeLimit`).
+    /// Builds runner `runner_id` (0 = local) at its first start (incarnation 0):
+    /// `settings.num_envs` envs from `env_factory`, vectorised with auto-reset, and one policy
+    /// from `policy_factory`. All envs must share their spaces. Time limits are the envs' own
+    /// (`impala_envs::make` adds `TimeLimit`).
     pub fn new(
         settings: &EnvRunnerSettings,
         runner_id: usize,
         env_factory: &EnvFactory,
         policy_factory: &PolicyFactory,
     ) -> Result<Self> {
+        Self::build(settings, runner_id, 0, env_factory, |ctx| policy_factory(ctx.runner_index))
+    }
+
+    /// Builds incarnation `incarnation` of runner `runner_id` (0 = its first start; every
+    /// restart bumps it). Its envs get [`EnvContext::for_incarnation`] contexts, so a restarted
+    /// runner draws new env streams; `make_policy` gets the runner's context (that of its env
+    /// 0: runner index, incarnation, seed), so it can seed action sampling per incarnation too.
+    pub fn build(
+        settings: &EnvRunnerSettings,
+        runner_id: usize,
+        incarnation: u64,
+        env_factory: &EnvFactory,
+        make_policy: impl FnOnce(&EnvContext) -> std::result::Result<Box<dyn Policy>, CoreError>,
+    ) -> Result<Self> {
         let num_envs = settings.num_envs.get();
+        let context = |env_index| {
+            EnvContext::for_incarnation(
+                runner_id,
+                incarnation,
+                env_index,
+                settings.seed,
+                settings.env_config.clone(),
+            )
+        };
         let mut envs = Vec::with_capacity(num_envs);
         for env_index in 0..num_envs {
-            let ctx =
-                EnvContext::new(runner_id, env_index, settings.seed, settings.env_config.clone());
-            envs.push(env_factory(&ctx)?);
+            envs.push(env_factory(&context(env_index))?);
         }
-        // VectorEnv seeds env i with `seed + i` on its first reset: with the runner's base seed
-        // that is exactly each env's `EnvContext::seed`.
-        let base_seed = EnvContext::new(runner_id, 0, settings.seed, BTreeMap::new()).seed;
-        let envs = VectorEnv::new(envs, base_seed)?;
+        // VectorEnv seeds env i with `seed + i` on its first reset: with env 0's seed that is
+        // exactly each env's `EnvContext::seed`.
+        let runner_context = context(0);
+        let envs = VectorEnv::new(envs, runner_context.seed)?;
         let spec = envs.envs()[0].spec().clone();
-        let policy = policy_factory(runner_id)?;
+        let policy = make_policy(&runner_context)?;
         let state_dim = policy.state_dim();
         let template = SampleBatch::zeros(1, 1, &spec.observation_space, &spec.action_space, 0);
         let obs_dim = template.obs_dim();

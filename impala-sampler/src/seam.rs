@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use impala_core::Weights;
 
+use crate::context::{by_runner_id, ContextPolicyFactory};
 use crate::error::panic_message;
 use crate::{EnvFactory, EnvRunner, EnvRunnerSettings, Fragment, PolicyFactory, Result};
 
@@ -78,6 +79,13 @@ impl ReplySender {
         self.runner_id
     }
 
+    /// Which incarnation of the runner this sender belongs to: 0 at its first launch, bumped
+    /// on every restart. A launcher builds that incarnation (see [`EnvRunner::build`]), so a
+    /// restarted runner draws new env and action streams.
+    pub fn incarnation(&self) -> u64 {
+        self.incarnation
+    }
+
     /// Sends a reply; `false` when the group is gone (the runner should end).
     pub fn send(&self, reply: RunnerReply) -> bool {
         let msg = RunnerMessage { runner_id: self.runner_id, incarnation: self.incarnation, reply };
@@ -98,7 +106,7 @@ pub trait EnvRunnerHandle: Send {
 
 /// Starts env runners: threads here, worker processes, or runners on other hosts.
 pub trait EnvRunnerLauncher: Send {
-    /// Starts runner `replies.runner_id()`; it serves requests and answers on `replies` until
+    /// Starts runner `replies.runner_id()` (its incarnation `replies.incarnation()`); it serves requests and answers on `replies` until
     /// it is stopped or fails. An error here leaves the runner down; the group retries while
     /// restarts remain.
     fn launch(&mut self, replies: ReplySender) -> Result<Box<dyn EnvRunnerHandle>>;
@@ -108,7 +116,7 @@ pub trait EnvRunnerLauncher: Send {
 pub struct ThreadLauncher {
     settings: EnvRunnerSettings,
     env_factory: EnvFactory,
-    policy_factory: PolicyFactory,
+    policies: ContextPolicyFactory,
 }
 
 impl std::fmt::Debug for ThreadLauncher {
@@ -118,13 +126,35 @@ impl std::fmt::Debug for ThreadLauncher {
 }
 
 impl ThreadLauncher {
-    /// A launcher building each runner from `settings` and the factories.
+    /// A launcher building each runner from `settings` and the factories. Restarted runners
+    /// get new env seeds ([`EnvContext::for_incarnation`](crate::EnvContext::for_incarnation));
+    /// `policy_factory` sees only the runner's id (see
+    /// [`ThreadLauncher::with_context_policies`]).
     pub fn new(
         settings: EnvRunnerSettings,
         env_factory: EnvFactory,
         policy_factory: PolicyFactory,
     ) -> Self {
-        ThreadLauncher { settings, env_factory, policy_factory }
+        Self::with_context_policies(settings, env_factory, by_runner_id(policy_factory))
+    }
+
+    /// As [`ThreadLauncher::new`], with policies built from the runner's
+    /// [`EnvContext`](crate::EnvContext) (that of its env 0: runner index, incarnation, seed),
+    /// so a restarted runner's policy can sample actions from a new stream too. `policies` is
+    /// an `Arc<dyn Fn(&EnvContext) -> Result<Box<dyn Policy>, CoreError> + Send + Sync>`.
+    pub fn with_context_policies(
+        settings: EnvRunnerSettings,
+        env_factory: EnvFactory,
+        policies: ContextPolicyFactory,
+    ) -> Self {
+        ThreadLauncher { settings, env_factory, policies }
+    }
+
+    /// Builds incarnation `incarnation` of runner `runner_id` on the calling thread.
+    pub(crate) fn build(&self, runner_id: usize, incarnation: u64) -> Result<EnvRunner> {
+        EnvRunner::build(&self.settings, runner_id, incarnation, &self.env_factory, |ctx| {
+            (self.policies)(ctx)
+        })
     }
 }
 
@@ -144,8 +174,7 @@ impl ThreadLauncher {
 
 impl EnvRunnerLauncher for ThreadLauncher {
     fn launch(&mut self, replies: ReplySender) -> Result<Box<dyn EnvRunnerHandle>> {
-        let id = replies.runner_id();
-        let runner = EnvRunner::new(&self.settings, id, &self.env_factory, &self.policy_factory)?;
+        let runner = self.build(replies.runner_id(), replies.incarnation())?;
         self.start(runner, replies)
     }
 }

@@ -1,13 +1,14 @@
 //! Fault tolerance: failing runners are dropped, restarted, and nothing is counted twice.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use impala_core::Weights;
-use impala_sampler::{EnvRunnerGroup, Fragment, SamplerError};
+use impala_core::{CoreError, Policy, Weights};
+use impala_sampler::{EnvContext, EnvRunnerGroup, Fragment, SamplerError};
 
 use crate::support::{
-    counting_policies, settings, unique_steps, Deadline, EnvSetup, Fault, Sampled, TestResult, WAIT,
+    counting_policies, settings, unique_steps, CountingPolicy, Deadline, EnvSetup, Fault, Sampled,
+    TestResult, WAIT,
 };
 
 /// Samples until a call fails; returns the error and everything delivered before it.
@@ -132,5 +133,45 @@ fn shutdown_reports_a_failure_not_yet_collected() -> TestResult {
     setup.fault_events.recv_timeout(WAIT)?;
     let err = group.shutdown().err();
     assert!(matches!(err, Some(SamplerError::EnvRunnerFailed { runner_id: 1, .. })), "{err:?}");
+    Ok(())
+}
+
+#[test]
+fn a_restarted_runner_draws_new_env_and_action_streams() -> TestResult {
+    // Runner 1's env breaks at its 3rd step, once; its next incarnation must not replay the
+    // random streams of the first (same env seeds, same policy seed).
+    let setup = EnvSetup { fault: Some((1, 1, 3, Fault::Error)), ..EnvSetup::default() };
+    let mut s = settings(1, 1, 5);
+    s.sample_timeout = Some(Duration::from_millis(500));
+    let built: Arc<Mutex<Vec<EnvContext>>> = Arc::default();
+    let seen = Arc::clone(&built);
+    let policies = Arc::new(move |ctx: &EnvContext| {
+        seen.lock().map_err(|_| CoreError::Policy { reason: "poisoned".into() })?.push(ctx.clone());
+        Ok(Box::new(CountingPolicy::default()) as Box<dyn Policy>)
+    });
+    let mut group = EnvRunnerGroup::with_context_policies(&s, setup.factory(), policies)?;
+    let deadline = Deadline::start();
+    let mut restarted_fragments = 0;
+    while restarted_fragments == 0 {
+        deadline.check("a fragment of the restarted runner")?;
+        let got = group.sample()?;
+        if group.metrics().num_env_runner_restarts == 1 {
+            restarted_fragments += got.len();
+        }
+    }
+    group.shutdown()?;
+    let first = EnvContext::new(1, 0, Some(0), Default::default());
+    let second = EnvContext::for_incarnation(1, 1, 0, Some(0), Default::default());
+    assert_eq!(first.seed, Some(1000), "incarnation 0 keeps RLlib's seed + 1000 * runner + env");
+    assert_ne!(second.seed, first.seed);
+    let contexts = built.lock().map_err(|_| "poisoned")?.clone();
+    assert_eq!(contexts, vec![first.clone(), second.clone()], "the policy sees the incarnation");
+    let seeds: Vec<u64> =
+        setup.seeds.lock().map_err(|_| "poisoned")?.iter().filter_map(|s| *s).collect();
+    assert_eq!(
+        seeds,
+        vec![1000, second.seed.ok_or("no seed")?],
+        "first resets of each incarnation"
+    );
     Ok(())
 }

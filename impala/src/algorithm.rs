@@ -9,14 +9,17 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use impala_config::ValidatedConfig;
-use impala_core::{EnvSpec, SampleBatch};
-use impala_learner::{LearnerHandle, LearnerStats};
+use impala_core::{EnvSpec, SampleBatch, Weights};
+use impala_learner::{Learner, LearnerError, LearnerHandle, LearnerStats, LearnerThreadSettings};
 use impala_sampler::{
-    EnvRunnerGroup, Fragment, SamplerMetrics, TrainBatchBuilder, WeightBroadcaster,
+    EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings, Fragment, SamplerError, SamplerMetrics,
+    TrainBatchBuilder, WeightBroadcaster,
 };
 
+use crate::builder::{batching_stage, new_learner, PolicySource, Streams};
 use crate::checkpoint::{
-    read_checkpoint, save_checkpoint, AlgorithmState, Counters, CHECKPOINT_FORMAT_VERSION,
+    checkpoint_name, find_checkpoint, read_checkpoint, save_checkpoint, AlgorithmState, Counters,
+    CHECKPOINT_FORMAT_VERSION, LEARNER_DIR,
 };
 use crate::evaluation::Evaluator;
 use crate::result::{LearnerQueueInfo, DEFAULT_POLICY_ID};
@@ -82,8 +85,22 @@ fn stats_fields(s: &LearnerStats) -> [(&'static str, f64); 9] {
 pub struct Impala {
     pub(crate) config: ValidatedConfig,
     pub(crate) spec: EnvSpec,
+    /// Builds the runners' envs (the caller's or the registry's, wrapped).
+    pub(crate) env_factory: EnvFactory,
+    /// Builds the runners' policies.
+    pub(crate) policies: PolicySource,
+    /// The sampling runners, acting with the learner's weights from their start: started by
+    /// the builder, replaced by `restore()` (so none samples with pre-restore weights), and
+    /// started again on demand if starting them failed.
     pub(crate) runners: Option<EnvRunnerGroup>,
     pub(crate) learner: Option<LearnerHandle>,
+    /// The learner of a learner thread that died: its last good weights and optimizer state,
+    /// for `save()`, `evaluate()` and `restore()`.
+    pub(crate) dead_learner: Option<Learner>,
+    /// Why the learner thread died (reported once by `train()`, then on every use).
+    pub(crate) learner_death: Option<String>,
+    /// `stop()` was called.
+    pub(crate) stopped: bool,
     pub(crate) broadcaster: WeightBroadcaster,
     /// The one batching stage; `None` with `_env_runners_only` (samples are discarded).
     pub(crate) batching: Option<TrainBatchBuilder>,
@@ -95,6 +112,8 @@ pub struct Impala {
     pub(crate) iteration: u64,
     pub(crate) time_total_s: f64,
     pub(crate) base_seed: u64,
+    /// Restores so far over the run's life (checkpointed): picks the run's random streams.
+    pub(crate) num_restores: u64,
     pub(crate) last_learner_stats: BTreeMap<String, f64>,
     pub(crate) interrupt: Option<Arc<AtomicBool>>,
     pub(crate) evaluator: Evaluator,
@@ -160,11 +179,65 @@ impl Impala {
     }
 
     fn learner(&self) -> Result<&LearnerHandle> {
-        self.learner.as_ref().ok_or(ImpalaError::Stopped)
+        match (&self.learner, &self.learner_death) {
+            (Some(handle), _) if !self.stopped => Ok(handle),
+            (None, Some(cause)) if !self.stopped => {
+                Err(ImpalaError::LearnerDiedEarlier { cause: cause.clone() })
+            }
+            _ => Err(ImpalaError::Stopped),
+        }
+    }
+
+    /// The sampling env runners (RLlib's `algo.env_runner_group`), started now (with the
+    /// learner's current weights) if they are not running. Every fragment they deliver was
+    /// sampled with the weights they started with or newer ones. Fragments taken from the
+    /// group directly are neither counted nor trained on.
+    pub fn env_runner_group(&mut self) -> Result<&mut EnvRunnerGroup> {
+        self.runners()
     }
 
     fn runners(&mut self) -> Result<&mut EnvRunnerGroup> {
+        if self.stopped {
+            return Err(ImpalaError::Stopped);
+        }
+        if self.runners.is_none() {
+            let weights = self.current_weights()?;
+            let streams = self.streams();
+            let mut settings = EnvRunnerGroupSettings::from_config(&self.config);
+            settings.runner.seed = streams.env_seed;
+            let policies = self.policies.with_weights(Arc::clone(&weights), streams.sample_seed);
+            let mut group = EnvRunnerGroup::with_context_policies(
+                &settings,
+                Arc::clone(&self.env_factory),
+                policies,
+            )?;
+            group.set_latest_weights(weights);
+            self.runners = Some(group);
+        }
         self.runners.as_mut().ok_or(ImpalaError::Stopped)
+    }
+
+    /// The run's random streams now (they move on with every restore).
+    fn streams(&self) -> Streams {
+        Streams::new(&self.config, self.base_seed, self.num_restores)
+    }
+
+    /// The learner's current weights: from its thread, or the last good ones of a learner
+    /// that died.
+    fn current_weights(&self) -> Result<Arc<Weights>> {
+        if let (None, Some(learner), false) = (&self.learner, &self.dead_learner, self.stopped) {
+            return Ok(learner.weights()?);
+        }
+        Ok(self.learner()?.current_weights()?)
+    }
+
+    /// Takes the learner off a thread that died with `cause`, keeping its last good state.
+    fn keep_dead_learner(&mut self, cause: &LearnerError) {
+        if let Some(handle) = self.learner.take() {
+            let (learner, _) = handle.finish();
+            self.dead_learner = learner;
+        }
+        self.learner_death = Some(cause.to_string());
     }
 
     /// Runs `training_step` until `min_time_s_per_iteration` has passed and at least
@@ -183,7 +256,7 @@ impl Impala {
             .is_some_and(|n| n > 0 && (self.iteration + 1) % n as u64 == 0);
         let parallel = evaluation_due && self.config.evaluation_parallel_to_training;
         if parallel {
-            let weights = self.learner()?.current_weights()?;
+            let weights = self.current_weights()?;
             self.evaluator.start(weights)?;
         }
         let mut evaluation = None;
@@ -314,8 +387,14 @@ impl Impala {
     /// RLlib's `process_trained_results`: drain the learner's outqueue into the counters and
     /// the iteration's stats. A learner that died surfaces here with its cause.
     fn process_trained_results(&mut self, stats: &mut StatsMean) -> Result<usize> {
-        let outputs =
-            self.learner()?.drain().map_err(|cause| ImpalaError::LearnerDied { cause })?;
+        let outputs = match self.learner()?.drain() {
+            Ok(outputs) => outputs,
+            Err(cause) => {
+                // Its last good weights stay savable (RLlib's last good checkpoint).
+                self.keep_dead_learner(&cause);
+                return Err(ImpalaError::LearnerDied { cause });
+            }
+        };
         for out in &outputs {
             self.counters.num_env_steps_trained += out.env_steps as u64;
             self.counters.num_agent_steps_trained += out.agent_steps as u64;
@@ -436,16 +515,39 @@ impl Impala {
     /// Runs `evaluation_duration` episodes (or env steps) with the learner's current weights on
     /// fresh evaluation envs (`evaluation_num_env_runners` runners, or the calling thread when
     /// 0), greedy unless `evaluation_explore` (RLlib's `evaluate()`). Each call starts new
-    /// episodes, so none spans two calls.
+    /// episodes, so none spans two calls. After the learner thread died, this evaluates its
+    /// last good weights.
     pub fn evaluate(&mut self) -> Result<EvaluationResult> {
-        let weights = self.learner()?.current_weights()?;
+        let weights = self.current_weights()?;
         self.evaluator.start(weights)?;
         self.evaluator.finish()
     }
 
     /// Saves a checkpoint `dir/checkpoint_<iteration>` atomically: config, counters, episode
-    /// window, seed, and the learner's weights and optimizer state.
+    /// window, seeds, the learner's weights and optimizer state, and a manifest of their
+    /// checksums.
+    ///
+    /// After [`Impala::train`] reported that the learner thread died (a non-finite loss or
+    /// weights), this still saves: the learner's last good weights and optimizer state (the
+    /// failing step was not applied), under the last completed iteration's number. A valid
+    /// checkpoint of that iteration already in `dir` (saved while the learner was healthy) is
+    /// kept, not replaced, and its path returned.
     pub fn save(&mut self, dir: &Path) -> Result<PathBuf> {
+        if self.stopped {
+            return Err(ImpalaError::Stopped);
+        }
+        if self.learner.as_ref().is_some_and(|l| !l.is_running()) {
+            // The thread died since the last drain: report it and save what it left.
+            if let Err(e) = self.process_trained_results(&mut StatsMean::default()) {
+                tracing::warn!(error = %e, "saving the last good weights of a learner that died");
+            }
+        }
+        if self.learner.is_none() {
+            let existing = dir.join(checkpoint_name(self.iteration));
+            if existing.is_dir() && read_checkpoint(&existing).is_ok() {
+                return Ok(existing);
+            }
+        }
         std::fs::create_dir_all(dir)
             .map_err(|source| ImpalaError::RunDirNotWritable { path: dir.to_path_buf(), source })?;
         let state = AlgorithmState {
@@ -456,27 +558,43 @@ impl Impala {
             counters: self.counters,
             episodes: self.episodes.clone(),
             base_seed: self.base_seed,
+            num_restores: self.num_restores,
         };
-        let learner = self.learner()?;
-        save_checkpoint(dir, &state, &self.config, |learner_dir| {
-            learner.save(learner_dir).map_err(|e| ImpalaError::LearnerCheckpoint {
-                path: learner_dir.to_path_buf(),
-                cause: e,
-            })
-        })
+        let learner_error =
+            |path: &Path, cause| ImpalaError::LearnerCheckpoint { path: path.to_path_buf(), cause };
+        match (&self.learner, &self.dead_learner) {
+            (Some(handle), _) => save_checkpoint(dir, &state, &self.config, |learner_dir| {
+                handle.save(learner_dir).map_err(|e| learner_error(learner_dir, e))
+            }),
+            (None, Some(learner)) => save_checkpoint(dir, &state, &self.config, |learner_dir| {
+                learner.save(learner_dir).map_err(|e| learner_error(learner_dir, e))
+            }),
+            (None, None) => Err(self.learner().err().unwrap_or(ImpalaError::Stopped)),
+        }
     }
 
     /// Restores a checkpoint written by [`Impala::save`] (a checkpoint folder or a run folder):
     /// weights, optimizer state, counters, episode window and iteration, so training continues
-    /// where it stopped. The checkpoint must be for the same environment and model.
+    /// where it stopped. The checkpoint must be for the same environment and model; its files
+    /// are verified first (see [`crate::checkpoint`]). Also after the learner thread died.
+    ///
+    /// The env runners are replaced: the old ones are stopped, what they had in flight is
+    /// dropped with everything built from their fragments (batches waiting for the learner,
+    /// partial train batches), and fresh runners start new episodes acting with the restored
+    /// weights from their first step, so no episode of the next iteration comes from
+    /// pre-restore weights. Each restore moves the run to new random streams (env seeds, action sampling,
+    /// replay), so a resumed run does not replay the episodes the original run saw.
     pub fn restore(&mut self, path: &Path) -> Result<()> {
-        let dir = crate::checkpoint::find_checkpoint(path)?;
+        if self.stopped {
+            return Err(ImpalaError::Stopped);
+        }
+        let dir = find_checkpoint(path)?;
         let (state, saved) = read_checkpoint(&dir)?;
         let incompatible =
             |what: &str, saved: String, now: String| ImpalaError::IncompatibleCheckpoint {
                 path: dir.clone(),
                 reason: format!("it was trained with {what} {saved}, this run uses {now}"),
-                fix: format!("resume without changing {what}, or start a new run"),
+                fix: format!("use the checkpoint's {what} as it is, or start a new run"),
             };
         if saved.env != self.config.env {
             return Err(incompatible("env", saved.env, self.config.env.clone()));
@@ -488,38 +606,93 @@ impl Impala {
                 format!("{:?}", self.config.model),
             ));
         }
-        // The learner loads between SGD steps: stop its thread, load, start it again.
-        let handle = self.learner.take().ok_or(ImpalaError::Stopped)?;
-        let mut learner = handle.stop().map_err(|cause| ImpalaError::LearnerDied { cause })?;
-        let learner_dir = dir.join(crate::checkpoint::LEARNER_DIR);
-        let loaded = learner.load(&learner_dir).map_err(|e| ImpalaError::CorruptCheckpoint {
-            path: dir.clone(),
-            reason: format!("the learner state does not load ({e})"),
-        });
-        let weights = learner.weights();
-        let thread_settings = impala_learner::LearnerThreadSettings::from_config(&self.config);
-        self.learner = Some(LearnerHandle::spawn(&thread_settings, learner)?);
-        loaded?;
-        let weights = weights?;
-        // Sent even when older than what the runners hold: they act with the restored policy.
-        let runners = self.runners()?;
-        let ids = runners.healthy_runner_ids();
-        runners.sync_weights(weights, &ids);
+        // The learner loads between SGD steps: take it off its thread (or take the one a
+        // failure left behind), load, and start its thread again.
+        let was_running = self.learner.is_some();
+        let learner = match (self.learner.take(), self.dead_learner.take()) {
+            (Some(handle), _) => {
+                let (learner, failure) = handle.finish();
+                if let Err(e) = failure {
+                    tracing::warn!(error = %e, "the learner had failed; restoring replaces its state");
+                }
+                learner
+            }
+            (None, learner) => learner,
+        };
+        // A learner lost to a panic is rebuilt: the checkpoint replaces its state anyway.
+        let mut learner = match learner {
+            Some(learner) => learner,
+            None => new_learner(&self.config, &self.spec, self.base_seed)?,
+        };
+        if let Err(e) = learner.load(&dir.join(LEARNER_DIR)) {
+            // Nothing was loaded: the learner goes back as it was.
+            if was_running {
+                self.learner = Some(self.spawn_learner(learner)?);
+            } else {
+                self.dead_learner = Some(learner);
+            }
+            return Err(ImpalaError::CorruptCheckpoint {
+                path: dir,
+                reason: format!("the learner state does not load ({e})"),
+            });
+        }
+        self.learner = Some(self.spawn_learner(learner)?);
+        self.learner_death = None;
+        self.stalls_reported = 0;
+        // Runners sampled with the weights before: end them (what they have in flight is
+        // dropped) and drop what their fragments became; fresh runners start below.
+        if let Some(group) = self.runners.take() {
+            if let Err(e) = group.shutdown() {
+                tracing::warn!(error = %e, "an env runner failed before the restore");
+            }
+        }
+        self.to_place.clear();
+        if let Some(batching) = self.batching.take() {
+            if let Err(e) = batching.shutdown() {
+                tracing::warn!(error = %e, "an aggregation worker failed before the restore");
+            }
+        }
         self.counters = state.counters;
         self.episodes = state.episodes;
         self.iteration = state.training_iteration;
         self.time_total_s = state.time_total_s;
         self.base_seed = state.base_seed;
+        self.num_restores = state.num_restores + 1;
+        let streams = self.streams();
+        self.batching = batching_stage(&self.config, &streams)?;
+        self.evaluator.set_streams(&streams);
+        self.broadcaster = WeightBroadcaster::new(self.config.broadcast_interval);
+        self.last_evaluation = None;
+        // New runners, new episodes, the restored weights from their first step.
+        self.runners()?;
         Ok(())
     }
 
+    fn spawn_learner(&self, learner: Learner) -> Result<LearnerHandle> {
+        Ok(LearnerHandle::spawn(&LearnerThreadSettings::from_config(&self.config), learner)?)
+    }
+
     /// Stops the runner, aggregation and learner threads and joins them, reporting the first
-    /// failure. Dropping an `Impala` stops them too, without reporting.
+    /// failure (a learner failure that [`Impala::train`] already reported is not reported
+    /// again). Dropping an `Impala` stops them too, without reporting.
     pub fn stop(&mut self) -> Result<()> {
+        self.stopped = true;
+        self.dead_learner = None;
         let runners = self.runners.take().map(EnvRunnerGroup::shutdown);
         let batching = self.batching.take().map(TrainBatchBuilder::shutdown);
         let learner = self.learner.take().map(LearnerHandle::stop);
-        runners.transpose()?;
+        match runners {
+            // A runner that failed while stopping would have been restarted: training did not
+            // lose anything, so the run still ends as it would have.
+            Some(Err(SamplerError::EnvRunnerFailed { runner_id, reason }))
+                if self.config.restart_failed_env_runners =>
+            {
+                tracing::warn!(runner_id, %reason, "env runner failed while stopping");
+            }
+            other => {
+                other.transpose()?;
+            }
+        }
         batching.transpose()?;
         if let Some(l) = learner {
             l.map_err(|cause| ImpalaError::LearnerDied { cause })?;

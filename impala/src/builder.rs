@@ -1,18 +1,18 @@
 //! [`ImpalaBuilder`]: a validated config in; the env factory (a registered env by default, or
-//! any [`Env`] of the caller's), the learner and its devices, the env runners and the batching
-//! stage out, each from its own small settings built from the config.
+//! any [`Env`] of the caller's), the learner and its devices, the batching stage and what the
+//! env runners are started from out, each from its own small settings built from the config;
+//! and the seeds of the run's random streams.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
-use impala_config::ValidatedConfig;
-use impala_core::{CoreError, Env, Policy};
+use impala_config::{ModelConfig, ValidatedConfig};
+use impala_core::{CoreError, Env, EnvSpec, Policy, Weights};
 use impala_learner::{
     learner_devices, Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings, TorchPolicy,
 };
 use impala_sampler::{
-    BatchingSettings, EnvContext, EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings,
-    PolicyFactory, TrainBatchBuilder, WeightBroadcaster,
+    BatchingSettings, EnvContext, EnvFactory, TrainBatchBuilder, WeightBroadcaster,
 };
 
 use crate::evaluation::Evaluator;
@@ -62,74 +62,179 @@ impl ImpalaBuilder {
     }
 
     /// Builds the learner (and its thread), the env runners and the batching stage. Runners
-    /// start sampling at once, with the learner's initial weights.
+    /// start sampling at once, with the learner's initial weights; [`Impala::restore`] replaces
+    /// them (and drops what they sampled) with runners that act with the restored weights.
     pub fn build(self) -> Result<Impala> {
         let ImpalaBuilder { config, env_factory } = self;
         // The driver only builds the model and evaluates; one libtorch thread keeps it from
         // competing with the learner thread (`num_learner_threads`) and the runners (one each).
         tch::set_num_threads(1);
         check_devices(&config)?;
-        let base = match env_factory {
-            Some(factory) => factory,
-            None => {
-                // Reported as the registry's error (unknown id with a suggestion, bad keys).
-                impala_envs::make(&config.env, &config.env_config)?;
-                registered_env(&config)
-            }
-        };
-        let env_factory = wrapped(&config, base);
-        let spec = env_factory(&EnvContext::new(0, 0, config.seed, config.env_config.clone()))?
-            .spec()
-            .clone();
+        let env_factory = env_factory_for(&config, env_factory)?;
+        let spec = env_spec(&config, &env_factory)?;
 
         // The learner seeds its initial weights from `seed`; runs without one get a fresh seed.
         let base_seed = config.seed.unwrap_or_else(random_seed);
-        let mut learner_settings = LearnerSettings::from_config(&config);
-        learner_settings.model_seed = base_seed;
-        let devices = learner_devices(&config.learner_plan())?;
-        let learner = Learner::with_devices(&learner_settings, &spec, &devices)?;
-        let initial = learner.weights()?;
+        let learner = new_learner(&config, &spec, base_seed)?;
         let learner = LearnerHandle::spawn(&LearnerThreadSettings::from_config(&config), learner)?;
-
-        let (model, policy_spec, weights) =
-            (config.model.clone(), spec.clone(), Arc::clone(&initial));
-        let policy_factory: PolicyFactory = Arc::new(move |runner_id: usize| {
-            let seed =
-                base_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(runner_id as u64 + 1);
-            let mut policy =
-                TorchPolicy::new(&model, &policy_spec, base_seed, seed).map_err(CoreError::from)?;
-            policy.set_weights(&weights)?;
-            Ok(Box::new(policy) as Box<dyn Policy>)
-        });
-        let mut runners = EnvRunnerGroup::new(
-            &EnvRunnerGroupSettings::from_config(&config),
-            Arc::clone(&env_factory),
-            Arc::clone(&policy_factory),
-        )?;
-        runners.set_latest_weights(initial);
-        let batching = if config.env_runners_only {
-            None
-        } else {
-            Some(TrainBatchBuilder::new(&BatchingSettings::from_config(&config))?)
-        };
-        Ok(Impala {
+        let policies = PolicySource { model: config.model.clone(), spec: spec.clone(), base_seed };
+        let streams = Streams::new(&config, base_seed, 0);
+        let batching = batching_stage(&config, &streams)?;
+        let mut algo = Impala {
             broadcaster: WeightBroadcaster::new(config.broadcast_interval),
             episodes: EpisodeWindow::new(config.metrics_num_episodes_for_smoothing),
-            evaluator: Evaluator::new(config.clone(), env_factory, policy_factory),
+            evaluator: Evaluator::new(
+                config.clone(),
+                Arc::clone(&env_factory),
+                policies.clone(),
+                &streams,
+            ),
+            env_factory,
+            policies,
             spec,
-            runners: Some(runners),
+            runners: None,
             learner: Some(learner),
+            dead_learner: None,
+            learner_death: None,
+            stopped: false,
             batching,
             to_place: VecDeque::new(),
             counters: crate::Counters::default(),
             iteration: 0,
             time_total_s: 0.0,
             base_seed,
+            num_restores: 0,
             last_learner_stats: Default::default(),
             interrupt: None,
             last_evaluation: None,
             stalls_reported: 0,
             config,
+        };
+        algo.env_runner_group()?;
+        Ok(algo)
+    }
+}
+
+/// A learner for `config` whose initial weights come from `base_seed`.
+pub(crate) fn new_learner(
+    config: &ValidatedConfig,
+    spec: &EnvSpec,
+    base_seed: u64,
+) -> Result<Learner> {
+    let mut learner_settings = LearnerSettings::from_config(config);
+    learner_settings.model_seed = base_seed;
+    let devices = learner_devices(&config.learner_plan())?;
+    Ok(Learner::with_devices(&learner_settings, spec, &devices)?)
+}
+
+/// The batching stage of `config`, its replay drawing from `streams`; none with
+/// `_env_runners_only`.
+pub(crate) fn batching_stage(
+    config: &ValidatedConfig,
+    streams: &Streams,
+) -> Result<Option<TrainBatchBuilder>> {
+    if config.env_runners_only {
+        return Ok(None);
+    }
+    let mut settings = BatchingSettings::from_config(config);
+    settings.seed = streams.env_seed;
+    Ok(Some(TrainBatchBuilder::new(&settings)?))
+}
+
+/// The env factory of `config`: the caller's, or the registered `config.env` (its errors
+/// reported as the registry's), with the config's wrappers.
+pub(crate) fn env_factory_for(
+    config: &ValidatedConfig,
+    custom: Option<EnvFactory>,
+) -> Result<EnvFactory> {
+    let base = match custom {
+        Some(factory) => factory,
+        None => {
+            // Reported as the registry's error (unknown id with a suggestion, bad keys).
+            impala_envs::make(&config.env, &config.env_config)?;
+            registered_env(config)
+        }
+    };
+    Ok(wrapped(config, base))
+}
+
+/// The spec of the envs `factory` builds (it builds one).
+pub(crate) fn env_spec(config: &ValidatedConfig, factory: &EnvFactory) -> Result<EnvSpec> {
+    Ok(factory(&EnvContext::new(0, 0, config.seed, config.env_config.clone()))?.spec().clone())
+}
+
+/// The random streams of a run: where its env seeds and its action-sampling seeds come from.
+/// A fresh run (no restores) uses the seeds themselves: env seeds from the config's `seed`
+/// (RLlib's `seed + 1000 * runner + env`), sampling seeds from the base seed; each restore
+/// moves both to streams of their own, so a resumed run does not replay the original run's
+/// episodes and actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Streams {
+    /// The base seed of the envs (`None`: unseeded envs, as the config asks).
+    pub(crate) env_seed: Option<u64>,
+    /// The base seed of the runners' action sampling.
+    pub(crate) sample_seed: u64,
+}
+
+impl Streams {
+    /// The streams of a run of `config` with `base_seed`, restored `num_restores` times.
+    pub(crate) fn new(config: &ValidatedConfig, base_seed: u64, num_restores: u64) -> Self {
+        Streams {
+            env_seed: config.seed.map(|s| stream_seed(s, num_restores)),
+            sample_seed: stream_seed(base_seed, num_restores),
+        }
+    }
+}
+
+/// `seed` itself for stream 0, else a SplitMix64 hash of it and the stream.
+pub(crate) fn stream_seed(seed: u64, stream: u64) -> u64 {
+    if stream == 0 {
+        return seed;
+    }
+    splitmix64(seed ^ splitmix64(stream))
+}
+
+/// SplitMix64's finaliser: a bijective hash that spreads nearby inputs far apart.
+fn splitmix64(x: u64) -> u64 {
+    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// The action-sampling seed of incarnation `incarnation` of runner `runner` under
+/// `sample_seed`: one per runner at first (`sample_seed * golden + runner + 1`), a new one for
+/// every restart of the runner.
+pub(crate) fn runner_sample_seed(sample_seed: u64, runner: usize, incarnation: u64) -> u64 {
+    let first = sample_seed.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(runner as u64 + 1);
+    stream_seed(first, incarnation)
+}
+
+/// Builds runners' policies: CPU copies of the model.
+#[derive(Debug, Clone)]
+pub(crate) struct PolicySource {
+    pub(crate) model: ModelConfig,
+    pub(crate) spec: EnvSpec,
+    /// Seeds the model's initial weights (overwritten by the weights a policy is given).
+    pub(crate) base_seed: u64,
+}
+
+/// What [`PolicySource::with_weights`] gives the runner group: a policy per runner context.
+pub(crate) type RunnerPolicies =
+    Arc<dyn Fn(&EnvContext) -> std::result::Result<Box<dyn Policy>, CoreError> + Send + Sync>;
+
+impl PolicySource {
+    /// Policies that act with `weights` from their first step (so no fragment is sampled
+    /// with other weights), each runner incarnation sampling actions from its own stream of
+    /// `sample_seed`.
+    pub(crate) fn with_weights(&self, weights: Arc<Weights>, sample_seed: u64) -> RunnerPolicies {
+        let source = self.clone();
+        Arc::new(move |ctx: &EnvContext| {
+            let seed = runner_sample_seed(sample_seed, ctx.runner_index, ctx.incarnation);
+            let mut policy = TorchPolicy::new(&source.model, &source.spec, source.base_seed, seed)
+                .map_err(CoreError::from)?;
+            policy.set_weights(&weights)?;
+            Ok(Box::new(policy) as Box<dyn Policy>)
         })
     }
 }
@@ -215,4 +320,30 @@ fn random_seed() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);
     t ^ (u64::from(std::process::id()) << 32)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streams_keep_the_first_seeds_and_move_on_per_restore_and_restart() {
+        // A fresh run's first runner incarnations sample as before: one seed per runner.
+        let base = 11;
+        assert_eq!(stream_seed(base, 0), base);
+        assert_eq!(
+            runner_sample_seed(base, 2, 0),
+            base.wrapping_mul(0x9E37_79B9_7F4A_7C15).wrapping_add(3)
+        );
+        // Restores and restarts each draw seeds of their own.
+        let mut seen = std::collections::BTreeSet::new();
+        for restores in 0..4 {
+            for runner in 0..4 {
+                for incarnation in 0..4 {
+                    let seed = runner_sample_seed(stream_seed(base, restores), runner, incarnation);
+                    assert!(seen.insert(seed), "{restores} {runner} {incarnation}");
+                }
+            }
+        }
+    }
 }

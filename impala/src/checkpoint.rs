@@ -1,23 +1,44 @@
 //! Checkpoints: one folder per save (`checkpoint_000010/`) holding the config, the algorithm's
-//! counters, episode window and seeds, and the learner's weights and optimizer state. A folder
-//! is written under a temporary name, fsynced and renamed into place, so a crash or Ctrl-C
-//! never leaves a half-written checkpoint under a real name.
+//! counters, episode window and seeds, the learner's weights and optimizer state, and a
+//! manifest (`manifest.json`) with the size and SHA-256 of every other file. A folder is
+//! written under a temporary name, fsynced and renamed into place, so a crash or Ctrl-C never
+//! leaves a half-written checkpoint under a real name.
+//!
+//! Reading one ([`read_checkpoint`]) verifies every file against the manifest before it reads
+//! any, so flipped or missing bytes anywhere (weights, optimizer state, config, state) are
+//! refused as a corrupt checkpoint naming the file; the learner then refuses weights that are
+//! NaN or infinite, naming the tensor.
+//!
+//! Formats ([`CHECKPOINT_FORMAT_VERSION`]):
+//! - 2: this layout, with `manifest.json`, verified on every read.
+//! - 1: impala-rs 0.1 before the manifest. Still read, without verification and with a
+//!   warning; restoring it and saving again (e.g. resuming it for one iteration) writes a
+//!   verified format-2 checkpoint. Its JSON files are still checked: a truncated or damaged
+//!   one is called corrupt, one that parses but does not fit is called incompatible.
+//! - newer: refused, naming the impala-rs version that wrote it.
 
+use std::collections::BTreeMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
 
 use crate::{EpisodeWindow, ImpalaError, Result};
 
-/// Version of the checkpoint layout; bumped when an older reader could not load it.
-pub const CHECKPOINT_FORMAT_VERSION: u32 = 1;
+/// Version of the checkpoint layout; bumped when an older reader could not load it. Format 2
+/// added `manifest.json`; format 1 checkpoints are still read, unverified (see the module docs).
+pub const CHECKPOINT_FORMAT_VERSION: u32 = 2;
+/// The oldest format this version reads (without verification: it has no manifest).
+const UNVERIFIED_FORMAT_VERSION: u32 = 1;
 /// The algorithm's state file inside a checkpoint.
 pub const STATE_FILE: &str = "algorithm_state.json";
 /// The config file inside a checkpoint.
 pub const CONFIG_FILE: &str = "config.json";
 /// The learner's folder (model weights and optimizer state) inside a checkpoint.
 pub const LEARNER_DIR: &str = "learner";
+/// The manifest inside a checkpoint: the size and SHA-256 of every other file.
+pub const MANIFEST_FILE: &str = "manifest.json";
 const PREFIX: &str = "checkpoint_";
 
 /// The lifetime counters of a run (RLlib's `_counters`).
@@ -59,9 +80,15 @@ pub struct AlgorithmState {
     pub counters: Counters,
     /// The smoothing window of completed episodes.
     pub episodes: EpisodeWindow,
-    /// The run's base seed; runners, envs and the learner derive theirs from it and the
-    /// iteration, so a resumed run does not replay the episodes it already saw.
+    /// The run's base seed. The model's initial weights come from it; the env runners' env
+    /// seeds (from the config's `seed`), their action-sampling seeds and the replay seed are
+    /// derived from it and [`num_restores`](Self::num_restores), so a resumed run draws new
+    /// random streams instead of replaying the episodes the original run already saw.
     pub base_seed: u64,
+    /// How many times the run was restored from a checkpoint before this one was saved (0 for
+    /// a run that never was; format-1 checkpoints read as 0). Restoring makes it one more.
+    #[serde(default)]
+    pub num_restores: u64,
 }
 
 /// The folder name of the checkpoint taken after `iteration`.
@@ -70,8 +97,9 @@ pub fn checkpoint_name(iteration: u64) -> String {
 }
 
 /// Writes a checkpoint folder `parent/checkpoint_<iteration>` atomically: `fill` writes the
-/// learner's files into the given folder, then the state and config are added, everything is
-/// fsynced and the folder is renamed into place (replacing an older one of the same name).
+/// learner's files into the given folder, then the state, the config and the manifest of every
+/// file's size and SHA-256 are added, everything is fsynced and the folder is renamed into place
+/// (replacing an older one of the same name).
 pub fn save_checkpoint(
     parent: &Path,
     state: &AlgorithmState,
@@ -90,6 +118,7 @@ pub fn save_checkpoint(
         fill(&tmp.join(LEARNER_DIR))?;
         write_json(&tmp.join(STATE_FILE), state)?;
         write_json(&tmp.join(CONFIG_FILE), config)?;
+        write_manifest(&tmp, state)?;
         sync_tree(&tmp)
     })();
     if let Err(e) = written {
@@ -112,7 +141,7 @@ pub fn save_checkpoint(
 /// Resolves `--resume`/`--checkpoint`: a checkpoint folder itself, or a run folder, in which case
 /// its newest checkpoint (temporary folders of interrupted saves are ignored).
 pub fn find_checkpoint(path: &Path) -> Result<PathBuf> {
-    if path.join(STATE_FILE).exists() || path.join(LEARNER_DIR).exists() {
+    if [STATE_FILE, LEARNER_DIR, MANIFEST_FILE].iter().any(|f| path.join(f).exists()) {
         return Ok(path.to_path_buf());
     }
     let entries = match fs::read_dir(path) {
@@ -130,11 +159,15 @@ pub fn find_checkpoint(path: &Path) -> Result<PathBuf> {
     newest.map(|(_, p)| p).ok_or_else(|| ImpalaError::NoCheckpoint { path: path.to_path_buf() })
 }
 
-/// Reads and checks a checkpoint's state and config (the learner's files are checked when the
-/// learner loads them).
+/// Reads and checks a checkpoint's state and config: first every file against the manifest
+/// (size and SHA-256; a mismatch is a corrupt checkpoint naming the file), then the format
+/// version (a newer one is refused with the version that wrote it), then the JSON. Format 1
+/// checkpoints, which have no manifest, are read unverified with a warning (see the module
+/// docs). The learner's tensors are checked when the learner loads them.
 pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::ImpalaConfig)> {
-    let corrupt =
-        |reason: String| ImpalaError::CorruptCheckpoint { path: dir.to_path_buf(), reason };
+    let corrupt = |reason: String| corrupt(dir, reason);
+    let verified_format =
+        if dir.join(MANIFEST_FILE).exists() { Some(verify_manifest(dir)?) } else { None };
     let read = |file: &str| {
         fs::read_to_string(dir.join(file)).map_err(|e| corrupt(format!("cannot read {file} ({e})")))
     };
@@ -142,35 +175,191 @@ pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::Imp
     let version: serde_json::Value = serde_json::from_str(&state_text)
         .map_err(|e| corrupt(format!("{STATE_FILE} is not valid JSON ({e})")))?;
     let format = version.get("format_version").and_then(serde_json::Value::as_u64);
-    if format != Some(u64::from(CHECKPOINT_FORMAT_VERSION)) {
-        let writer = version
-            .get("impala_rs_version")
-            .and_then(|v| v.as_str())
-            .unwrap_or("an unknown version");
-        return Err(ImpalaError::IncompatibleCheckpoint {
-            path: dir.to_path_buf(),
-            reason: format!(
-                "it has checkpoint format {} (written by impala-rs {writer}), this impala-rs {} reads format {}",
-                format.map_or("<missing>".to_string(), |f| f.to_string()),
-                env!("CARGO_PKG_VERSION"),
-                CHECKPOINT_FORMAT_VERSION
-            ),
-            fix: format!("resume it with impala-rs {writer}, or start a new run"),
-        });
+    let writer = version.get("impala_rs_version").and_then(|v| v.as_str());
+    check_format(dir, format, writer)?;
+    match (format, verified_format) {
+        (Some(f), Some(m)) if f != u64::from(m) => {
+            return Err(corrupt(format!(
+                "{STATE_FILE} says checkpoint format {f}, {MANIFEST_FILE} says {m}"
+            )))
+        }
+        (Some(f), None) if f > u64::from(UNVERIFIED_FORMAT_VERSION) => {
+            return Err(corrupt(format!("{MANIFEST_FILE}, the checksums of its files, is missing")))
+        }
+        (_, None) => tracing::warn!(
+            checkpoint = %dir.display(),
+            "checkpoint format {UNVERIFIED_FORMAT_VERSION} has no {MANIFEST_FILE}: its files are \
+             read without checksums; restore it and save again (e.g. resume it for one \
+             iteration) to get a verified format-{CHECKPOINT_FORMAT_VERSION} checkpoint"
+        ),
+        _ => {}
     }
     let state: AlgorithmState = serde_json::from_value(version)
         .map_err(|e| corrupt(format!("{STATE_FILE} is incomplete ({e})")))?;
     let config_text = read(CONFIG_FILE)?;
-    let config =
-        serde_json::from_str(&config_text).map_err(|e| ImpalaError::IncompatibleCheckpoint {
+    let config = serde_json::from_str(&config_text).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => ImpalaError::IncompatibleCheckpoint {
             path: dir.to_path_buf(),
             reason: format!("its {CONFIG_FILE} does not fit this version's config ({e})"),
-            fix: "resume it with the impala-rs version that wrote it, or start a new run".into(),
-        })?;
+            fix: "use the impala-rs version that wrote it, or start a new run".into(),
+        },
+        _ => corrupt(format!("{CONFIG_FILE} is not valid JSON, truncated or damaged ({e})")),
+    })?;
     if !dir.join(LEARNER_DIR).is_dir() {
         return Err(corrupt(format!("the `{LEARNER_DIR}` folder with the weights is missing")));
     }
     Ok((state, config))
+}
+
+fn corrupt(dir: &Path, reason: String) -> ImpalaError {
+    ImpalaError::CorruptCheckpoint { path: dir.to_path_buf(), reason }
+}
+
+/// Refuses a format this version cannot read: a newer one (naming its writer), or none.
+fn check_format(dir: &Path, format: Option<u64>, writer: Option<&str>) -> Result<()> {
+    let readable = u64::from(UNVERIFIED_FORMAT_VERSION)..=u64::from(CHECKPOINT_FORMAT_VERSION);
+    if format.is_some_and(|f| readable.contains(&f)) {
+        return Ok(());
+    }
+    let writer = writer.unwrap_or("an unknown version");
+    let newer = format.is_some_and(|f| f > u64::from(CHECKPOINT_FORMAT_VERSION));
+    Err(ImpalaError::IncompatibleCheckpoint {
+        path: dir.to_path_buf(),
+        reason: format!(
+            "it has checkpoint format {} (written by impala-rs {writer}), this impala-rs {} reads formats {UNVERIFIED_FORMAT_VERSION} to {CHECKPOINT_FORMAT_VERSION}",
+            format.map_or("<missing>".to_string(), |f| f.to_string()),
+            env!("CARGO_PKG_VERSION"),
+        ),
+        fix: if newer {
+            format!("use impala-rs {writer} or newer to read it, or start a new run")
+        } else {
+            "pass a checkpoint_NNNNNN folder written by impala-rs, or start a new run".into()
+        },
+    })
+}
+
+/// `manifest.json`: the size and SHA-256 of every other file of a checkpoint.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+struct Manifest {
+    /// The checkpoint's format ([`CHECKPOINT_FORMAT_VERSION`] of the writer).
+    format_version: u32,
+    /// The impala-rs version that wrote it.
+    impala_rs_version: String,
+    /// Every other file, by its `/`-separated path inside the checkpoint folder.
+    files: BTreeMap<String, FileDigest>,
+    /// SHA-256 of the listing (a `path bytes sha256` line per file), so a damaged manifest is
+    /// told apart from a damaged file.
+    listing_sha256: String,
+}
+
+/// One file's size and content hash.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+struct FileDigest {
+    bytes: u64,
+    sha256: String,
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn listing_sha256(files: &BTreeMap<String, FileDigest>) -> String {
+    let listing: String =
+        files.iter().map(|(path, d)| format!("{path} {} {}\n", d.bytes, d.sha256)).collect();
+    sha256_hex(listing.as_bytes())
+}
+
+/// Files the manifest must list: what restoring or evaluating reads.
+fn required_files() -> [String; 4] {
+    [
+        STATE_FILE.to_string(),
+        CONFIG_FILE.to_string(),
+        format!("{LEARNER_DIR}/{}", impala_learner::MODEL_FILE),
+        format!("{LEARNER_DIR}/{}", impala_learner::LEARNER_STATE_FILE),
+    ]
+}
+
+/// Lists every file under `dir` but the manifest, by `/`-separated relative path.
+fn list_files(dir: &Path, prefix: &str, out: &mut Vec<(String, PathBuf)>) -> Result<()> {
+    for entry in fs::read_dir(dir).map_err(|e| ImpalaError::io("read", dir, e))? {
+        let entry = entry.map_err(|e| ImpalaError::io("read", dir, e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let rel = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+        let path = entry.path();
+        if path.is_dir() {
+            list_files(&path, &rel, out)?;
+        } else if rel != MANIFEST_FILE {
+            out.push((rel, path));
+        }
+    }
+    Ok(())
+}
+
+/// Writes `dir/manifest.json` for the files in `dir`.
+fn write_manifest(dir: &Path, state: &AlgorithmState) -> Result<()> {
+    let mut paths = Vec::new();
+    list_files(dir, "", &mut paths)?;
+    let mut files = BTreeMap::new();
+    for (rel, path) in paths {
+        let bytes = fs::read(&path).map_err(|e| ImpalaError::io("read", &path, e))?;
+        files.insert(rel, FileDigest { bytes: bytes.len() as u64, sha256: sha256_hex(&bytes) });
+    }
+    let manifest = Manifest {
+        format_version: state.format_version,
+        impala_rs_version: state.impala_rs_version.clone(),
+        listing_sha256: listing_sha256(&files),
+        files,
+    };
+    write_json(&dir.join(MANIFEST_FILE), &manifest)
+}
+
+/// Checks every file of `dir` against its manifest; returns the manifest's format.
+fn verify_manifest(dir: &Path) -> Result<u32> {
+    let corrupt = |reason: String| corrupt(dir, reason);
+    let text = fs::read_to_string(dir.join(MANIFEST_FILE))
+        .map_err(|e| corrupt(format!("cannot read {MANIFEST_FILE} ({e})")))?;
+    let value: serde_json::Value = serde_json::from_str(&text)
+        .map_err(|e| corrupt(format!("{MANIFEST_FILE} is not valid JSON ({e})")))?;
+    let format = value.get("format_version").and_then(serde_json::Value::as_u64);
+    let writer = value.get("impala_rs_version").and_then(|v| v.as_str());
+    check_format(dir, format, writer)?;
+    let manifest: Manifest = serde_json::from_value(value)
+        .map_err(|e| corrupt(format!("{MANIFEST_FILE} is incomplete ({e})")))?;
+    if listing_sha256(&manifest.files) != manifest.listing_sha256 {
+        return Err(corrupt(format!(
+            "{MANIFEST_FILE} is damaged (its file list does not match its own checksum)"
+        )));
+    }
+    for required in required_files() {
+        if !manifest.files.contains_key(&required) {
+            return Err(corrupt(format!("{MANIFEST_FILE} does not list `{required}`")));
+        }
+    }
+    for (rel, digest) in &manifest.files {
+        if !Path::new(rel).components().all(|c| matches!(c, Component::Normal(_))) {
+            return Err(corrupt(format!("{MANIFEST_FILE} lists `{rel}`, outside the checkpoint")));
+        }
+        let bytes = match fs::read(dir.join(rel)) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(corrupt(format!("`{rel}` is missing")))
+            }
+            Err(e) => return Err(corrupt(format!("cannot read `{rel}` ({e})"))),
+        };
+        if bytes.len() as u64 != digest.bytes {
+            return Err(corrupt(format!(
+                "`{rel}` has {} bytes, {MANIFEST_FILE} lists {} (truncated or overwritten)",
+                bytes.len(),
+                digest.bytes
+            )));
+        }
+        if sha256_hex(&bytes) != digest.sha256 {
+            return Err(corrupt(format!(
+                "`{rel}` does not match its SHA-256 in {MANIFEST_FILE} (damaged bytes)"
+            )));
+        }
+    }
+    Ok(manifest.format_version)
 }
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
@@ -229,6 +418,7 @@ mod tests {
             counters: Counters { num_env_steps_sampled: 1000, ..Default::default() },
             episodes: EpisodeWindow::new(100),
             base_seed: 7,
+            num_restores: 2,
         }
     }
 
@@ -236,17 +426,34 @@ mod tests {
         tempfile::tempdir().map_err(|e| ImpalaError::io("create", Path::new("tmp"), e))
     }
 
+    /// Stand-ins for the learner's files.
+    fn learner_files(d: &Path) -> Result<()> {
+        for file in [impala_learner::MODEL_FILE, impala_learner::LEARNER_STATE_FILE] {
+            fs::write(d.join(file), b"weights").map_err(|e| ImpalaError::io("write", d, e))?;
+        }
+        Ok(())
+    }
+
+    fn write(path: &Path, bytes: impl AsRef<[u8]>) -> Result<()> {
+        fs::write(path, bytes).map_err(|e| ImpalaError::io("write", path, e))
+    }
+
+    fn read_err(dir: &Path) -> Result<String> {
+        match read_checkpoint(dir) {
+            Ok(_) => Err(corrupt(dir, "read a checkpoint that should be refused".into())),
+            Err(e) => Ok(e.to_string()),
+        }
+    }
+
     #[test]
     fn save_then_read_round_trips_and_finds_the_newest() -> Result<()> {
         let dir = tmp()?;
         let config = impala_config::ImpalaConfig::default();
         for iter in [2, 10, 4] {
-            save_checkpoint(dir.path(), &state(iter), &config, |d| {
-                fs::write(d.join("model.bin"), b"w").map_err(|e| ImpalaError::io("write", d, e))
-            })?;
+            save_checkpoint(dir.path(), &state(iter), &config, learner_files)?;
         }
         // Saving the same iteration again replaces it.
-        save_checkpoint(dir.path(), &state(10), &config, |_| Ok(()))?;
+        save_checkpoint(dir.path(), &state(10), &config, learner_files)?;
         let newest = find_checkpoint(dir.path())?;
         assert!(newest.ends_with("checkpoint_000010"));
         let (s, c) = read_checkpoint(&newest)?;
@@ -274,12 +481,86 @@ mod tests {
     }
 
     #[test]
+    fn a_flipped_byte_in_any_file_is_a_corrupt_checkpoint_naming_it() -> Result<()> {
+        let dir = tmp()?;
+        let ckpt = save_checkpoint(dir.path(), &state(3), &Default::default(), learner_files)?;
+        for file in required_files() {
+            let path = ckpt.join(&file);
+            let original = fs::read(&path).map_err(|e| ImpalaError::io("read", &path, e))?;
+            let mut flipped = original.clone();
+            let last = flipped.len() - 1;
+            flipped[last] ^= 0x01;
+            write(&path, &flipped)?;
+            let err = read_err(&ckpt)?;
+            assert!(err.starts_with("corrupt checkpoint"), "{err}");
+            assert!(err.contains(&format!("`{file}`")) && err.contains("SHA-256"), "{err}");
+            assert!(!err.contains("--resume"), "{err}");
+            write(&path, &original[..last])?;
+            let err = read_err(&ckpt)?;
+            assert!(err.contains(&format!("`{file}`")) && err.contains("truncated"), "{err}");
+            fs::remove_file(&path).map_err(|e| ImpalaError::io("remove", &path, e))?;
+            assert!(read_err(&ckpt)?.contains(&format!("`{file}` is missing")));
+            write(&path, &original)?;
+            read_checkpoint(&ckpt)?;
+        }
+        // A damaged manifest is named as such.
+        let manifest = ckpt.join(MANIFEST_FILE);
+        let text =
+            fs::read_to_string(&manifest).map_err(|e| ImpalaError::io("read", &manifest, e))?;
+        let digest_at = text.find("\"sha256\": \"").map_or(0, |i| i + 11);
+        let mut damaged = text.clone().into_bytes();
+        damaged[digest_at] = if damaged[digest_at] == b'0' { b'1' } else { b'0' };
+        write(&manifest, &damaged)?;
+        let err = read_err(&ckpt)?;
+        assert!(err.contains("manifest.json is damaged"), "{err}");
+        write(&manifest, &text[..text.len() / 2])?;
+        assert!(read_err(&ckpt)?.contains("manifest.json is not valid JSON"));
+        // A format-2 checkpoint without its manifest is corrupt, not silently unverified.
+        fs::remove_file(&manifest).map_err(|e| ImpalaError::io("remove", &manifest, e))?;
+        let err = read_err(&ckpt)?;
+        assert!(err.starts_with("corrupt checkpoint") && err.contains("manifest.json"), "{err}");
+        Ok(())
+    }
+
+    #[test]
+    fn format_1_is_read_unverified_and_its_damaged_json_is_corrupt() -> Result<()> {
+        let dir = tmp()?;
+        let config = impala_config::ImpalaConfig::default();
+        let ckpt = save_checkpoint(dir.path(), &state(3), &config, learner_files)?;
+        // What impala-rs wrote before the manifest: format 1, no num_restores.
+        let mut old = serde_json::to_value(state(3)).map_err(|source| ImpalaError::Json {
+            action: "write",
+            path: ckpt.clone(),
+            source,
+        })?;
+        old["format_version"] = 1.into();
+        old.as_object_mut().map(|o| o.remove("num_restores"));
+        write(&ckpt.join(STATE_FILE), old.to_string())?;
+        let manifest = ckpt.join(MANIFEST_FILE);
+        fs::remove_file(&manifest).map_err(|e| ImpalaError::io("remove", &manifest, e))?;
+        let (read, c) = read_checkpoint(&ckpt)?;
+        assert_eq!((read.format_version, read.num_restores, c), (1, 0, config));
+        // A truncated config.json is damage, not a version mismatch.
+        let config_path = ckpt.join(CONFIG_FILE);
+        let text = fs::read_to_string(&config_path)
+            .map_err(|e| ImpalaError::io("read", &config_path, e))?;
+        write(&config_path, &text[..text.len() / 2])?;
+        let err = read_err(&ckpt)?;
+        assert!(err.starts_with("corrupt checkpoint") && err.contains("config.json"), "{err}");
+        // One that parses but does not fit this version's config is incompatible.
+        write(&config_path, r#"{"lr": "fast"}"#)?;
+        assert!(read_err(&ckpt)?.contains("does not fit this version's config"));
+        Ok(())
+    }
+
+    #[test]
     fn damaged_and_foreign_checkpoints_are_named() -> Result<()> {
         let dir = tmp()?;
-        let ckpt = save_checkpoint(dir.path(), &state(3), &Default::default(), |_| Ok(()))?;
+        let ckpt = save_checkpoint(dir.path(), &state(3), &Default::default(), learner_files)?;
         let state_path = ckpt.join(STATE_FILE);
-        fs::write(&state_path, "{not json")
-            .map_err(|e| ImpalaError::io("write", &state_path, e))?;
+        let manifest = ckpt.join(MANIFEST_FILE);
+        fs::remove_file(&manifest).map_err(|e| ImpalaError::io("remove", &manifest, e))?;
+        write(&state_path, "{not json")?;
         assert!(matches!(read_checkpoint(&ckpt), Err(ImpalaError::CorruptCheckpoint { .. })));
         let mut future = serde_json::to_value(state(3)).map_err(|source| ImpalaError::Json {
             action: "write",
@@ -287,10 +568,13 @@ mod tests {
             source,
         })?;
         future["format_version"] = 99.into();
-        fs::write(&state_path, future.to_string())
-            .map_err(|e| ImpalaError::io("write", &state_path, e))?;
-        let err = read_checkpoint(&ckpt).map_err(|e| e.to_string());
-        assert!(err.is_err_and(|e| e.contains("format 99")));
+        write(&state_path, future.to_string())?;
+        let err = read_err(&ckpt)?;
+        assert!(err.contains("format 99") && err.contains("or newer"), "{err}");
+        // A newer manifest is refused as newer, before its files are checked.
+        write(&manifest, r#"{"format_version": 3, "impala_rs_version": "0.9.0"}"#)?;
+        let err = read_err(&ckpt)?;
+        assert!(err.contains("format 3 (written by impala-rs 0.9.0)"), "{err}");
         Ok(())
     }
 }

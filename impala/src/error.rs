@@ -46,10 +46,11 @@ pub enum ImpalaError {
         /// What is wrong.
         reason: String,
     },
-    /// A checkpoint cannot be read (missing or damaged files).
+    /// A checkpoint cannot be read: missing or damaged files (a file that does not match its
+    /// checksum in the manifest), or weights that are NaN or infinite.
     #[error(
-        "checkpoint `{path}` is unreadable: {reason}; resume from another checkpoint_NNNNNN \
-         folder of the run, or start a new run without --resume"
+        "corrupt checkpoint `{path}`: {reason}; it is unreadable, so use another \
+         checkpoint_NNNNNN folder of the run, or start a new run"
     )]
     CorruptCheckpoint {
         /// The checkpoint folder.
@@ -99,6 +100,16 @@ pub enum ImpalaError {
         /// The learner's error.
         #[source]
         cause: impala_learner::LearnerError,
+    },
+    /// The learner thread died earlier (its cause was reported then by
+    /// [`crate::Impala::train`]); its last good weights can still be saved and evaluated.
+    #[error(
+        "the learner died earlier ({cause}); save its last good weights with save(), \
+         or restore a checkpoint to continue"
+    )]
+    LearnerDiedEarlier {
+        /// The cause reported when it died.
+        cause: String,
     },
     /// The algorithm was used after [`crate::Impala::stop`].
     #[error("the algorithm was stopped; build a new one (or restore a checkpoint) to continue")]

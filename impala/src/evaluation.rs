@@ -1,14 +1,18 @@
 //! RLlib's evaluation env runners: `evaluation_num_env_runners` runners (or the calling thread)
 //! that run `evaluation_duration` episodes or env steps with given weights. Every round builds
-//! its runners afresh, so an evaluation's episodes all start in it, under its weights.
+//! its runners afresh, so an evaluation's episodes all start in it, under its weights; and
+//! [`evaluate_checkpoint`], which evaluates a checkpoint's policy without building the algorithm.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use impala_config::{DurationUnit, ValidatedConfig};
 use impala_core::{EpisodeStats, Weights};
-use impala_sampler::{EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings, PolicyFactory};
+use impala_sampler::{EnvContext, EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings};
 
+use crate::builder::{env_factory_for, env_spec, stream_seed, PolicySource, Streams};
+use crate::checkpoint::{find_checkpoint, read_checkpoint, LEARNER_DIR};
 use crate::{EpisodeWindow, EvaluationResult, ImpalaError, Result};
 
 /// Evaluation env seeds start this far from the sampling runners' (whose envs are seeded
@@ -16,6 +20,8 @@ use crate::{EpisodeWindow, EvaluationResult, ImpalaError, Result};
 /// differ from training's and from round to round, reproducibly.
 const SEED_OFFSET: u64 = 1_000_000;
 const SEED_OFFSET_PER_ROUND: u64 = 100_000;
+/// Evaluation policies sample actions from streams apart from the training runners'.
+const SAMPLE_STREAM: u64 = 0xE7A1;
 
 /// One evaluation under way.
 struct Round {
@@ -28,7 +34,8 @@ struct Round {
 pub(crate) struct Evaluator {
     config: ValidatedConfig,
     env_factory: EnvFactory,
-    policy_factory: PolicyFactory,
+    policies: PolicySource,
+    streams: Streams,
     rounds: u64,
     running: Option<Round>,
 }
@@ -37,27 +44,36 @@ impl Evaluator {
     pub(crate) fn new(
         config: ValidatedConfig,
         env_factory: EnvFactory,
-        policy_factory: PolicyFactory,
+        policies: PolicySource,
+        streams: &Streams,
     ) -> Self {
-        Evaluator { config, env_factory, policy_factory, rounds: 0, running: None }
+        Evaluator { config, env_factory, policies, streams: *streams, rounds: 0, running: None }
+    }
+
+    /// Draws from `streams` from the next round on (a restored run's).
+    pub(crate) fn set_streams(&mut self, streams: &Streams) {
+        self.streams = *streams;
     }
 
     /// Starts a round with `weights` on fresh runners (an unfinished round is dropped).
     pub(crate) fn start(&mut self, weights: Arc<Weights>) -> Result<()> {
         self.running = None;
         let offset = SEED_OFFSET + self.rounds * SEED_OFFSET_PER_ROUND;
+        let sample_seed = stream_seed(self.streams.sample_seed ^ SAMPLE_STREAM, self.rounds + 1);
         self.rounds += 1;
         let mut settings = EnvRunnerGroupSettings::evaluation_from_config(&self.config, offset);
+        settings.runner.seed = self.streams.env_seed.map(|s| s.wrapping_add(offset));
         // In parallel with training, collect only what is ready; alone, wait for fragments.
         settings.sample_timeout =
             if self.config.evaluation_parallel_to_training { Some(Duration::ZERO) } else { None };
-        let mut group = EnvRunnerGroup::new(
+        // The policies hold `weights` from their first step.
+        let policies = self.policies.with_weights(Arc::clone(&weights), sample_seed);
+        let mut group = EnvRunnerGroup::with_context_policies(
             &settings,
             Arc::clone(&self.env_factory),
-            Arc::clone(&self.policy_factory),
+            policies,
         )?;
-        let ids = group.healthy_runner_ids();
-        group.sync_weights(weights, &ids);
+        group.set_latest_weights(weights);
         self.running = Some(Round { group, episodes: Vec::new(), steps: 0 });
         Ok(())
     }
@@ -108,4 +124,74 @@ impl Evaluator {
             }
         }
     }
+}
+
+/// Runs `episodes` episodes with the policy of a checkpoint (a `checkpoint_NNNNNN` folder, or
+/// a run folder for its newest checkpoint) on its config's registered env, greedily unless
+/// `explore`: what `impala evaluate` does. Only what evaluation needs is built: the env (with
+/// the config's wrappers) and CPU copies of the model holding the checkpoint's weights; no
+/// learner thread, optimizer state or training runners. The runners are the config's
+/// evaluation runners (`evaluation_num_env_runners`, one env each; 0 = the calling thread),
+/// seeded as the algorithm's first evaluation round is.
+///
+/// The checkpoint's files are verified against its manifest first, and weights that are NaN or
+/// infinite are refused (both as [`ImpalaError::CorruptCheckpoint`], naming the file or the
+/// tensor).
+///
+/// ```no_run
+/// let eval = impala::evaluate_checkpoint(
+///     std::path::Path::new("impala_results/IMPALA_CartPole-v1_2026-01-01_00-00-00"),
+///     10,
+///     false,
+/// )?;
+/// println!("mean return {} over {} episodes", eval.episode_return_mean, eval.num_episodes);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn evaluate_checkpoint(
+    path: &Path,
+    episodes: usize,
+    explore: bool,
+) -> Result<EvaluationResult> {
+    evaluate(path, episodes, explore, None)
+}
+
+/// [`evaluate_checkpoint`] on the envs `env_factory` builds (an env of the caller's, as given
+/// to [`ImpalaBuilder::env_factory`](crate::ImpalaBuilder::env_factory) for training); the
+/// config's wrappers still apply.
+pub fn evaluate_checkpoint_with_env(
+    path: &Path,
+    episodes: usize,
+    explore: bool,
+    env_factory: EnvFactory,
+) -> Result<EvaluationResult> {
+    evaluate(path, episodes, explore, Some(env_factory))
+}
+
+fn evaluate(
+    path: &Path,
+    episodes: usize,
+    explore: bool,
+    env_factory: Option<EnvFactory>,
+) -> Result<EvaluationResult> {
+    let dir = find_checkpoint(path)?;
+    let (state, mut config) = read_checkpoint(&dir)?;
+    config.evaluation_duration = episodes.max(1);
+    config.evaluation_duration_unit = DurationUnit::Episodes;
+    config.evaluation_explore = explore;
+    config.evaluation_parallel_to_training = false;
+    let config = config.validate()?;
+    let env_factory = env_factory_for(&config, env_factory)?;
+    let spec = env_spec(&config, &env_factory)?;
+    let corrupt = |reason: String| ImpalaError::CorruptCheckpoint { path: dir.clone(), reason };
+    let weights =
+        impala_learner::read_model_weights(&dir.join(LEARNER_DIR), state.counters.num_grad_updates)
+            .map_err(|e| corrupt(format!("its weights do not load ({e})")))?;
+    let policies = PolicySource { model: config.model.clone(), spec, base_seed: state.base_seed };
+    // The weights must fit the model its config describes (the policy checks names, shapes).
+    policies.with_weights(Arc::clone(&weights), 0)(&EnvContext::default())
+        .map_err(|e| corrupt(format!("its weights do not fit its config's model ({e})")))?;
+    let streams = Streams::new(&config, state.base_seed, 0);
+    let mut evaluator = Evaluator::new(config, env_factory, policies, &streams);
+    evaluator.start(weights)?;
+    evaluator.finish()
 }

@@ -1,35 +1,127 @@
 //! A Ray Tune-style run: train until a stop criterion, log every result to a run folder
 //! (`params.json`, `result.json`, `progress.csv`, TensorBoard), checkpoint every N iterations
-//! and at the end. The `impala train` command is this plus printing.
+//! and at the end, keeping the newest and the best. The `impala train` command is this plus
+//! printing.
+//!
+//! A run folder is opened with [`RunDir::open`]: a new folder (uniquely named), or the one a
+//! checkpoint continues. It is locked for the process that writes it. Resuming from the newest
+//! checkpoint continues in place; from an older one, a new folder is forked with the history up
+//! to that checkpoint (or, with `truncate`, the old folder is rewound to it), so no result is
+//! ever lost silently.
+//!
+//! ```no_run
+//! use std::sync::atomic::AtomicBool;
+//! use impala::config::ImpalaConfig;
+//! use impala::run::{run, RunDir, RunOptions, RunTarget};
+//! use impala::{Impala, StopCriteria};
+//!
+//! let mut algo = Impala::new(ImpalaConfig::default().validate()?)?;
+//! let dir = RunDir::open(&RunTarget::Unique {
+//!     parent: "impala_results".into(),
+//!     prefix: "IMPALA_CartPole-v1".into(),
+//! })?;
+//! let options = RunOptions {
+//!     stop: StopCriteria { training_iteration: Some(3), ..Default::default() },
+//!     ..Default::default()
+//! };
+//! let summary = run(&mut algo, &dir, &options, &AtomicBool::new(false), |_| {})?;
+//! println!("best: {:?}", summary.best);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod dir;
+mod keep;
+mod lock;
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use crate::{
-    write_params, Impala, ImpalaError, IterationResult, Result, ResultLogger, StopCriteria,
-};
+pub use dir::{utc_stamp, Opened, RunDir, RunTarget};
+pub use keep::{BestCheckpoint, CheckpointPolicy, ScoreOrder, BEST_CHECKPOINT_FILE};
+pub use lock::LOCK_FILE;
+
+use crate::{write_params, Impala, ImpalaError, IterationResult, ResultLogger, StopCriteria};
+use keep::Keeper;
+
+/// How a run ends in error.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The algorithm, its files or its checkpoints failed.
+    #[error(transparent)]
+    Impala(#[from] ImpalaError),
+    /// Another process holds the run folder.
+    #[error(
+        "run folder `{path}` is in use by another impala process ({}); wait for it to end, or \
+         pass another folder with --run-dir",
+        pid.map_or_else(|| "PID unknown".to_string(), |p| format!("PID {p}"))
+    )]
+    Locked {
+        /// The run folder.
+        path: PathBuf,
+        /// The other process, if its lock file says.
+        pid: Option<u32>,
+    },
+    /// The learner died; the last good weights were saved first.
+    #[error("{cause}; the last good checkpoint is `{checkpoint}`")]
+    LearnerDied {
+        /// The learner's failure ([`ImpalaError::LearnerDied`]).
+        #[source]
+        cause: Box<ImpalaError>,
+        /// The checkpoint saved after it died.
+        checkpoint: PathBuf,
+    },
+    /// The checkpoint score attribute is not a result key.
+    #[error(
+        "unknown checkpoint score attribute `{attribute}`{}; use a result.json key, nested keys \
+         joined with `/` (e.g. `episode_return_mean`, `evaluation/episode_return_mean`)",
+        nearest.as_ref().map_or_else(String::new, |k| format!(" (did you mean `{k}`?)"))
+    )]
+    UnknownScoreAttribute {
+        /// The attribute given.
+        attribute: String,
+        /// The nearest result key.
+        nearest: Option<String>,
+    },
+    /// `truncate` with a run folder other than the checkpoint's.
+    #[error(
+        "--truncate rewinds the checkpoint's own run folder `{run_dir}`, but the run was \
+         asked to write to `{other}`; drop --truncate to fork into `{other}`, or drop --run-dir"
+    )]
+    TruncateElsewhere {
+        /// The checkpoint's run folder.
+        run_dir: PathBuf,
+        /// The other folder asked for.
+        other: PathBuf,
+    },
+}
 
 /// How a run goes.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct RunOptions {
-    /// The run folder.
-    pub run_dir: PathBuf,
     /// When to stop (besides an interrupt).
     pub stop: StopCriteria,
     /// Save a checkpoint every N iterations (0 = only at the end).
     pub checkpoint_every: u64,
-    /// Whether the algorithm was restored from a checkpoint of this run folder (its results
-    /// continue; a fresh run refuses a folder that already holds results).
-    pub resumed: bool,
+    /// Which checkpoints to keep, and how to score them.
+    pub checkpoints: CheckpointPolicy,
 }
 
 /// Something a run reports as it goes, for the caller to print.
 #[derive(Debug)]
+#[non_exhaustive]
 pub enum RunEvent<'a> {
     /// An iteration finished (already logged).
     Result(&'a IterationResult),
-    /// A checkpoint was saved.
-    Checkpoint(&'a Path),
+    /// A periodic checkpoint was saved.
+    Checkpoint {
+        /// The checkpoint folder.
+        path: &'a Path,
+        /// Its score (`None`: the attribute has no value yet).
+        score: Option<f64>,
+        /// The run's best checkpoint so far.
+        best: Option<&'a BestCheckpoint>,
+    },
 }
 
 /// How a run ended.
@@ -43,25 +135,40 @@ pub struct RunSummary {
     pub last: IterationResult,
     /// The final checkpoint.
     pub checkpoint: PathBuf,
+    /// The best checkpoint (`None` if no checkpoint had a score).
+    pub best: Option<BestCheckpoint>,
 }
 
 /// Trains `algo` until `options.stop` is met or `interrupt` is set (checked after every
 /// iteration; set it from a signal handler and also pass it to
-/// [`Impala::set_interrupt_flag`] to cut the iteration short), logging to `options.run_dir`
-/// and saving a final checkpoint. `on_event` sees each result and checkpoint.
+/// [`Impala::set_interrupt_flag`] to cut the iteration short), logging to `dir` and saving a
+/// final checkpoint; checkpoints the policy no longer keeps are deleted (never the final one or
+/// the best). A resumed `dir` needs `algo` restored from its checkpoint first. When the learner
+/// dies, the last good weights are saved and the error names that checkpoint. `on_event` sees
+/// each result and periodic checkpoint.
 pub fn run(
     algo: &mut Impala,
+    dir: &RunDir,
     options: &RunOptions,
     interrupt: &AtomicBool,
     mut on_event: impl FnMut(RunEvent<'_>),
-) -> Result<RunSummary> {
-    prepare_run_dir(&options.run_dir, options.resumed)?;
-    write_params(&options.run_dir, algo.config())?;
-    let resumed_at = options.resumed.then(|| algo.iteration());
-    let mut logger = ResultLogger::open(&options.run_dir, resumed_at)?;
+) -> Result<RunSummary, RunError> {
+    options.checkpoints.check()?;
+    let path = dir.path();
+    write_params(path, algo.config())?;
+    let mut logger = ResultLogger::open(path, dir.resume_at())?;
+    let mut keeper = Keeper::open(path, &options.checkpoints)?;
+    let mut score = None;
     let (last, stop_reason, interrupted) = loop {
-        let result = algo.train()?;
+        let result = match algo.train() {
+            Ok(result) => result,
+            Err(cause @ ImpalaError::LearnerDied { .. }) => {
+                return Err(save_after_learner_death(algo, path, &mut keeper, score, cause));
+            }
+            Err(e) => return Err(e.into()),
+        };
         logger.log(&result)?;
+        score = options.checkpoints.score(&result);
         on_event(RunEvent::Result(&result));
         if let Some(reason) = options.stop.met_by(&result) {
             break (result, reason, false);
@@ -71,61 +178,35 @@ pub fn run(
         }
         let iteration = result.training_iteration;
         if options.checkpoint_every > 0 && iteration % options.checkpoint_every == 0 {
-            let path = algo.save(&options.run_dir)?;
-            on_event(RunEvent::Checkpoint(&path));
+            let checkpoint = algo.save(path)?;
+            let best = keeper.saved(algo.iteration(), score)?;
+            on_event(RunEvent::Checkpoint { path: &checkpoint, score, best: best.as_ref() });
         }
     };
-    let checkpoint = algo.save(&options.run_dir)?;
-    Ok(RunSummary { stop_reason, interrupted, last, checkpoint })
+    let checkpoint = algo.save(path)?;
+    let best = keeper.saved(algo.iteration(), score)?;
+    Ok(RunSummary { stop_reason, interrupted, last, checkpoint, best })
 }
 
-/// The default run folder: `impala_results/IMPALA_<env>_<UTC date>` (Tune's `~/ray_results/
-/// IMPALA_<env>_<date>` naming, relative to the working folder so it is easy to find).
-pub fn default_run_dir(env: &str) -> PathBuf {
-    let secs = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs());
-    PathBuf::from("impala_results").join(format!("IMPALA_{env}_{}", utc_stamp(secs)))
-}
-
-/// `YYYY-MM-DD_HH-MM-SS` in UTC (civil-from-days, so no date crate is needed).
-pub fn utc_stamp(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rem = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}_{:02}-{:02}-{:02}", rem / 3600, rem % 3600 / 60, rem % 60)
-}
-
-/// Creates the run folder and proves it writable before any training starts.
-fn prepare_run_dir(dir: &Path, resuming: bool) -> Result<()> {
-    let not_writable = |source| ImpalaError::RunDirNotWritable { path: dir.to_path_buf(), source };
-    std::fs::create_dir_all(dir).map_err(not_writable)?;
-    let probe = dir.join(format!(".write-test-{}", std::process::id()));
-    std::fs::write(&probe, b"").map_err(not_writable)?;
-    std::fs::remove_file(&probe).map_err(not_writable)?;
-    if !resuming && dir.join(crate::RESULT_FILE).metadata().is_ok_and(|m| m.len() > 0) {
-        return Err(ImpalaError::RunDirInUse { path: dir.to_path_buf() });
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn utc_stamp_matches_known_dates() {
-        assert_eq!(utc_stamp(0), "1970-01-01_00-00-00");
-        // 2026-11-30 08:20:50 UTC.
-        assert_eq!(utc_stamp(1_796_026_850), "2026-11-30_08-20-50");
-        assert_eq!(utc_stamp(951_782_400), "2000-02-29_00-00-00");
+/// Saves the last good weights after the learner died (the error names the checkpoint); if
+/// even that fails, the learner's error alone.
+fn save_after_learner_death(
+    algo: &mut Impala,
+    dir: &Path,
+    keeper: &mut Keeper,
+    score: Option<f64>,
+    cause: ImpalaError,
+) -> RunError {
+    match algo.save(dir) {
+        Ok(checkpoint) => {
+            if let Err(e) = keeper.saved(algo.iteration(), score) {
+                tracing::warn!("{e}");
+            }
+            RunError::LearnerDied { cause: Box::new(cause), checkpoint }
+        }
+        Err(e) => {
+            tracing::debug!("no checkpoint after the learner died: {e}");
+            RunError::Impala(cause)
+        }
     }
 }

@@ -3,3 +3,4 @@
 mod algorithm;
 mod common;
 mod options;
+mod trust;

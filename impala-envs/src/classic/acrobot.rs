@@ -1,6 +1,6 @@
 //! Acrobot-v1 (Sutton & Barto's two-link underactuated arm), as Gymnasium's `AcrobotEnv`.
 
-use super::{flat_box, Episode, ResetRng, StatefulEnv};
+use super::{flat_box, numpy, Episode, ResetRng, StatefulEnv};
 use impala_core::{Env, EnvSpec, Result, Space, StepOutcome};
 use std::f64::consts::PI;
 
@@ -20,7 +20,9 @@ const AVAIL_TORQUE: [f64; 3] = [-1.0, 0.0, 1.0];
 /// step and 0 on the terminating step, when the tip rises one link length above the pivot
 /// (`-cos t1 - cos(t1 + t2) > 1`). Dynamics are Gymnasium's default `book` equations integrated
 /// with one RK4 step of 0.2 s, angles wrapped to `[-pi, pi]` and velocities bounded to
-/// `4 pi` / `9 pi`. Reset draws `U(-0.1, 0.1)^4`, rounded to `f32` as Gymnasium does.
+/// `4 pi` / `9 pi`. Reset draws `U(-0.1, 0.1)^4`, rounded to `f32` as Gymnasium does, and the
+/// reset observation takes numpy's `float32` `cos`/`sin` of that state (later ones, of the
+/// `float64` state after a step, the C library's `f64` ones).
 ///
 /// ```
 /// use impala_core::Env;
@@ -60,12 +62,28 @@ impl Acrobot {
         }
     }
 
+    /// The observation of a stepped (`float64`) state: `cos`/`sin` in `f64`, then rounded.
     fn write_obs(&self, obs: &mut [f32]) {
         let [t1, t2, dt1, dt2] = self.state;
         let values = [t1.cos(), t1.sin(), t2.cos(), t2.sin(), dt1, dt2];
         for (o, v) in obs.iter_mut().zip(values) {
             *o = v as f32;
         }
+    }
+
+    /// The observation of a reset state, which Gymnasium keeps in `float32`: numpy's `float32`
+    /// `cos`/`sin` (its own kernel, see [`numpy`]), not the rounded `f64` ones.
+    fn write_reset_obs(&self, obs: &mut [f32]) {
+        let [t1, t2, dt1, dt2] = self.state.map(|s| s as f32);
+        let values = [
+            numpy::cos_f32(t1),
+            numpy::sin_f32(t1),
+            numpy::cos_f32(t2),
+            numpy::sin_f32(t2),
+            dt1,
+            dt2,
+        ];
+        obs[..6].copy_from_slice(&values);
     }
 
     fn terminal(&self) -> bool {
@@ -86,16 +104,19 @@ fn dsdt(s: [f64; 4], a: f64) -> [f64; 4] {
     let i2 = LINK_MOI;
     let g = 9.8;
     let [theta1, theta2, dtheta1, dtheta2] = s;
-    let sq = |x: f64| x * x;
-    let d1 = m1 * sq(lc1) + m2 * (sq(l1) + sq(lc2) + 2.0 * l1 * lc2 * theta2.cos()) + i1 + i2;
-    let d2 = m2 * (sq(lc2) + l1 * lc2 * theta2.cos()) + i2;
+    // numpy's `x**2` calls `pow`, which is not always `x * x`. The link constants' squares
+    // (Python floats, `pow` too) are exact, so `lc * lc` is the same number without the call.
+    let sq = numpy::square;
+    let (lc1_2, l1_2, lc2_2) = (lc1 * lc1, l1 * l1, lc2 * lc2);
+    let d1 = m1 * lc1_2 + m2 * (l1_2 + lc2_2 + 2.0 * l1 * lc2 * theta2.cos()) + i1 + i2;
+    let d2 = m2 * (lc2_2 + l1 * lc2 * theta2.cos()) + i2;
     let phi2 = m2 * lc2 * g * (theta1 + theta2 - PI / 2.0).cos();
     let phi1 = -m2 * l1 * lc2 * sq(dtheta2) * theta2.sin()
         - 2.0 * m2 * l1 * lc2 * dtheta2 * dtheta1 * theta2.sin()
         + (m1 * lc1 + m2 * l1) * g * (theta1 - PI / 2.0).cos()
         + phi2;
     let ddtheta2 = (a + d2 / d1 * phi1 - m2 * l1 * lc2 * sq(dtheta1) * theta2.sin() - phi2)
-        / (m2 * sq(lc2) + i2 - sq(d2) / d1);
+        / (m2 * lc2_2 + i2 - sq(d2) / d1);
     let ddtheta1 = -(d2 * ddtheta2 + phi1) / d1;
     [dtheta1, dtheta2, ddtheta1, ddtheta2]
 }
@@ -146,7 +167,7 @@ impl Env for Acrobot {
             *s = f64::from(self.rng.uniform(-0.1, 0.1) as f32);
         }
         self.episode.start();
-        self.write_obs(obs);
+        self.write_reset_obs(obs);
         Ok(())
     }
 
@@ -179,9 +200,12 @@ impl StatefulEnv for Acrobot {
     fn reset_to_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<()> {
         self.episode.check(obs, false)?;
         self.episode.check_state(state, 4)?;
-        self.state.copy_from_slice(state);
+        // Gymnasium's reset state is `float32`.
+        for (s, &v) in self.state.iter_mut().zip(state) {
+            *s = f64::from(v as f32);
+        }
         self.episode.start();
-        self.write_obs(obs);
+        self.write_reset_obs(obs);
         Ok(())
     }
 }

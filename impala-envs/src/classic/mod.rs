@@ -2,13 +2,15 @@
 //!
 //! Each env keeps its internal state in `f64` (as Gymnasium's numpy `float64` state) and evaluates
 //! the same expressions in the same order, so trajectories match Gymnasium's to the last bits
-//! (both call the platform's `sin`/`cos`). Observations are cast to `f32` as Gymnasium returns
+//! (both call the platform's `sin`/`cos`/`pow`; see [`numpy`] for the two numpy operations that
+//! are not the obvious Rust ones). Observations are cast to `f32` as Gymnasium returns
 //! `float32` arrays. Time limits are not part of the raw envs: [`crate::make`] wraps them in
 //! [`crate::TimeLimit`] as `gymnasium.make` does.
 
 mod acrobot;
 mod cartpole;
 mod mountain_car;
+mod numpy;
 mod pendulum;
 
 pub use acrobot::Acrobot;
@@ -25,7 +27,9 @@ pub trait StatefulEnv: Env {
     /// The internal state (`f64`, Gymnasium's layout, e.g. `[x, x_dot, theta, theta_dot]`).
     fn state(&self) -> &[f64];
 
-    /// Starts a new episode from `state` instead of a random one and writes its observation.
+    /// Starts a new episode from `state` instead of a random one and writes its observation,
+    /// as Gymnasium's `reset` would from that state (Acrobot's is rounded to `f32`, the type of
+    /// Gymnasium's reset state).
     fn reset_to_state(&mut self, state: &[f64], obs: &mut [f32]) -> Result<()>;
 }
 

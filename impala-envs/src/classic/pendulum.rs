@@ -1,6 +1,6 @@
 //! Pendulum-v1 (swing-up of a torque-limited pendulum), as Gymnasium's `PendulumEnv`.
 
-use super::{flat_box, Episode, ResetRng, StatefulEnv};
+use super::{flat_box, numpy, Episode, ResetRng, StatefulEnv};
 use impala_core::{Env, EnvSpec, Result, StepOutcome};
 use std::f64::consts::PI;
 
@@ -30,7 +30,8 @@ impl Default for PendulumConfig {
 /// `theta ~ U(-pi, pi)`, `theta_dot ~ U(-1, 1)`.
 ///
 /// The torque stays `f32` where Gymnasium's numpy keeps it `float32` (`3.0 * u` and
-/// `0.001 * u^2` are `float32` products), so rewards match to the last bit.
+/// `0.001 * u^2` are `float32` products), and squares are numpy's `x**2` (the C library's
+/// `pow`), so rewards match to the last bit.
 ///
 /// ```
 /// use impala_core::Env;
@@ -107,9 +108,10 @@ impl Env for Pendulum {
         let [th, thdot] = self.state;
         let g = self.config.g;
         let u = action[0].clamp(-MAX_TORQUE, MAX_TORQUE);
-        let costs = angle_normalize(th) * angle_normalize(th)
-            + 0.1 * (thdot * thdot)
-            + f64::from(0.001f32 * (u * u));
+        // numpy's `x**2` is `pow(x, 2.0)` (`powf` for the float32 `u`), not `x * x`.
+        let costs = numpy::square(angle_normalize(th))
+            + 0.1 * numpy::square(thdot)
+            + f64::from(0.001f32 * numpy::square_f32(u));
         // numpy multiplies the Python float `3.0 / (m * l**2)` by the float32 `u` in float32.
         let torque_term = f64::from((3.0 / (M * L * L)) as f32 * u);
         let newthdot = thdot + (3.0 * g / (2.0 * L) * th.sin() + torque_term) * DT;

@@ -1,0 +1,116 @@
+//! Fault tolerance end to end: env runners whose envs crash (`CartPoleCrashing-v1`) are
+//! restarted, counted and logged, and training still reaches its goal.
+
+use impala::{read_result_lines, RESULT_FILE};
+
+use crate::common::{impala, TestResult};
+
+/// A counter of the `env_runners` group of a result line.
+fn runner_count(result: &serde_json::Value, key: &str) -> Result<f64, String> {
+    result["env_runners"][key].as_f64().ok_or(format!("no env_runners.{key} in {result}"))
+}
+
+/// `episode_return_mean`, under `env_runners` (RLlib's new stack) or at the top (old stack).
+fn return_mean(result: &serde_json::Value) -> Option<f64> {
+    result["env_runners"]["episode_return_mean"].as_f64().or(result["episode_return_mean"].as_f64())
+}
+
+#[test]
+fn training_reaches_450_while_env_runners_crash_and_restart() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    // CartPole-v1's tuned example config (`--env` picks it for envs without their own): one
+    // runner with 8 envs, so a crash every 1 / (8 * 0.0005) = 250 runner steps on average.
+    let args = [
+        "train",
+        "--env",
+        "CartPoleCrashing-v1",
+        "--set",
+        "env_config.p_crash=0.0005",
+        "--stop-reward",
+        "450",
+        "--stop-time",
+        "120",
+        "--seed",
+        "0",
+        "--run-dir",
+        "run",
+    ];
+    let run = impala(dir.path(), &args)?;
+    assert!(run.success, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let stopped = run.stdout.lines().find(|l| l.starts_with("stopped: ")).unwrap_or_default();
+    assert!(stopped.contains("episode_return_mean"), "{}", run.stdout);
+
+    let results = read_result_lines(&dir.path().join("run").join(RESULT_FILE))?;
+    let (_, last) = results.last().ok_or("no result lines")?;
+    let failures = runner_count(last, "num_env_runner_failures")?;
+    let restarts = runner_count(last, "num_env_runner_restarts")?;
+    assert!(failures > 0.0 && restarts > 0.0, "{failures} failures, {restarts} restarts");
+    // Every failure but possibly the newest one is restarted by the time of a result.
+    assert!(restarts <= failures && failures <= restarts + 1.0, "{failures} vs {restarts}");
+    let dropped = runner_count(last, "num_env_steps_dropped")?;
+    assert!(dropped >= 0.0);
+    let mean = return_mean(last).ok_or("no episode_return_mean")?;
+    assert!(mean >= 450.0, "episode_return_mean {mean}");
+
+    // Nothing counted twice: the lifetime count is the sum of the per-iteration counts.
+    let per_iteration: u64 = results
+        .iter()
+        .map(|(_, r)| r["num_env_steps_sampled_this_iter"].as_u64().ok_or("no this_iter count"))
+        .sum::<Result<u64, _>>()?;
+    let lifetime = last["num_env_steps_sampled"].as_u64().ok_or("no num_env_steps_sampled")?;
+    assert_eq!(per_iteration, lifetime);
+
+    // Each failure is a warning on stderr (restarts are logged at INFO), and nothing else is.
+    let failure_lines: Vec<&str> =
+        run.stderr.lines().filter(|l| l.contains("env runner failed")).collect();
+    assert!(failure_lines.len() as f64 >= failures, "{failures} failures: {}", run.stderr);
+    for line in &failure_lines {
+        assert!(line.starts_with("warning: ") && line.contains("simulated crash"), "{line}");
+    }
+    for line in run.stderr.lines() {
+        assert!(line.starts_with("warning: "), "unexpected stderr line `{line}`");
+    }
+    Ok(())
+}
+
+#[test]
+fn log_level_info_shows_the_restarts() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    // Each incarnation of the runner fails at the 40th step of its envs' lives.
+    let args = [
+        "train",
+        "--env",
+        "CartPoleCrashing-v1",
+        "--set",
+        "env_config.p_crash=0",
+        "--set",
+        "env_config.crash_after_n_steps=40",
+        "--set",
+        "log_level=INFO",
+        "--set",
+        "min_time_s_per_iteration=0.2",
+        "--stop-iters",
+        "2",
+        "--seed",
+        "1",
+        "--run-dir",
+        "run",
+    ];
+    let run = impala(dir.path(), &args)?;
+    assert!(run.success, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+    let count = |needle: &str, level: &str| {
+        run.stderr.lines().filter(|l| l.starts_with(level) && l.contains(needle)).count()
+    };
+    let (failed, restarted) =
+        (count("env runner failed", "warning: "), count("env runner restarted", "info: "));
+    assert!(failed >= 1 && restarted >= 1, "{}", run.stderr);
+    assert!(
+        run.stderr.contains("crash_after_n_steps") && run.stderr.contains("step 40 "),
+        "{}",
+        run.stderr
+    );
+    let results = read_result_lines(&dir.path().join("run").join(RESULT_FILE))?;
+    let (_, last) = results.last().ok_or("no result lines")?;
+    assert!(runner_count(last, "num_env_runner_restarts")? >= 1.0);
+    Ok(())
+}
