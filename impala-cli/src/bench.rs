@@ -82,7 +82,7 @@ fn positive(s: &str) -> Result<f64, String> {
 
 /// Runs the benchmark and prints one JSON line per seed, then a JSON summary with medians.
 pub fn bench_cartpole(args: &BenchArgs) -> anyhow::Result<ExitCode> {
-    bench(args, &StabilityArgs::default())
+    bench(args, &args.stability)
 }
 
 /// [`bench_cartpole`] with the stability options.

@@ -56,6 +56,9 @@ pub enum Command {
     /// Train with 10 ms iterations for a while and print the growth of resident memory as
     /// JSON (a soak test of the per-iteration bookkeeping; target: < 5 MiB over 30 minutes).
     BenchMemory(MemoryArgs),
+    /// Draw a run folder's episode_return_mean (and evaluation return) against env steps and
+    /// training time into RUN/episode_return_mean.png.
+    Plot(PlotArgs),
 }
 
 /// Where the config comes from: a file and/or `--env`, then `--set` overrides.
@@ -210,6 +213,16 @@ pub struct BenchArgs {
     /// Override options for every seed.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
+    /// The stability benchmark (off unless --stay-s or --stay-steps is given).
+    #[command(flatten)]
+    pub stability: crate::bench::StabilityArgs,
+}
+
+/// `impala plot`.
+#[derive(Debug, Clone, Args)]
+pub struct PlotArgs {
+    /// A run folder (it holds result.json).
+    pub run: PathBuf,
 }
 
 /// `impala bench-memory`.
@@ -260,6 +273,10 @@ where
         Command::Envs => list_envs(),
         Command::BenchCartpole(args) => crate::bench::bench_cartpole(&args),
         Command::BenchMemory(args) => crate::soak::bench_memory(&args),
+        Command::Plot(args) => {
+            println!("{}", crate::plot::plot_run(&args.run)?.display());
+            Ok(ExitCode::SUCCESS)
+        }
     }
 }
 
@@ -454,7 +471,13 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         }
     })?;
     algo.stop()?;
+    let run_path = run_dir.path().to_path_buf();
     drop(run_dir);
+    match crate::plot::plot_run(&run_path) {
+        Ok(plot) if !args.quiet => println!("plot: {}", plot.display()),
+        Ok(_) => {}
+        Err(e) => eprintln!("warning: no plot: {}", one_line(&e)),
+    }
     let stop_reason = if summary.interrupted {
         format!("interrupted ({})", interrupts.received_name().unwrap_or("signal"))
     } else {

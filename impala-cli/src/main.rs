@@ -6,6 +6,7 @@ mod bench;
 mod cli;
 mod error;
 mod logging;
+mod plot;
 mod signals;
 mod soak;
 

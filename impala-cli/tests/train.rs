@@ -233,3 +233,23 @@ fn config_prints_the_learner_device_plan() -> TestResult {
     run.assert_one_line_error(&["simple_optimizer", "LearnerThread"]);
     Ok(())
 }
+
+#[test]
+fn train_draws_the_learning_curve_and_plot_redraws_it() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let mut args = vec!["train", "--stop-iters", "2", "--run-dir", "run"];
+    args.extend(FAST);
+    let run = impala(dir.path(), &args)?;
+    assert!(run.success, "{}", run.stderr);
+    let png = dir.path().join("run").join("episode_return_mean.png");
+    assert!(run.stdout.contains("plot: "), "{}", run.stdout);
+    let bytes = fs::read(&png)?;
+    assert!(bytes.starts_with(b"\x89PNG") && bytes.len() > 10_000, "{} bytes", bytes.len());
+    fs::remove_file(&png)?;
+    let run = impala(dir.path(), &["plot", "run"])?;
+    assert!(run.success, "{}", run.stderr);
+    assert!(png.exists());
+    let run = impala(dir.path(), &["plot", "nowhere"])?;
+    run.assert_one_line_error(&["nowhere", "result.json"]);
+    Ok(())
+}
