@@ -101,6 +101,8 @@ pub enum WarningKind {
     ScheduleStartsAfterZero,
     /// `_lr_vf` was changed but `_separate_vf_optimizer` is off, so it is ignored.
     LrVfIgnored,
+    /// `lr` differs from where `lr_schedule` starts; the schedule wins, as in RLlib.
+    LrIgnoredBySchedule,
     /// `_separate_vf_optimizer` with shared layers: only the value head gets `_lr_vf`.
     SeparateVfOptimizerSharedLayers,
     /// The request asks for more CPUs than the machine has; threads will time-share.

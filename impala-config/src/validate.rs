@@ -296,8 +296,18 @@ fn check_training(config: &ImpalaConfig, c: &mut Checker) {
             "set `gamma` between 0 and 1 (e.g. 0.99)".into(),
         );
     }
-    if config.lr_schedule.is_none() {
-        c.positive_number("lr", config.lr);
+    match &config.lr_schedule {
+        None => c.positive_number("lr", config.lr),
+        Some(schedule) if schedule.points.first().is_some_and(|p| p.1 != config.lr) => c.warn(
+            "lr",
+            WarningKind::LrIgnoredBySchedule,
+            format!(
+                "is {} but `lr_schedule` is set and starts at {}; the schedule sets the learning rate, so `lr` is ignored (set `lr_schedule = none` to use `lr`, or change the schedule)",
+                config.lr,
+                schedule.value_at(0)
+            ),
+        ),
+        Some(_) => {}
     }
     c.schedule("lr_schedule", config.lr_schedule.as_ref());
     // RLlib: "`entropy_coeff` must be >= 0.0!"

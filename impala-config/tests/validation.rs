@@ -613,3 +613,13 @@ fn old_stack_gpus_with_several_learners_are_refused() -> TestResult {
     fails(&config, Rule::LearnerGpusTwice, "num_learners")?;
     Ok(())
 }
+
+#[test]
+fn lr_that_a_schedule_overrides_is_a_warning() -> TestResult {
+    let schedule = Some(Schedule { points: vec![(0, 1e-3), (1000, 1e-4)] });
+    let config = ImpalaConfig::default().training(|t| t.lr(1e-3).lr_schedule(schedule.clone()));
+    assert!(warnings(&config)?.is_empty());
+    let config = ImpalaConfig::default().training(|t| t.lr(1e30).lr_schedule(schedule));
+    assert_eq!(warnings(&config)?, [WarningKind::LrIgnoredBySchedule]);
+    Ok(())
+}
