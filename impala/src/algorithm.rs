@@ -205,14 +205,12 @@ impl Impala {
             let streams = self.streams();
             let mut settings = EnvRunnerGroupSettings::from_config(&self.config);
             settings.runner.seed = streams.env_seed;
-            let policies = self.policies.with_weights(Arc::clone(&weights), streams.sample_seed);
-            let mut group = EnvRunnerGroup::with_context_policies(
+            self.runners = Some(self.policies.start_runners(
                 &settings,
-                Arc::clone(&self.env_factory),
-                policies,
-            )?;
-            group.set_latest_weights(weights);
-            self.runners = Some(group);
+                &self.env_factory,
+                weights,
+                streams.sample_seed,
+            )?);
         }
         self.runners.as_mut().ok_or(ImpalaError::Stopped)
     }

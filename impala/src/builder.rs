@@ -12,7 +12,8 @@ use impala_learner::{
     learner_devices, Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings, TorchPolicy,
 };
 use impala_sampler::{
-    BatchingSettings, EnvContext, EnvFactory, TrainBatchBuilder, WeightBroadcaster,
+    BatchingSettings, EnvContext, EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings,
+    TrainBatchBuilder, WeightBroadcaster,
 };
 
 use crate::evaluation::Evaluator;
@@ -236,6 +237,22 @@ impl PolicySource {
             policy.set_weights(&weights)?;
             Ok(Box::new(policy) as Box<dyn Policy>)
         })
+    }
+
+    /// A runner group of `settings` whose policies act with `weights` from their first step
+    /// (see [`PolicySource::with_weights`]), holding them as its newest weights for restarts.
+    pub(crate) fn start_runners(
+        &self,
+        settings: &EnvRunnerGroupSettings,
+        env_factory: &EnvFactory,
+        weights: Arc<Weights>,
+        sample_seed: u64,
+    ) -> Result<EnvRunnerGroup> {
+        let policies = self.with_weights(Arc::clone(&weights), sample_seed);
+        let mut group =
+            EnvRunnerGroup::with_context_policies(settings, Arc::clone(env_factory), policies)?;
+        group.set_latest_weights(weights);
+        Ok(group)
     }
 }
 

@@ -66,14 +66,8 @@ impl Evaluator {
         // In parallel with training, collect only what is ready; alone, wait for fragments.
         settings.sample_timeout =
             if self.config.evaluation_parallel_to_training { Some(Duration::ZERO) } else { None };
-        // The policies hold `weights` from their first step.
-        let policies = self.policies.with_weights(Arc::clone(&weights), sample_seed);
-        let mut group = EnvRunnerGroup::with_context_policies(
-            &settings,
-            Arc::clone(&self.env_factory),
-            policies,
-        )?;
-        group.set_latest_weights(weights);
+        let group =
+            self.policies.start_runners(&settings, &self.env_factory, weights, sample_seed)?;
         self.running = Some(Round { group, episodes: Vec::new(), steps: 0 });
         Ok(())
     }
