@@ -4,5 +4,6 @@
 mod bad_input;
 mod common;
 mod faults;
+mod python_envs;
 mod runs;
 mod train;

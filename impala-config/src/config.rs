@@ -59,6 +59,30 @@ impl PlacementStrategy {
     }
 }
 
+/// Which implementation of `env` to run (`env_backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EnvBackend {
+    /// A native env when `env` names one (`impala envs`), else Gymnasium in Python workers.
+    #[default]
+    Auto,
+    /// Only native envs; any other id is an error.
+    Native,
+    /// Gymnasium's implementation in Python workers, even for ids that have a native twin.
+    Gymnasium,
+}
+
+impl EnvBackend {
+    /// The config spelling (`"auto"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EnvBackend::Auto => "auto",
+            EnvBackend::Native => "native",
+            EnvBackend::Gymnasium => "gymnasium",
+        }
+    }
+}
+
 /// How `evaluation_duration` is counted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -98,6 +122,12 @@ pub struct ImpalaConfig {
     /// not yet synced across runners nor saved in checkpoints, so evaluating or resuming a
     /// checkpoint starts the filters afresh.
     pub normalize_observations: bool,
+    /// Native or Gymnasium envs (impala-rs option; see [`EnvBackend`]).
+    pub env_backend: EnvBackend,
+    /// The Python interpreter of Gymnasium envs (impala-rs option); `None`: `$IMPALA_PYTHON`,
+    /// else the project's `.venv/bin/python`, else `python3`.
+    #[serde(deserialize_with = "crate::serde_util::none_or")]
+    pub python_executable: Option<String>,
 
     // ---- training() ----
     /// Discount factor.
@@ -197,9 +227,22 @@ pub struct ImpalaConfig {
     pub num_envs_per_env_runner: usize,
     /// Steps per row of a sample batch.
     pub rollout_fragment_length: usize,
+    /// Python envs hosted by one env worker process (impala-rs option); `None`: all envs of a
+    /// runner in one worker (as RLlib steps sub-envs in the runner's process).
+    #[serde(deserialize_with = "crate::serde_util::none_or")]
+    pub num_envs_per_env_worker: Option<usize>,
+    /// Each Python env in its own worker process (RLlib's `remote_worker_envs`, which makes each
+    /// sub-env a remote actor): `num_envs_per_env_worker = 1`.
+    pub remote_worker_envs: bool,
+    /// Seconds an env worker may take to start, reset or step before it is killed and its
+    /// runner fails (RLlib's `sample_timeout_s`).
+    pub sample_timeout_s: f64,
     /// Recreate env runners that failed (old name `recreate_failed_workers`).
     #[serde(alias = "recreate_failed_workers")]
     pub restart_failed_env_runners: bool,
+    /// Recreate only the Python env that raised, ending its episode, instead of failing the
+    /// whole runner (RLlib's `restart_failed_sub_environments`).
+    pub restart_failed_sub_environments: bool,
     /// How many runner restarts are allowed before training fails.
     #[serde(alias = "max_num_worker_restarts")]
     pub max_num_env_runner_restarts: usize,
@@ -296,6 +339,8 @@ impl Default for ImpalaConfig {
             clip_rewards: None,
             clip_actions: false,
             normalize_observations: false,
+            env_backend: EnvBackend::Auto,
+            python_executable: None,
 
             gamma: 0.99,
             lr: 0.0005,
@@ -336,7 +381,11 @@ impl Default for ImpalaConfig {
             num_env_runners: 2,
             num_envs_per_env_runner: 1,
             rollout_fragment_length: 50,
+            num_envs_per_env_worker: None,
+            remote_worker_envs: false,
+            sample_timeout_s: 60.0,
             restart_failed_env_runners: true,
+            restart_failed_sub_environments: false,
             max_num_env_runner_restarts: 1000,
             num_cpus_per_env_runner: 1.0,
             num_gpus_per_env_runner: 0.0,

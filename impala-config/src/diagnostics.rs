@@ -45,6 +45,8 @@ pub enum Rule {
     DropLastTsNeedsTwoSteps,
     /// `evaluation_parallel_to_training` needs evaluation env runners.
     ParallelEvaluationNeedsRunners,
+    /// `remote_worker_envs` (one env per worker) with a different `num_envs_per_env_worker`.
+    EnvWorkersTwice,
     /// A Ray scheduling option that has nothing to act on in impala-rs (placement strategy,
     /// custom resources, GPUs for env runners, whose policies infer on the CPU).
     NotSupported,

@@ -3,7 +3,9 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::{DurationUnit, ImpalaConfig, LossReduction, OptType, PlacementStrategy};
+use crate::config::{
+    DurationUnit, EnvBackend, ImpalaConfig, LossReduction, OptType, PlacementStrategy,
+};
 use crate::model::{ConvFilter, ModelConfig};
 use crate::schedule::Schedule;
 
@@ -282,6 +284,8 @@ groups! {
         [into] clip_rewards: Option<f64>,
         clip_actions: bool,
         normalize_observations: bool,
+        env_backend: EnvBackend,
+        [into] python_executable: Option<String>,
     }
 
     /// RLlib's `training()`: the loss, optimizer, learner queue and replay options (the model
@@ -330,6 +334,9 @@ groups! {
         num_env_runners: usize,
         num_envs_per_env_runner: usize,
         rollout_fragment_length: usize,
+        num_envs_per_env_worker: Option<usize>,
+        remote_worker_envs: bool,
+        sample_timeout_s: f64,
         num_cpus_per_env_runner: f64,
         num_gpus_per_env_runner: f64,
         custom_resources_per_env_runner: BTreeMap<String, f64>,
@@ -338,6 +345,7 @@ groups! {
     /// RLlib's `fault_tolerance()`: what happens when an env runner fails.
     FaultTolerance => FaultTolerance {
         restart_failed_env_runners: bool,
+        restart_failed_sub_environments: bool,
         max_num_env_runner_restarts: usize,
     }
 

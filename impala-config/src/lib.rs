@@ -41,7 +41,9 @@ mod schedule;
 mod serde_util;
 mod validate;
 
-pub use config::{DurationUnit, ImpalaConfig, LossReduction, OptType, PlacementStrategy};
+pub use config::{
+    DurationUnit, EnvBackend, ImpalaConfig, LossReduction, OptType, PlacementStrategy,
+};
 pub use diagnostics::{Rule, Violation, Warning, WarningKind};
 pub use error::{ConfigError, Origin, Position, Result};
 pub use io::{ConfigFormat, Loaded};

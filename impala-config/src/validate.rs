@@ -220,6 +220,16 @@ impl ImpalaConfig {
         }
     }
 
+    /// Python envs per env worker process: 1 with `remote_worker_envs`, else
+    /// `num_envs_per_env_worker`, else all of a runner's envs.
+    pub fn envs_per_env_worker(&self) -> usize {
+        match (self.remote_worker_envs, self.num_envs_per_env_worker) {
+            (true, _) => 1,
+            (false, Some(n)) => n.min(self.num_envs_per_env_runner).max(1),
+            (false, None) => self.num_envs_per_env_runner.max(1),
+        }
+    }
+
     /// Env steps in one sample batch from an env runner:
     /// `rollout_fragment_length * num_envs_per_env_runner`.
     pub fn sample_batch_size(&self) -> usize {
@@ -284,6 +294,27 @@ fn check_environment(config: &ImpalaConfig, c: &mut Checker) {
         );
     }
     c.threshold("clip_rewards", config.clip_rewards);
+    c.positive_number("sample_timeout_s", config.sample_timeout_s);
+    if let Some(n) = config.num_envs_per_env_worker {
+        c.positive_size("num_envs_per_env_worker", n);
+        if config.remote_worker_envs && n != 1 {
+            c.error(
+                "num_envs_per_env_worker",
+                Rule::EnvWorkersTwice,
+                format!("is {n} but `remote_worker_envs = true` puts each env in its own worker"),
+                "remove one of the two (`remote_worker_envs = true` means `num_envs_per_env_worker = 1`)".into(),
+            );
+        }
+    }
+    if config.python_executable.as_deref().is_some_and(|p| p.trim().is_empty()) {
+        c.error(
+            "python_executable",
+            Rule::EnvName,
+            "is empty".into(),
+            "set `python_executable` to an interpreter path, or remove it to use the default"
+                .into(),
+        );
+    }
 }
 
 fn check_training(config: &ImpalaConfig, c: &mut Checker) {

@@ -1,6 +1,6 @@
 //! The environment trait, shaped like Gymnasium's `Env` (`reset(seed)`, `step(action)`).
 
-use crate::{Result, Space};
+use crate::{CoreError, Result, Space};
 
 /// What an environment is: its Gymnasium id, spaces and time limit.
 #[derive(Debug, Clone, PartialEq)]
@@ -50,6 +50,24 @@ pub trait Env: Send {
     /// Applies `action` (`action_space.flat_dim()` values, see [`Space`]) and writes the next
     /// observation into `obs`.
     fn step(&mut self, action: &[f32], obs: &mut [f32]) -> Result<StepOutcome>;
+
+    /// Starts `step(action)` without waiting for it, for envs that step elsewhere (a worker
+    /// process): a vector env starts every env's step before it finishes any, so they step in
+    /// parallel. Returns `Ok(false)` (the default) when the env steps only in [`Env::step`];
+    /// after `Ok(true)` the caller finishes with [`Env::finish_step`] before anything else.
+    fn begin_step(&mut self, action: &[f32]) -> Result<bool> {
+        let _ = action;
+        Ok(false)
+    }
+
+    /// Finishes the step [`Env::begin_step`] started, writing the next observation into `obs`.
+    fn finish_step(&mut self, obs: &mut [f32]) -> Result<StepOutcome> {
+        let _ = obs;
+        Err(CoreError::Env {
+            env: self.spec().id.clone(),
+            reason: "finish_step without a step begun by begin_step".into(),
+        })
+    }
 }
 
 impl<E: Env + ?Sized> Env for Box<E> {
@@ -61,5 +79,11 @@ impl<E: Env + ?Sized> Env for Box<E> {
     }
     fn step(&mut self, action: &[f32], obs: &mut [f32]) -> Result<StepOutcome> {
         (**self).step(action, obs)
+    }
+    fn begin_step(&mut self, action: &[f32]) -> Result<bool> {
+        (**self).begin_step(action)
+    }
+    fn finish_step(&mut self, obs: &mut [f32]) -> Result<StepOutcome> {
+        (**self).finish_step(obs)
     }
 }

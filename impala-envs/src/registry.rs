@@ -406,6 +406,16 @@ pub fn reward_threshold(id: &str) -> Option<f64> {
     REGISTERED.read().unwrap_or_else(PoisonError::into_inner).get(id)?.reward_threshold
 }
 
+/// Whether `id` is a native env or one added with [`register`].
+///
+/// ```
+/// assert!(impala_envs::contains("CartPole-v1"));
+/// assert!(!impala_envs::contains("LunarLander-v3"));
+/// ```
+pub fn contains(id: &str) -> bool {
+    native(id).is_some() || registered(id).is_some()
+}
+
 /// Creates the environment known as `id`, as `gymnasium.make(id, **env_config)`: a native env,
 /// else one added with [`register`].
 ///

@@ -78,6 +78,8 @@ pub struct VectorEnv {
     step: VectorStep,
     returns: Vec<f64>,
     lengths: Vec<u64>,
+    /// Which envs' current step was started with `Env::begin_step`.
+    begun: Vec<bool>,
 }
 
 impl std::fmt::Debug for VectorEnv {
@@ -124,6 +126,7 @@ impl VectorEnv {
             },
             returns: vec![0.0; n],
             lengths: vec![0; n],
+            begun: vec![false; n],
         })
     }
 
@@ -189,9 +192,15 @@ impl VectorEnv {
         if !self.started {
             self.reset()?;
         }
+        let (dim, adim) = (self.obs_dim, self.action_dim);
+        // Envs that step elsewhere (worker processes) all start before any is waited for.
+        for ((env, action), begun) in
+            self.envs.iter_mut().zip(actions.chunks_exact(adim)).zip(&mut self.begun)
+        {
+            *begun = env.begin_step(action)?;
+        }
         let step = &mut self.step;
         step.episodes.clear();
-        let (dim, adim) = (self.obs_dim, self.action_dim);
         let rows = self
             .envs
             .iter_mut()
@@ -205,7 +214,8 @@ impl VectorEnv {
             if step.terminateds[i] || step.truncateds[i] {
                 final_obs.fill(0.0); // the row held the previous step's final observation
             }
-            let outcome = env.step(action, obs)?;
+            let outcome =
+                if self.begun[i] { env.finish_step(obs)? } else { env.step(action, obs)? };
             step.rewards[i] = outcome.reward;
             step.terminateds[i] = outcome.terminated;
             step.truncateds[i] = outcome.truncated;

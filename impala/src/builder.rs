@@ -4,9 +4,11 @@
 //! and the seeds of the run's random streams.
 
 use std::collections::VecDeque;
+use std::num::NonZeroUsize;
 use std::sync::Arc;
+use std::time::Duration;
 
-use impala_config::{ModelConfig, ValidatedConfig};
+use impala_config::{EnvBackend, ModelConfig, ValidatedConfig};
 use impala_core::{CoreError, Env, EnvSpec, Policy, Weights};
 use impala_learner::{
     learner_devices, Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings, TorchPolicy,
@@ -150,13 +152,73 @@ pub(crate) fn env_factory_for(
 ) -> Result<EnvFactory> {
     let base = match custom {
         Some(factory) => factory,
-        None => {
-            // Reported as the registry's error (unknown id with a suggestion, bad keys).
-            impala_envs::make(&config.env, &config.env_config)?;
-            registered_env(config)
-        }
+        None => default_env(config)?,
     };
     Ok(wrapped(config, base))
+}
+
+/// Where `config.env` comes from, per `env_backend`: the native registry, or Gymnasium in
+/// Python env workers.
+fn uses_python(config: &ValidatedConfig) -> Result<bool> {
+    let native = impala_envs::contains(&config.env);
+    match config.env_backend {
+        EnvBackend::Auto => Ok(!native),
+        EnvBackend::Gymnasium => Ok(true),
+        EnvBackend::Native if native => Ok(false),
+        // Reported as the registry's error (unknown id with a suggestion).
+        EnvBackend::Native => Err(impala_envs::make(&config.env, &config.env_config).err().map_or(
+            ImpalaError::EnvOption {
+                key: "env_backend",
+                problem: format!("is \"native\" but `{}` is no native env", config.env),
+                fix: "see `impala envs`, or set `env_backend = \"auto\"`".into(),
+            },
+            ImpalaError::from,
+        )),
+    }
+}
+
+/// The env factory of `config.env` without a custom one: checked now (one env is built, so
+/// an unknown id, bad `env_config` or a Python import error is reported before any thread
+/// starts).
+fn default_env(config: &ValidatedConfig) -> Result<EnvFactory> {
+    if !uses_python(config)? {
+        if config.restart_failed_sub_environments {
+            return Err(ImpalaError::EnvOption {
+                key: "restart_failed_sub_environments",
+                problem: format!(
+                    "is true but `{}` is a native env, which fails only as a whole runner",
+                    config.env
+                ),
+                fix: "remove it (`restart_failed_env_runners` restarts failed runners), or set \
+                      `env_backend = \"gymnasium\"`"
+                    .into(),
+            });
+        }
+        // Reported as the registry's error (unknown id with a suggestion, bad keys).
+        impala_envs::make(&config.env, &config.env_config)?;
+        return Ok(registered_env(config));
+    }
+    let pool = Arc::new(impala_gym::GymEnvPool::new(gym_settings(config)));
+    pool.probe()?;
+    Ok(Arc::new(move |ctx: &EnvContext| {
+        let env = pool.make(ctx.runner_index, ctx.incarnation, ctx.env_index)?;
+        Ok(Box::new(env) as Box<dyn Env>)
+    }))
+}
+
+/// How `config`'s Python envs are started.
+fn gym_settings(config: &ValidatedConfig) -> impala_gym::GymSettings {
+    let mut settings = impala_gym::GymSettings::new(config.env.clone());
+    settings.env_config = config.env_config.clone();
+    if let Some(python) = &config.python_executable {
+        settings.python = python.into();
+    }
+    let positive = |n: usize| NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN);
+    settings.num_envs = positive(config.num_envs_per_env_runner);
+    settings.envs_per_worker = positive(config.envs_per_env_worker());
+    settings.timeout = Duration::from_secs_f64(config.sample_timeout_s);
+    settings.restart_failed_sub_environments = config.restart_failed_sub_environments;
+    settings
 }
 
 /// The spec of the envs `factory` builds (it builds one).
@@ -261,7 +323,7 @@ impl PolicySource {
 /// machine's cores and CUDA devices. Returns the warnings (e.g. more CPUs asked for than the
 /// machine has).
 pub fn check_environment(config: &ValidatedConfig) -> Result<Vec<String>> {
-    impala_envs::make(&config.env, &config.env_config)?;
+    default_env(config)?;
     check_devices(config)?;
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let gpus = tch::Cuda::device_count().max(0);

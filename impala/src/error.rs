@@ -123,6 +123,19 @@ pub enum ImpalaError {
     /// An environment or policy of the caller's failed.
     #[error(transparent)]
     Core(#[from] impala_core::CoreError),
+    /// A Python env could not be started.
+    #[error(transparent)]
+    Gym(#[from] impala_gym::GymError),
+    /// An option that does not apply to this env.
+    #[error("`{key}` {problem}; {fix}")]
+    EnvOption {
+        /// The config key.
+        key: &'static str,
+        /// Why it does not apply.
+        problem: String,
+        /// What to do.
+        fix: String,
+    },
     /// Sampling failed (env runners beyond their restarts, batch building).
     #[error(transparent)]
     Sampler(#[from] impala_sampler::SamplerError),

@@ -1,0 +1,301 @@
+//! Python Gymnasium envs end to end through `impala train`: a user's env from the working
+//! directory trains to its optimum, images train with the default CNN, Atari runs, faults
+//! restart runners, start-up errors are one line, and no env worker outlives the trainer.
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use impala::{read_result_lines, RESULT_FILE};
+
+use crate::common::{impala, Run, TestResult};
+
+/// A temp folder holding the test envs' module, as a user's working directory would.
+fn workdir() -> Result<tempfile::TempDir, std::io::Error> {
+    let dir = tempfile::tempdir()?;
+    let envs = Path::new(env!("CARGO_MANIFEST_DIR")).join("../impala-gym/tests/envs");
+    for name in ["impala_test_envs.py", "impala_broken_env.py"] {
+        std::fs::copy(envs.join(name), dir.path().join(name))?;
+    }
+    Ok(dir)
+}
+
+/// The last result line of the run in `dir/run`.
+fn last_result(dir: &Path) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let results = read_result_lines(&dir.join("run").join(RESULT_FILE))?;
+    Ok(results.last().ok_or("no result lines")?.1.clone())
+}
+
+/// `episode_return_mean`, under `env_runners` (RLlib's new stack) or at the top (old stack).
+fn return_mean(result: &serde_json::Value) -> f64 {
+    result["env_runners"]["episode_return_mean"]
+        .as_f64()
+        .or(result["episode_return_mean"].as_f64())
+        .unwrap_or(f64::NAN)
+}
+
+fn assert_success(run: &Run) {
+    assert!(run.success, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
+}
+
+#[test]
+fn a_users_python_env_trains_to_its_optimum() -> TestResult {
+    let dir = workdir()?;
+    // Optimum 10 per episode, random play 5.
+    let args = [
+        "train",
+        "--env",
+        "impala_test_envs:MatchBit",
+        "--set",
+        "env_config.length=10",
+        "--set",
+        "num_envs_per_env_runner=4",
+        "--set",
+        "num_envs_per_env_worker=2",
+        "--stop-reward",
+        "9.5",
+        "--stop-time",
+        "120",
+        "--seed",
+        "1",
+        "--run-dir",
+        "run",
+    ];
+    let run = impala(dir.path(), &args)?;
+    assert_success(&run);
+    let last = last_result(dir.path())?;
+    assert!(return_mean(&last) >= 9.5, "{}", run.stdout);
+    Ok(())
+}
+
+#[test]
+fn a_uint8_image_env_trains_with_the_default_cnn() -> TestResult {
+    let dir = workdir()?;
+    // 42x42x1 uint8 frames in Gymnasium's HWC layout, no wrappers (RLlib 2.60's default CNN
+    // fails on these with a dtype error). Optimum 8.
+    let args = [
+        "train",
+        "--env",
+        "impala_test_envs:Image",
+        "--set",
+        "num_envs_per_env_runner=4",
+        "--set",
+        "model.fcnet_hiddens=[64]",
+        "--set",
+        "lr=0.001",
+        "--stop-reward",
+        "7.5",
+        "--stop-time",
+        "240",
+        "--seed",
+        "0",
+        "--run-dir",
+        "run",
+    ];
+    let run = impala(dir.path(), &args)?;
+    assert_success(&run);
+    assert!(return_mean(&last_result(dir.path())?) >= 7.5, "{}", run.stdout);
+    Ok(())
+}
+
+#[test]
+fn atari_pong_trains_two_iterations() -> TestResult {
+    let dir = workdir()?;
+    let args = [
+        "train",
+        "--env",
+        "ALE/Pong-v5",
+        "--set",
+        "num_envs_per_env_runner=2",
+        "--set",
+        "rollout_fragment_length=20",
+        "--set",
+        "train_batch_size=40",
+        "--set",
+        "min_time_s_per_iteration=1",
+        "--stop-iters",
+        "2",
+        "--run-dir",
+        "run",
+    ];
+    let run = impala(dir.path(), &args)?;
+    assert_success(&run);
+    let last = last_result(dir.path())?;
+    assert_eq!(last["training_iteration"], 2);
+    assert!(last["num_env_steps_trained"].as_u64().unwrap_or(0) > 0, "{last}");
+    Ok(())
+}
+
+/// Trains the faulty env with `sets` until 3 iterations; returns the run and its last result.
+fn faulty_run(sets: &[&str]) -> Result<(Run, serde_json::Value), Box<dyn std::error::Error>> {
+    let dir = workdir()?;
+    let mut args = vec![
+        "train",
+        "--env",
+        "impala_test_envs:Faulty",
+        "--set",
+        "num_envs_per_env_runner=2",
+        "--set",
+        "min_time_s_per_iteration=1",
+        "--stop-iters",
+        "3",
+        "--run-dir",
+        "run",
+    ];
+    for set in sets {
+        args.extend(["--set", set]);
+    }
+    let run = impala(dir.path(), &args)?;
+    assert_success(&run);
+    let last = last_result(dir.path())?;
+    Ok((run, last))
+}
+
+fn runner_count(result: &serde_json::Value, key: &str) -> f64 {
+    result["env_runners"][key].as_f64().unwrap_or(f64::NAN)
+}
+
+#[test]
+fn python_exceptions_hangs_and_deaths_restart_the_runner() -> TestResult {
+    for (mode, message) in
+        [("raise", "ValueError: step"), ("die", "died"), ("hang", "did not answer within 1 s")]
+    {
+        let (run, last) = faulty_run(&[
+            &format!("env_config.mode=\"{mode}\""),
+            "env_config.after=300",
+            "sample_timeout_s=1",
+        ])?;
+        let (failures, restarts) = (
+            runner_count(&last, "num_env_runner_failures"),
+            runner_count(&last, "num_env_runner_restarts"),
+        );
+        assert!(
+            failures >= 1.0 && restarts >= 1.0,
+            "{mode}: {failures} failures, {restarts} restarts"
+        );
+        assert!(
+            restarts <= failures && failures <= restarts + 1.0,
+            "{mode}: {failures} vs {restarts}"
+        );
+        assert!(run.stderr.contains(message), "{mode}: {}", run.stderr);
+        // Training went on: samples were trained in the last iteration.
+        assert!(
+            last["num_env_steps_trained_this_iter"].as_u64().unwrap_or(0) > 0,
+            "{mode}: {last}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn restart_failed_sub_environments_keeps_the_runner() -> TestResult {
+    let (run, last) = faulty_run(&[
+        "env_config.mode=\"raise\"",
+        "env_config.after=300",
+        "restart_failed_sub_environments=true",
+    ])?;
+    assert_eq!(runner_count(&last, "num_env_runner_failures"), 0.0, "{last}");
+    assert!(run.stderr.contains("recreated it"), "{}", run.stderr);
+    Ok(())
+}
+
+#[test]
+fn python_start_up_errors_are_one_line() -> TestResult {
+    let dir = workdir()?;
+    let cases: &[(&str, &[&str])] = &[
+        ("impala_broken_env:Env", &["ModuleNotFoundError", "not_a_real_module_for_impala_tests"]),
+        ("NoSuchEnv-v0", &["NoSuchEnv-v0", "native env"]),
+        (
+            "impala_test_envs:MatchBit --set env_config.nope=1",
+            &["unexpected keyword argument", "env_config"],
+        ),
+    ];
+    for (env, needles) in cases {
+        let mut args = vec!["train", "--stop-iters", "1", "--run-dir", "run", "--env"];
+        args.extend(env.split(' '));
+        let start = Instant::now();
+        let run = impala(dir.path(), &args)?;
+        run.assert_one_line_error(needles);
+        assert!(start.elapsed() < Duration::from_secs(60), "{env}: took {:?}", start.elapsed());
+    }
+    let run = impala(
+        dir.path(),
+        &[
+            "train",
+            "--env",
+            "LunarLander-v3",
+            "--set",
+            "python_executable=\"/no/python3\"",
+            "--stop-iters",
+            "1",
+        ],
+    )?;
+    run.assert_one_line_error(&["/no/python3", "IMPALA_PYTHON"]);
+    let run = impala(
+        dir.path(),
+        &["train", "--env", "LunarLander-v3", "--set", "env_backend=\"native\""],
+    )?;
+    run.assert_one_line_error(&["LunarLander-v3"]);
+    Ok(())
+}
+
+/// Processes whose command line holds `needle`.
+fn processes_with(needle: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else { return Vec::new() };
+    entries
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+        })
+        .filter(|pid| {
+            // Zombies are gone but for their parent's wait.
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .is_ok_and(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        })
+        .collect()
+}
+
+/// Starts a training run of LunarLander-v3 (Python workers), waits for its first iteration,
+/// sends `signal`, and returns the trainer's exit code and its workers' marker.
+fn signalled_run(signal: &str) -> Result<(Option<i32>, String), Box<dyn std::error::Error>> {
+    let dir = workdir()?;
+    let mut child = Command::new(env!("CARGO_BIN_EXE_impala"))
+        .current_dir(dir.path())
+        .args(["train", "--env", "LunarLander-v3", "--set", "num_envs_per_env_runner=2"])
+        .args(["--set", "remote_worker_envs=true", "--set", "min_time_s_per_iteration=0.2"])
+        .args(["--stop-time", "120", "--run-dir", "run"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let marker = format!("\"parent_pid\":{}", child.id());
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    for line in lines.by_ref() {
+        if line?.starts_with("iter ") {
+            break;
+        }
+    }
+    // Keep reading, so the trainer's prints never meet a closed pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+    let workers = processes_with(&marker);
+    assert!(workers.len() >= 2, "expected env workers, found {workers:?}");
+    Command::new("kill").args([signal, &child.id().to_string()]).status()?;
+    let status = child.wait()?;
+    Ok((status.code(), marker))
+}
+
+#[test]
+fn no_env_worker_outlives_the_trainer() -> TestResult {
+    for (signal, code) in [("-INT", Some(130)), ("-TERM", Some(143)), ("-KILL", None)] {
+        let (exit, marker) = signalled_run(signal)?;
+        assert_eq!(exit, code, "{signal}");
+        let start = Instant::now();
+        while !processes_with(&marker).is_empty() && start.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert_eq!(processes_with(&marker), Vec::<u32>::new(), "{signal}: workers left behind");
+    }
+    Ok(())
+}

@@ -1,0 +1,396 @@
+"""The env worker process of impala-gym: steps Gymnasium envs for one Rust env runner.
+
+Started by `impala-gym` as `python -c <this file> <setup json>`; not a public module.
+
+Protocol (see impala-gym/src/worker.rs, which is the other side):
+- stdout is the reply pipe (the user's prints go to stderr); stdin carries commands.
+- Start-up: this process prints one JSON line: the envs' spaces, or the error that stopped it
+  (with the last frame of the traceback). Then it reads one JSON line naming the shared-memory
+  file and prints `{"ready": true}`.
+- Then fixed-size binary frames only. A command is 16 bytes (op, has_seed, slot, pad, seed):
+  op b"R" resets slot `slot` (seeded when has_seed), b"S" steps it with the action the runner
+  wrote into shared memory, b"Q" quits. A reply is 16 bytes (status, flags, slot, message
+  length, reward): status b"O" ok, b"E" failed (an UTF-8 message of that length follows),
+  b"X" failed and recreated (restart_failed_sub_environments); flags bit 0 terminated, bit 1
+  truncated. Observations go into shared memory as float32.
+- The worker exits when stdin closes (the runner went away) or when its parent process dies,
+  even inside a hung env step (a watchdog thread checks the parent's pid).
+"""
+
+import importlib
+import json
+import mmap
+import os
+import struct
+import sys
+import traceback
+
+COMMAND = struct.Struct("<cBHIQ")
+REPLY = struct.Struct("<cBHId")
+
+
+def exit_with_parent(parent_pid):
+    """Exit as soon as the process that started this one is gone (even if it was SIGKILLed and
+    this process is stuck inside an env step): a watchdog thread checks the parent's pid."""
+    import threading
+    import time
+
+    def watch():
+        while os.getppid() == parent_pid:
+            time.sleep(0.2)
+        os._exit(1)
+
+    if os.getppid() != parent_pid:
+        os._exit(1)
+    threading.Thread(target=watch, name="impala-parent-watchdog", daemon=True).start()
+
+
+def last_frame(exc):
+    """`Type: message (file:line in function)` for the innermost frame of `exc`."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = ""
+    if frames:
+        f = frames[-1]
+        where = f" (at {f.filename}:{f.lineno} in {f.name})"
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return (text + where).replace("\n", " ")
+
+
+def load_entry_point(spec):
+    """`package.module:Name` -> the object, imported from the user's path."""
+    module_name, _, attr = spec.partition(":")
+    module = importlib.import_module(module_name)
+    target = module
+    for part in attr.split("."):
+        target = getattr(target, part)
+    return target
+
+
+def describe(space, np, spaces, flatten):
+    """A space as JSON for the Rust side; `flatten` marks Dict/Tuple flattened to a Box."""
+    if isinstance(space, spaces.Discrete):
+        return {"kind": "discrete", "n": int(space.n), "start": int(space.start)}
+    if isinstance(space, spaces.MultiDiscrete):
+        if np.any(space.start != 0):
+            raise ValueError(f"MultiDiscrete with a non-zero start is not supported: {space}")
+        return {"kind": "multi_discrete", "nvec": [int(n) for n in np.ravel(space.nvec)]}
+    if isinstance(space, spaces.MultiBinary):
+        return {"kind": "multi_discrete", "nvec": [2] * int(np.prod(space.shape))}
+    if isinstance(space, spaces.Box):
+        dtype = np.dtype(space.dtype)
+        low = np.broadcast_to(space.low, space.shape).astype(np.float64)
+        high = np.broadcast_to(space.high, space.shape).astype(np.float64)
+        if dtype == np.uint8:
+            # Images become float32 in [0, 1] on the way to the runner.
+            low, high = low / 255.0, high / 255.0
+        return {
+            "kind": "box",
+            "shape": [int(d) for d in space.shape],
+            "low": [json_float(x) for x in np.ravel(low)],
+            "high": [json_float(x) for x in np.ravel(high)],
+            "dtype": str(dtype),
+            "flattened": flatten,
+        }
+    raise TypeError(f"unsupported space {space!r}")
+
+
+def json_float(x):
+    """JSON has no infinities: unbounded Box bounds travel as the strings "inf" and "-inf"."""
+    x = float(x)
+    if x == float("inf"):
+        return "inf"
+    if x == float("-inf"):
+        return "-inf"
+    return x
+
+
+class ObsWriter:
+    """Writes one observation of `space` as float32 values into a shared-memory row."""
+
+    def __init__(self, space, np, spaces):
+        self.np = np
+        self.spaces = spaces
+        self.space = space
+        self.kind = "plain"
+        if isinstance(space, (spaces.Dict, spaces.Tuple)):
+            self.kind = "flatten"
+            self.flat_space = spaces.flatten_space(space)
+        elif isinstance(space, spaces.Box) and np.dtype(space.dtype) == np.uint8:
+            self.kind = "image"
+        elif isinstance(space, spaces.MultiBinary):
+            self.kind = "ravel"
+
+    def space_json(self):
+        np, spaces = self.np, self.spaces
+        if self.kind == "flatten":
+            return describe(self.flat_space, np, spaces, True)
+        return describe(self.space, np, spaces, False)
+
+    def write(self, obs, row):
+        np = self.np
+        if self.kind == "flatten":
+            row[:] = self.spaces.flatten(self.space, obs)
+        elif self.kind == "image":
+            np.multiply(np.asarray(obs).reshape(-1), 1.0 / 255.0, out=row, casting="unsafe")
+        elif isinstance(self.space, self.spaces.Discrete):
+            row[0] = int(obs) - int(self.space.start)
+        else:
+            row[:] = np.asarray(obs).reshape(-1)
+
+
+class ActionReader:
+    """Turns a float32 shared-memory row into an action of `space` (Box actions are clipped)."""
+
+    def __init__(self, space, np, spaces):
+        self.np = np
+        self.space = space
+        if isinstance(space, spaces.Discrete):
+            self.kind, self.start = "discrete", int(space.start)
+        elif isinstance(space, spaces.MultiDiscrete):
+            self.kind = "multi_discrete"
+        elif isinstance(space, spaces.MultiBinary):
+            self.kind = "multi_binary"
+        elif isinstance(space, spaces.Box):
+            self.kind = "box"
+            self.low = np.broadcast_to(space.low, space.shape)
+            self.high = np.broadcast_to(space.high, space.shape)
+        else:
+            raise TypeError(f"unsupported action space {space!r}")
+
+    def read(self, row):
+        np = self.np
+        if self.kind == "discrete":
+            return int(row[0]) + self.start
+        if self.kind == "multi_discrete":
+            return row.astype(np.int64).reshape(self.space.shape)
+        if self.kind == "multi_binary":
+            return row.astype(np.int8).reshape(self.space.shape)
+        action = np.clip(row.reshape(self.space.shape), self.low, self.high)
+        return action.astype(self.space.dtype)
+
+
+class Envs:
+    """`count` Gymnasium envs stepped one command at a time."""
+
+    def __init__(self, setup, np, gym):
+        self.np, self.gym, self.setup = np, gym, setup
+        self.envs = [self.make() for _ in range(setup["count"])]
+        self.observation_space = self.envs[0].observation_space
+        self.action_space = self.envs[0].action_space
+        spec = getattr(self.envs[0], "spec", None)
+        self.max_episode_steps = getattr(spec, "max_episode_steps", None) if spec else None
+
+    def make(self):
+        setup, gym = self.setup, self.gym
+        kwargs = dict(setup.get("env_config") or {})
+        target = setup["env"]
+        if ":" in target and not target.startswith("ALE/"):
+            creator = load_entry_point(target)
+            if isinstance(creator, type) and issubclass(creator, gym.Env):
+                env = creator(**kwargs) if kwargs else creator()
+            elif callable(creator):
+                env = creator(kwargs) if _takes_config(creator) else creator(**kwargs)
+            else:
+                raise TypeError(f"{target} is neither a gymnasium.Env subclass nor a callable")
+            limit = kwargs.get("max_episode_steps")
+            if limit:
+                env = gym.wrappers.TimeLimit(env, int(limit))
+            return env
+        return gym.make(target, **kwargs)
+
+    def reset(self, slot, seed):
+        obs, _ = self.envs[slot].reset(seed=seed)
+        return obs
+
+    def step(self, slot, action):
+        obs, reward, terminated, truncated, _ = self.envs[slot].step(action)
+        return obs, float(reward), bool(terminated), bool(truncated)
+
+    def recreate(self, slot):
+        try:
+            self.envs[slot].close()
+        except Exception:
+            pass
+        self.envs[slot] = self.make()
+
+
+def _takes_config(creator):
+    """RLlib's env creators take one `env_config` dict; classes take keyword arguments."""
+    import inspect
+
+    try:
+        params = list(inspect.signature(creator).parameters.values())
+    except (TypeError, ValueError):
+        return False
+    positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) == 1 and not any(p.kind == p.VAR_KEYWORD for p in params)
+
+
+class AtariEnvs:
+    """`count` Atari games in one ale-py `AtariVectorEnv`, stepped all together.
+
+    The runner steps every env of a worker in lock-step, so steps are gathered until every slot
+    asked; the vector env resets finished envs in the same step (their reset observation is
+    answered on the runner's next reset of that slot).
+    """
+
+    def __init__(self, setup, np, gym):
+        import ale_py
+
+        self.np = np
+        self.count = setup["count"]
+        kwargs = dict(setup.get("env_config") or {})
+        game = setup["env"].split("/", 1)[1].split("-", 1)[0]
+        game = "".join("_" + c.lower() if c.isupper() else c for c in game).lstrip("_")
+        kwargs.setdefault("autoreset_mode", "SameStep")
+        # Rewards are clipped by the runner (`clip_rewards`), so episode returns stay unclipped.
+        kwargs.setdefault("reward_clipping", False)
+        self.vec = ale_py.AtariVectorEnv(game, num_envs=self.count, **kwargs)
+        single_obs = self.vec.single_observation_space
+        # AtariVectorEnv stacks frames first ([stack, H, W]); the CNN wants [H, W, stack].
+        stack, h, w = single_obs.shape[0], single_obs.shape[1], single_obs.shape[2]
+        self.observation_space = gym.spaces.Box(0, 255, (h, w, stack), np.uint8)
+        self.action_space = self.vec.single_action_space
+        self.max_episode_steps = None
+        self.actions = np.zeros(self.count, dtype=np.int64)
+        self.pending_steps = set()
+        self.obs = None
+        self.reset_obs = {}
+        self.results = None
+
+    def hwc(self, obs):
+        return self.np.moveaxis(obs, 0, -1)
+
+    def reset(self, slot, seed):
+        if slot in self.reset_obs:
+            return self.reset_obs.pop(slot)
+        obs, _ = self.vec.reset(seed=seed)
+        self.reset_obs = {i: self.hwc(obs[i]) for i in range(self.count) if i != slot}
+        return self.hwc(obs[slot])
+
+    def gather_step(self, slot, action):
+        """Records `slot`'s action; returns True once every slot has one."""
+        self.actions[slot] = action
+        self.pending_steps.add(slot)
+        return len(self.pending_steps) == self.count
+
+    def step_all(self):
+        self.pending_steps.clear()
+        obs, rewards, terms, truncs, info = self.vec.step(self.actions)
+        final = info.get("final_obs") if isinstance(info, dict) else None
+        results = []
+        for i in range(self.count):
+            done = bool(terms[i]) or bool(truncs[i])
+            if done:
+                self.reset_obs[i] = self.hwc(obs[i])
+                last = final[i] if final is not None else obs[i]
+            else:
+                last = obs[i]
+            results.append((self.hwc(last), float(rewards[i]), bool(terms[i]), bool(truncs[i])))
+        return results
+
+    def recreate(self, slot):
+        raise RuntimeError("an Atari vector env cannot recreate one of its envs")
+
+
+def main():
+    setup = json.loads(sys.argv[1])
+    exit_with_parent(setup["parent_pid"])
+    replies = os.fdopen(os.dup(1), "wb", buffering=0)
+    os.dup2(2, 1)  # the user's prints must not reach the reply pipe
+    sys.stdout = sys.stderr
+    for path in reversed(setup.get("sys_path", [])):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+
+    def hello(message):
+        replies.write((json.dumps(message) + "\n").encode())
+
+    try:
+        import numpy as np
+        import gymnasium as gym
+        from gymnasium import spaces
+
+        if setup["env"].startswith("ALE/"):
+            import ale_py
+
+            gym.register_envs(ale_py)
+        atari = setup.get("atari_vector", False)
+        envs = (AtariEnvs if atari else Envs)(setup, np, gym)
+        writer = ObsWriter(envs.observation_space, np, spaces)
+        reader = ActionReader(envs.action_space, np, spaces)
+        hello(
+            {
+                "observation_space": writer.space_json(),
+                "action_space": describe(envs.action_space, np, spaces, False),
+                "max_episode_steps": envs.max_episode_steps,
+            }
+        )
+    except BaseException as exc:  # noqa: BLE001 - everything must reach the runner
+        hello({"error": last_frame(exc)})
+        return 1
+
+    line = sys.stdin.buffer.readline()
+    if not line:
+        return 0
+    shm = json.loads(line)
+    count, obs_dim, act_dim = setup["count"], shm["obs_dim"], shm["action_dim"]
+    with open(shm["path"], "r+b") as f:
+        region = mmap.mmap(f.fileno(), shm["size"])
+    obs_rows = np.ndarray((count, obs_dim), np.float32, buffer=region, offset=0)
+    act_rows = np.ndarray((count, act_dim), np.float32, buffer=region, offset=count * obs_dim * 4)
+    hello({"ready": True})
+
+    restart_sub_envs = setup.get("restart_failed_sub_environments", False)
+    stdin = sys.stdin.buffer.raw
+    pending = b""
+    while True:
+        chunk = os.read(stdin.fileno(), 1 << 16)
+        if not chunk:
+            return 0
+        pending += chunk
+        out = []
+        while len(pending) >= COMMAND.size:
+            op, has_seed, slot, _, seed = COMMAND.unpack_from(pending)
+            pending = pending[COMMAND.size :]
+            if op == b"Q":
+                replies.write(b"".join(out))
+                return 0
+            try:
+                if op == b"R":
+                    obs = envs.reset(slot, int(seed) if has_seed else None)
+                    writer.write(obs, obs_rows[slot])
+                    out.append(REPLY.pack(b"O", 0, slot, 0, 0.0))
+                elif op == b"S":
+                    action = reader.read(act_rows[slot])
+                    if isinstance(envs, AtariEnvs):
+                        if envs.gather_step(slot, action):
+                            for i, (obs, reward, term, trunc) in enumerate(envs.step_all()):
+                                writer.write(obs, obs_rows[i])
+                                flags = int(term) | (int(trunc) << 1)
+                                out.append(REPLY.pack(b"O", flags, i, 0, reward))
+                        continue
+                    obs, reward, term, trunc = envs.step(slot, action)
+                    writer.write(obs, obs_rows[slot])
+                    flags = int(term) | (int(trunc) << 1)
+                    out.append(REPLY.pack(b"O", flags, slot, 0, reward))
+                else:
+                    raise ValueError(f"unknown command {op!r}")
+            except Exception as exc:  # noqa: BLE001 - a failing env is reported, not fatal
+                message = last_frame(exc).encode("utf-8", "replace")
+                status = b"E"
+                if restart_sub_envs:
+                    try:
+                        envs.recreate(slot)
+                        status = b"X"
+                    except Exception as again:  # noqa: BLE001
+                        message += b"; recreating it failed too: " + last_frame(again).encode(
+                            "utf-8", "replace"
+                        )
+                out.append(REPLY.pack(status, 0, slot, len(message), 0.0) + message)
+        if out:
+            replies.write(b"".join(out))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

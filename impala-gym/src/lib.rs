@@ -1,0 +1,270 @@
+//! Python Gymnasium environments for impala-rs, stepped in env worker processes.
+//!
+//! Any Gymnasium id (`LunarLander-v3`, `ALE/Pong-v5`), or a user's own env written as
+//! Gymnasium's entry point `package.module:ClassName` (its `env_config` passed as keyword
+//! arguments, RLlib's convention), becomes an [`impala_core::Env`]: a [`GymEnv`]. Each env
+//! worker is a Python process hosting one or more envs; it exchanges observations and actions
+//! with the runner through shared memory and gets 16-byte commands over a pipe, so nothing is
+//! pickled per step. A vector of [`GymEnv`]s steps its workers in parallel
+//! ([`impala_core::Env::begin_step`]).
+//!
+//! - Spaces come from the env: `Box` observations of any shape and dtype (uint8 images become
+//!   float32 in `[0, 1]`), `Discrete` and `MultiDiscrete` observations (as indices), `Dict` and
+//!   `Tuple` observations flattened by `gymnasium.spaces.flatten` (Dict keys in the space's
+//!   order, Discrete parts one-hot); `Discrete`, `MultiDiscrete`, `MultiBinary` and `Box`
+//!   actions (Box actions clipped to their bounds).
+//! - `ALE/<Game>-v5` runs in ale-py's `AtariVectorEnv` with IMPALA's preprocessing (noop
+//!   reset, frameskip 4 with max-pool, 84x84 grayscale, 4 stacked frames as `[84, 84, 4]`,
+//!   fire reset; episodic life off unless `env_config.episodic_life = true`); rewards stay
+//!   unclipped, so the runner's `clip_rewards` clips them and episode returns are the game's.
+//! - Faults: a Python exception in `reset` or `step`, a worker that dies, or one that does not
+//!   answer within `sample_timeout_s` (it is killed) is an error of the env, which the runner
+//!   group treats as a failed env runner. With `restart_failed_sub_environments` the worker
+//!   recreates only the env that raised, and its episode ends truncated at its last
+//!   observation.
+//! - Workers never outlive the process that started them: they exit when their command pipe
+//!   closes or when their parent process is gone (a watchdog thread checks every 0.2 s).
+//!
+//! ```no_run
+//! use impala_core::Env;
+//! use impala_gym::{GymEnvPool, GymSettings};
+//!
+//! let pool = GymEnvPool::new(GymSettings::new("CartPole-v1"));
+//! let mut env = pool.make(0, 0, 0)?; // runner 0, first incarnation, env 0
+//! let mut obs = vec![0.0; 4];
+//! env.reset(Some(0), &mut obs)?;
+//! let outcome = env.step(&[1.0], &mut obs)?;
+//! assert_eq!(outcome.reward, 1.0);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod error;
+mod shm;
+mod worker;
+
+use std::collections::{BTreeMap, HashMap};
+use std::num::NonZeroUsize;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::thread::ThreadId;
+use std::time::Duration;
+
+use impala_core::{CoreError, Env, EnvSpec, StepOutcome};
+
+pub use error::{GymError, Result};
+use worker::{EnvWorker, Op, Reply};
+
+/// The environment variable that names the Python interpreter (after the config's
+/// `python_executable`).
+pub const PYTHON_ENV_VAR: &str = "IMPALA_PYTHON";
+
+/// How Python envs are started.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GymSettings {
+    /// A Gymnasium id or an entry point `package.module:Name` (a `gymnasium.Env` subclass, or
+    /// a creator taking the `env_config` dict as RLlib's env creators do).
+    pub env: String,
+    /// Keyword arguments of the env (`gymnasium.make(id, **env_config)`).
+    pub env_config: BTreeMap<String, serde_json::Value>,
+    /// The interpreter ([`default_python`] unless the config names one).
+    pub python: PathBuf,
+    /// Envs per runner (`num_envs_per_env_runner`), which sizes a runner's last worker.
+    pub num_envs: NonZeroUsize,
+    /// Envs hosted by one worker process (`num_envs_per_env_worker`).
+    pub envs_per_worker: NonZeroUsize,
+    /// How long a worker may take to start or answer (`sample_timeout_s`).
+    pub timeout: Duration,
+    /// Recreate only the env that raised (RLlib's `restart_failed_sub_environments`).
+    pub restart_failed_sub_environments: bool,
+    /// Folders put first on the workers' `sys.path` (the working directory by default), so a
+    /// user's module imports as it would from a script there.
+    pub sys_path: Vec<PathBuf>,
+}
+
+impl GymSettings {
+    /// One env per worker and runner, the default interpreter, a 60 s timeout (RLlib's
+    /// `sample_timeout_s`), the working directory on `sys.path`.
+    pub fn new(env: impl Into<String>) -> Self {
+        GymSettings {
+            env: env.into(),
+            env_config: BTreeMap::new(),
+            python: default_python(),
+            num_envs: NonZeroUsize::MIN,
+            envs_per_worker: NonZeroUsize::MIN,
+            timeout: Duration::from_secs(60),
+            restart_failed_sub_environments: false,
+            sys_path: std::env::current_dir().into_iter().collect(),
+        }
+    }
+
+    /// Whether this is an Atari game (`ALE/...`), stepped in ale-py's `AtariVectorEnv`.
+    pub fn is_atari(&self) -> bool {
+        self.env.starts_with("ALE/")
+    }
+}
+
+/// The interpreter Python envs run in: `$IMPALA_PYTHON`, else the project's `.venv/bin/python`
+/// (the one `./dev setup` made, found from where this crate was built), else `python3`.
+pub fn default_python() -> PathBuf {
+    if let Some(python) = std::env::var_os(PYTHON_ENV_VAR).filter(|p| !p.is_empty()) {
+        return PathBuf::from(python);
+    }
+    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
+    if venv.exists() {
+        return venv;
+    }
+    PathBuf::from("python3")
+}
+
+/// Which worker a runner's env belongs to: the building thread, the runner, its incarnation
+/// and the env's group of `envs_per_worker`.
+type WorkerKey = (ThreadId, usize, u64, usize);
+
+/// Starts env workers and hands out the [`GymEnv`]s they host; envs of one runner share a
+/// worker `envs_per_worker` at a time.
+#[derive(Debug)]
+pub struct GymEnvPool {
+    settings: GymSettings,
+    workers: Mutex<HashMap<WorkerKey, Weak<Mutex<EnvWorker>>>>,
+}
+
+impl GymEnvPool {
+    /// A pool for `settings`; no worker starts before [`GymEnvPool::make`].
+    pub fn new(settings: GymSettings) -> Self {
+        GymEnvPool { settings, workers: Mutex::new(HashMap::new()) }
+    }
+
+    /// The settings.
+    pub fn settings(&self) -> &GymSettings {
+        &self.settings
+    }
+
+    /// Env `env_index` of incarnation `incarnation` of runner `runner_index`. The first env of
+    /// each group of `envs_per_worker` starts a worker for the group; the others join it.
+    pub fn make(&self, runner_index: usize, incarnation: u64, env_index: usize) -> Result<GymEnv> {
+        let per_worker = self.settings.envs_per_worker.get();
+        let (group, slot) = (env_index / per_worker, env_index % per_worker);
+        let key = (std::thread::current().id(), runner_index, incarnation, group);
+        let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
+        workers.retain(|_, w| w.strong_count() > 0);
+        let existing = workers.get(&key).and_then(Weak::upgrade).filter(|w| {
+            let w = w.lock().unwrap_or_else(PoisonError::into_inner);
+            slot > 0 && slot < w.count()
+        });
+        let (worker, slot) = match existing {
+            Some(worker) => (worker, slot),
+            None => {
+                // Also when an env is built without its group's first env: it takes slot 0.
+                let count = (self.settings.num_envs.get().saturating_sub(group * per_worker))
+                    .clamp(1, per_worker);
+                let worker = Arc::new(Mutex::new(EnvWorker::spawn(&self.settings, count)?));
+                workers.insert(key, Arc::downgrade(&worker));
+                (worker, 0)
+            }
+        };
+        let spec = worker.lock().unwrap_or_else(PoisonError::into_inner).spec().clone();
+        Ok(GymEnv { worker, slot, spec, stepping: false })
+    }
+
+    /// The env's spec, from a worker with one env that stops at once.
+    pub fn probe(&self) -> Result<EnvSpec> {
+        Ok(EnvWorker::spawn(&self.settings, 1)?.spec().clone())
+    }
+}
+
+/// One Python env, hosted by an env worker process (see the crate docs).
+#[derive(Debug)]
+pub struct GymEnv {
+    worker: Arc<Mutex<EnvWorker>>,
+    slot: usize,
+    spec: EnvSpec,
+    /// A step was begun and its reply not yet taken.
+    stepping: bool,
+}
+
+impl GymEnv {
+    /// The process id of the worker hosting this env.
+    pub fn worker_pid(&self) -> u32 {
+        self.worker().pid()
+    }
+
+    fn worker(&self) -> std::sync::MutexGuard<'_, EnvWorker> {
+        self.worker.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn outcome(&mut self, reply: Reply, obs: &mut [f32]) -> Result<StepOutcome> {
+        match reply {
+            Reply::Ok { reward, terminated, truncated } => {
+                self.worker().read_obs(self.slot, obs);
+                Ok(StepOutcome { reward, terminated, truncated })
+            }
+            Reply::Failed { message, recreated: true } => {
+                tracing::warn!(
+                    "env `{}` raised in Python ({message}); recreated it \
+                     (restart_failed_sub_environments) and ended its episode",
+                    self.spec.id
+                );
+                // The row still holds the last observation the env returned.
+                self.worker().read_obs(self.slot, obs);
+                Ok(StepOutcome { reward: 0.0, terminated: false, truncated: true })
+            }
+            Reply::Failed { message, recreated: false } => {
+                Err(GymError::EnvFailed { env: self.spec.id.clone(), message })
+            }
+        }
+    }
+}
+
+impl Env for GymEnv {
+    fn spec(&self) -> &EnvSpec {
+        &self.spec
+    }
+
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> impala_core::Result<()> {
+        let slot = self.slot;
+        let stale = std::mem::take(&mut self.stepping);
+        let mut worker = self.worker();
+        if stale {
+            // A step begun before an error elsewhere: its reply is stale.
+            worker.wait(slot, "finish a step")?;
+        }
+        worker.send(Op::Reset, slot, seed, &[])?;
+        let reply = worker.wait(slot, "reset")?;
+        drop(worker);
+        match reply {
+            Reply::Ok { .. } => {
+                self.worker().read_obs(slot, obs);
+                Ok(())
+            }
+            Reply::Failed { message, .. } => {
+                Err(GymError::EnvFailed { env: self.spec.id.clone(), message }.into())
+            }
+        }
+    }
+
+    fn step(&mut self, action: &[f32], obs: &mut [f32]) -> impala_core::Result<StepOutcome> {
+        self.begin_step(action)?;
+        self.finish_step(obs)
+    }
+
+    fn begin_step(&mut self, action: &[f32]) -> impala_core::Result<bool> {
+        // Box actions out of bounds are clipped by the worker; wrong sizes, non-finite values
+        // and invalid indices are refused here.
+        self.spec.action_space.check_action(action)?;
+        let slot = self.slot;
+        self.worker().send(Op::Step, slot, None, action)?;
+        self.stepping = true;
+        Ok(true)
+    }
+
+    fn finish_step(&mut self, obs: &mut [f32]) -> impala_core::Result<StepOutcome> {
+        if !std::mem::take(&mut self.stepping) {
+            return Err(CoreError::Env {
+                env: self.spec.id.clone(),
+                reason: "finish_step without a step begun by begin_step".into(),
+            });
+        }
+        let reply = self.worker().wait(self.slot, "step")?;
+        Ok(self.outcome(reply, obs)?)
+    }
+}

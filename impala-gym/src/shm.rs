@@ -1,0 +1,111 @@
+//! The shared memory between a runner and one env worker: per env slot, a row of observation
+//! values and a row of action values, all `f32`.
+//!
+//! This is the crate's only `unsafe` code: mapping a file that another process writes.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+
+use memmap2::MmapMut;
+
+/// Where each slot's rows live: `[count, obs_dim]` observations, then `[count, action_dim]`
+/// actions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Layout {
+    pub count: usize,
+    pub obs_dim: usize,
+    pub action_dim: usize,
+}
+
+impl Layout {
+    /// Bytes of the whole region.
+    pub fn size(&self) -> usize {
+        4 * self.count * (self.obs_dim + self.action_dim)
+    }
+
+    fn obs_offset(&self, slot: usize) -> usize {
+        4 * slot * self.obs_dim
+    }
+
+    fn action_offset(&self, slot: usize) -> usize {
+        4 * (self.count * self.obs_dim + slot * self.action_dim)
+    }
+}
+
+/// A mapped file in `/dev/shm` (or the temp folder where there is none). The file is removed
+/// as soon as the worker has mapped it too ([`SharedRegion::unlink`]), so nothing is left behind
+/// when either process dies.
+pub(crate) struct SharedRegion {
+    map: MmapMut,
+    layout: Layout,
+    path: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for SharedRegion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedRegion")
+            .field("layout", &self.layout)
+            .field("path", &self.path)
+            .finish()
+    }
+}
+
+impl SharedRegion {
+    /// Creates and maps a zeroed region for `layout`.
+    pub fn create(layout: Layout) -> std::io::Result<Self> {
+        let folder = Path::new("/dev/shm");
+        let folder = if folder.is_dir() { folder.to_path_buf() } else { std::env::temp_dir() };
+        let file = tempfile::Builder::new().prefix("impala-gym-").tempfile_in(folder)?;
+        let (file, path) = file.keep().map_err(|e| e.error)?;
+        file.set_len(layout.size().max(1) as u64)?;
+        let map = map(&file)?;
+        Ok(SharedRegion { map, layout, path: Some(path) })
+    }
+
+    /// The file's path, for the worker to open.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
+    }
+
+    /// Removes the file (the mappings stay valid).
+    pub fn unlink(&mut self) {
+        if let Some(path) = self.path.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+
+    /// Copies slot `slot`'s observation row into `out` (`obs_dim` values).
+    pub fn read_obs(&self, slot: usize, out: &mut [f32]) {
+        let n = self.layout.obs_dim.min(out.len());
+        let bytes = &self.map[self.layout.obs_offset(slot)..][..4 * n];
+        for (v, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+            *v = f32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+        }
+    }
+
+    /// Writes `action` (`action_dim` values) into slot `slot`'s action row.
+    pub fn write_action(&mut self, slot: usize, action: &[f32]) {
+        let n = self.layout.action_dim.min(action.len());
+        let offset = self.layout.action_offset(slot);
+        let bytes = &mut self.map[offset..][..4 * n];
+        for (b, v) in bytes.chunks_exact_mut(4).zip(action) {
+            b.copy_from_slice(&v.to_ne_bytes());
+        }
+    }
+}
+
+impl Drop for SharedRegion {
+    fn drop(&mut self) {
+        self.unlink();
+    }
+}
+
+#[allow(unsafe_code)]
+fn map(file: &File) -> std::io::Result<MmapMut> {
+    // SAFETY: the file was just created under a unique name by this process and is shared with
+    // exactly one worker, which (by the protocol in worker.rs) writes a slot's observation row
+    // only between a command for that slot and its reply, and never writes action rows. The
+    // runner reads a row only after that reply and writes a slot's action row only before its
+    // next command, so neither side reads bytes the other is writing. The file is never resized.
+    unsafe { MmapMut::map_mut(file) }
+}

@@ -1,0 +1,536 @@
+//! One env worker process: its start-up handshake and the fixed-size frames that drive it.
+//!
+//! The other side is `python/impala_gym_worker.py`, whose docstring describes the protocol.
+//! Commands and replies are 16-byte frames on the worker's stdin and stdout; observations and
+//! actions are in a [`SharedRegion`]. Every read has a deadline (`sample_timeout_s`): a worker
+//! that does not answer is killed.
+
+use std::io::{Read, Write};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use impala_core::{EnvSpec, Space};
+use serde::Deserialize;
+
+use crate::shm::{Layout, SharedRegion};
+use crate::{GymError, GymSettings, Result};
+
+/// The worker's Python source, run with `python -c`.
+const WORKER_SOURCE: &str = include_str!("../python/impala_gym_worker.py");
+
+/// Bytes of a command or reply frame.
+const FRAME: usize = 16;
+
+/// Largest error message a worker may send (longer ones are a protocol error).
+const MAX_MESSAGE: usize = 64 * 1024;
+
+/// How long a worker gets to exit after `Q` before it is killed.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+
+/// What a worker answered for one slot.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Reply {
+    /// Done; for steps, the reward and flags.
+    Ok { reward: f64, terminated: bool, truncated: bool },
+    /// The env raised; with `restart_failed_sub_environments` the worker recreated it.
+    Failed { message: String, recreated: bool },
+}
+
+/// The commands a runner sends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Op {
+    Reset,
+    Step,
+}
+
+/// A running worker hosting `layout.count` envs.
+pub(crate) struct EnvWorker {
+    env: String,
+    child: Child,
+    commands: Option<ChildStdin>,
+    replies: ChildStdout,
+    pending: Vec<u8>,
+    /// Replies that arrived for other slots than the one being waited for.
+    ready: Vec<Option<Reply>>,
+    shm: SharedRegion,
+    spec: EnvSpec,
+    timeout: Duration,
+    /// Why the worker is unusable, once it is (every later call fails with this).
+    broken: Option<String>,
+}
+
+impl std::fmt::Debug for EnvWorker {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EnvWorker")
+            .field("env", &self.env)
+            .field("pid", &self.child.id())
+            .field("slots", &self.ready.len())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The space descriptions a worker sends at start-up.
+#[derive(Debug, Deserialize)]
+struct Hello {
+    error: Option<String>,
+    observation_space: Option<SpaceJson>,
+    action_space: Option<SpaceJson>,
+    max_episode_steps: Option<usize>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+enum SpaceJson {
+    Discrete { n: usize },
+    MultiDiscrete { nvec: Vec<usize> },
+    Box { shape: Vec<usize>, low: Vec<Bound>, high: Vec<Bound> },
+}
+
+/// A Box bound: a number, or `"inf"` / `"-inf"` (JSON has no infinities).
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Bound {
+    Number(f64),
+    Text(String),
+}
+
+impl Bound {
+    fn value(&self) -> Option<f32> {
+        match self {
+            Bound::Number(x) => Some(*x as f32),
+            Bound::Text(t) if t == "inf" => Some(f32::INFINITY),
+            Bound::Text(t) if t == "-inf" => Some(f32::NEG_INFINITY),
+            Bound::Text(_) => None,
+        }
+    }
+}
+
+impl EnvWorker {
+    /// Starts a worker with `count` envs and waits (up to the timeout) for its spaces.
+    pub fn spawn(settings: &GymSettings, count: usize) -> Result<Self> {
+        let env = settings.env.clone();
+        let setup = serde_json::json!({
+            "env": settings.env,
+            "env_config": settings.env_config,
+            "count": count,
+            "parent_pid": std::process::id(),
+            "sys_path": settings.sys_path,
+            "restart_failed_sub_environments": settings.restart_failed_sub_environments,
+            "atari_vector": settings.is_atari(),
+        });
+        let mut child = Command::new(&settings.python)
+            .arg("-c")
+            .arg(WORKER_SOURCE)
+            .arg(setup.to_string())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| GymError::PythonNotFound {
+                python: settings.python.display().to_string(),
+                env: env.clone(),
+                reason: e.to_string(),
+            })?;
+        let (Some(commands), Some(replies)) = (child.stdin.take(), child.stdout.take()) else {
+            let _ = child.kill();
+            return Err(GymError::Protocol { env, reason: "no pipes to the worker".into() });
+        };
+        // A worker that fails below is killed when `starting` drops.
+        let mut starting = Starting { child: Some(child) };
+        let deadline = Instant::now() + settings.timeout;
+        let mut io = LineReader {
+            env: env.clone(),
+            timeout: settings.timeout,
+            replies,
+            pending: Vec::new(),
+        };
+        let pid = starting.pid();
+        let line = io.line(deadline, pid, "start the env", &mut starting)?;
+        let hello: Hello = serde_json::from_str(&line).map_err(|e| GymError::Protocol {
+            env: env.clone(),
+            reason: format!("bad start-up line {line:?}: {e}"),
+        })?;
+        if let Some(message) = hello.error {
+            return Err(creation_error(settings, message));
+        }
+        let spec = spec_from(settings, hello)?;
+        let layout = Layout {
+            count,
+            obs_dim: spec.observation_space.flat_dim().max(1),
+            action_dim: spec.action_space.flat_dim(),
+        };
+        let io_error = |what: &'static str| {
+            let env = env.clone();
+            move |source| GymError::Io { env, what, source }
+        };
+        let mut shm = SharedRegion::create(layout).map_err(io_error("create shared memory"))?;
+        let shm_line = serde_json::json!({
+            "path": shm.path(),
+            "size": layout.size(),
+            "obs_dim": layout.obs_dim,
+            "action_dim": layout.action_dim,
+        });
+        let mut commands = commands;
+        writeln!(commands, "{shm_line}").map_err(io_error("send the shared memory"))?;
+        let ready = io.line(deadline, pid, "map shared memory", &mut starting)?;
+        if !ready.contains("\"ready\"") {
+            return Err(GymError::Protocol {
+                env: env.clone(),
+                reason: format!("expected ready, got {ready:?}"),
+            });
+        }
+        shm.unlink();
+        let LineReader { replies, pending, .. } = io;
+        let child = starting.child.take().ok_or_else(|| GymError::Protocol {
+            env: env.clone(),
+            reason: "worker lost during start-up".into(),
+        })?;
+        Ok(EnvWorker {
+            env,
+            child,
+            commands: Some(commands),
+            replies,
+            pending,
+            ready: vec![None; count],
+            shm,
+            spec,
+            timeout: settings.timeout,
+            broken: None,
+        })
+    }
+
+    /// The envs' spec (the same for every slot).
+    pub fn spec(&self) -> &EnvSpec {
+        &self.spec
+    }
+
+    /// The worker's process id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// How many envs this worker hosts.
+    pub fn count(&self) -> usize {
+        self.ready.len()
+    }
+
+    /// Sends `op` for `slot`; for steps, `action` goes into shared memory first.
+    pub fn send(&mut self, op: Op, slot: usize, seed: Option<u64>, action: &[f32]) -> Result<()> {
+        self.usable()?;
+        if op == Op::Step {
+            self.shm.write_action(slot, action);
+        }
+        let mut frame = [0u8; FRAME];
+        frame[0] = match op {
+            Op::Reset => b'R',
+            Op::Step => b'S',
+        };
+        frame[1] = u8::from(seed.is_some());
+        frame[2..4].copy_from_slice(&(slot as u16).to_le_bytes());
+        frame[8..16].copy_from_slice(&seed.unwrap_or(0).to_le_bytes());
+        let written = match self.commands.as_mut() {
+            Some(commands) => commands.write_all(&frame),
+            None => Err(std::io::ErrorKind::BrokenPipe.into()),
+        };
+        if written.is_err() {
+            return Err(self.died());
+        }
+        Ok(())
+    }
+
+    /// Waits for `slot`'s reply (replies for other slots are kept for their callers).
+    pub fn wait(&mut self, slot: usize, what: &'static str) -> Result<Reply> {
+        self.usable()?;
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            if let Some(reply) = self.ready.get_mut(slot).and_then(Option::take) {
+                return Ok(reply);
+            }
+            let (got, reply) = self.next_reply(deadline, what)?;
+            if got >= self.ready.len() {
+                return Err(self.protocol(format!("reply for slot {got} of {}", self.ready.len())));
+            }
+            self.ready[got] = Some(reply);
+        }
+    }
+
+    /// Copies `slot`'s observation into `obs`.
+    pub fn read_obs(&self, slot: usize, obs: &mut [f32]) {
+        self.shm.read_obs(slot, obs);
+    }
+
+    fn usable(&self) -> Result<()> {
+        match &self.broken {
+            None => Ok(()),
+            Some(reason) => Err(GymError::WorkerDied {
+                env: self.env.clone(),
+                pid: self.child.id(),
+                status: reason.clone(),
+            }),
+        }
+    }
+
+    fn next_reply(&mut self, deadline: Instant, what: &'static str) -> Result<(usize, Reply)> {
+        self.fill(FRAME, deadline, what)?;
+        let frame: [u8; FRAME] =
+            self.pending[..FRAME].try_into().map_err(|_| self.protocol("short frame".into()))?;
+        let slot = usize::from(u16::from_le_bytes([frame[2], frame[3]]));
+        let len = u32::from_le_bytes([frame[4], frame[5], frame[6], frame[7]]) as usize;
+        let reward = f64::from_le_bytes(frame[8..16].try_into().unwrap_or([0; 8]));
+        let reply = match frame[0] {
+            b'O' => {
+                self.pending.drain(..FRAME);
+                Reply::Ok { reward, terminated: frame[1] & 1 != 0, truncated: frame[1] & 2 != 0 }
+            }
+            status @ (b'E' | b'X') => {
+                if len > MAX_MESSAGE {
+                    return Err(self.protocol(format!("error message of {len} bytes")));
+                }
+                self.fill(FRAME + len, deadline, what)?;
+                let message =
+                    String::from_utf8_lossy(&self.pending[FRAME..FRAME + len]).into_owned();
+                self.pending.drain(..FRAME + len);
+                Reply::Failed { message, recreated: status == b'X' }
+            }
+            other => return Err(self.protocol(format!("unknown reply status {other:#04x}"))),
+        };
+        Ok((slot, reply))
+    }
+
+    /// Reads until `pending` holds at least `n` bytes.
+    fn fill(&mut self, n: usize, deadline: Instant, what: &'static str) -> Result<()> {
+        let mut chunk = [0u8; 1 << 14];
+        while self.pending.len() < n {
+            match wait_readable(&self.replies, deadline) {
+                Ok(true) => {}
+                Ok(false) => return Err(self.timed_out(what)),
+                Err(source) => {
+                    return Err(GymError::Io {
+                        env: self.env.clone(),
+                        what: "wait for the worker",
+                        source,
+                    })
+                }
+            }
+            match self.replies.read(&mut chunk) {
+                Ok(0) => return Err(self.died()),
+                Ok(k) => self.pending.extend_from_slice(&chunk[..k]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return Err(self.died()),
+            }
+        }
+        Ok(())
+    }
+
+    fn timed_out(&mut self, what: &'static str) -> GymError {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let seconds = self.timeout.as_secs_f64();
+        self.broken = Some(format!("killed after not answering within {seconds} s"));
+        GymError::Timeout { env: self.env.clone(), pid: self.child.id(), seconds, what }
+    }
+
+    fn died(&mut self) -> GymError {
+        // The pipe closed: the process is gone or going; reap it for its status.
+        let status = wait_briefly(&mut self.child, EXIT_GRACE);
+        self.broken = Some(status.clone());
+        GymError::WorkerDied { env: self.env.clone(), pid: self.child.id(), status }
+    }
+
+    fn protocol(&mut self, reason: String) -> GymError {
+        let _ = self.child.kill();
+        self.broken = Some(format!("killed after a protocol error: {reason}"));
+        GymError::Protocol { env: self.env.clone(), reason }
+    }
+}
+
+impl Drop for EnvWorker {
+    fn drop(&mut self) {
+        if let Some(mut commands) = self.commands.take() {
+            let mut quit = [0u8; FRAME];
+            quit[0] = b'Q';
+            let _ = commands.write_all(&quit);
+            // Dropping stdin closes it: a worker waiting for commands sees EOF and exits.
+        }
+        wait_briefly(&mut self.child, EXIT_GRACE);
+    }
+}
+
+/// Waits up to `grace` for `child` to exit, then kills it; returns its status, described.
+fn wait_briefly(child: &mut Child, grace: Duration) -> String {
+    let until = Instant::now() + grace;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return status.to_string(),
+            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(5)),
+            _ => {
+                let _ = child.kill();
+                return child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
+            }
+        }
+    }
+}
+
+/// A worker being started: killed and reaped if start-up fails.
+struct Starting {
+    child: Option<Child>,
+}
+
+impl Starting {
+    fn pid(&self) -> u32 {
+        self.child.as_ref().map_or(0, Child::id)
+    }
+
+    /// The exit status of a worker that stopped during start-up.
+    fn status(&mut self) -> String {
+        self.child.as_mut().map_or_else(String::new, |c| wait_briefly(c, EXIT_GRACE))
+    }
+}
+
+impl Drop for Starting {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Reads the JSON lines of the start-up handshake.
+struct LineReader {
+    env: String,
+    timeout: Duration,
+    replies: ChildStdout,
+    pending: Vec<u8>,
+}
+
+impl LineReader {
+    fn line(
+        &mut self,
+        deadline: Instant,
+        pid: u32,
+        what: &'static str,
+        starting: &mut Starting,
+    ) -> Result<String> {
+        let mut chunk = [0u8; 4096];
+        loop {
+            if let Some(end) = self.pending.iter().position(|&b| b == b'\n') {
+                let line = String::from_utf8_lossy(&self.pending[..end]).into_owned();
+                self.pending.drain(..=end);
+                return Ok(line);
+            }
+            if self.pending.len() > MAX_MESSAGE * 16 {
+                return Err(GymError::Protocol {
+                    env: self.env.clone(),
+                    reason: "start-up line too long".into(),
+                });
+            }
+            let readable = wait_readable(&self.replies, deadline).map_err(|source| {
+                GymError::Io { env: self.env.clone(), what: "wait for the worker", source }
+            })?;
+            if !readable {
+                let seconds = self.timeout.as_secs_f64();
+                return Err(GymError::Timeout { env: self.env.clone(), pid, seconds, what });
+            }
+            match self.replies.read(&mut chunk) {
+                Ok(0) => {
+                    return Err(GymError::WorkerDied {
+                        env: self.env.clone(),
+                        pid,
+                        status: format!(
+                            "{} during start-up, before it reported (its Python output is above)",
+                            starting.status()
+                        ),
+                    })
+                }
+                Ok(k) => self.pending.extend_from_slice(&chunk[..k]),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(source) => {
+                    return Err(GymError::Io {
+                        env: self.env.clone(),
+                        what: "read from the worker",
+                        source,
+                    })
+                }
+            }
+        }
+    }
+}
+
+/// Whether `pipe` has data (or EOF) before `deadline`.
+fn wait_readable(pipe: &ChildStdout, deadline: Instant) -> std::io::Result<bool> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let timeout = Timespec {
+            tv_sec: left.as_secs().try_into().unwrap_or(i64::MAX),
+            tv_nsec: i64::from(left.subsec_nanos()),
+        };
+        let mut fds = [PollFd::new(pipe, PollFlags::IN)];
+        match poll(&mut fds, Some(&timeout)) {
+            Ok(0) => return Ok(false),
+            Ok(_) => return Ok(true),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// A start-up failure, with a fix where the message points at one.
+fn creation_error(settings: &GymSettings, message: String) -> GymError {
+    let python = settings.python.display().to_string();
+    let hint = if message.contains("No module named 'gymnasium'")
+        || message.contains("import of gymnasium halted")
+    {
+        format!("; install it with `{python} -m pip install gymnasium` or name another interpreter with `python_executable` / IMPALA_PYTHON")
+    } else if message.contains("No module named 'ale_py'") {
+        format!("; Atari needs ale-py: `{python} -m pip install ale-py`")
+    } else if message.contains("NameNotFound")
+        || message.contains("not found in registry")
+        || message.contains("doesn't exist")
+    {
+        "; the id is neither a native env (`impala envs`) nor a registered Gymnasium env; a user's env is written `package.module:ClassName`".into()
+    } else if message.contains("unexpected keyword argument") {
+        "; check `env_config`: its keys are passed as keyword arguments to the env".into()
+    } else {
+        String::new()
+    };
+    GymError::Creation { env: settings.env.clone(), python, message, hint }
+}
+
+/// The env's spec from the worker's description of its spaces.
+fn spec_from(settings: &GymSettings, hello: Hello) -> Result<EnvSpec> {
+    let env = &settings.env;
+    let space = |which: &'static str, json: Option<SpaceJson>| -> Result<Space> {
+        let unsupported =
+            |reason: String| GymError::UnsupportedSpace { env: env.clone(), which, reason };
+        match json.ok_or_else(|| unsupported("not reported".into()))? {
+            SpaceJson::Discrete { n } if n > 0 => Ok(Space::Discrete(n)),
+            SpaceJson::Discrete { n } => Err(unsupported(format!("Discrete({n})"))),
+            SpaceJson::MultiDiscrete { nvec }
+                if !nvec.is_empty() && nvec.iter().all(|&n| n > 0) =>
+            {
+                Ok(Space::MultiDiscrete(nvec))
+            }
+            SpaceJson::MultiDiscrete { nvec } => {
+                Err(unsupported(format!("MultiDiscrete({nvec:?})")))
+            }
+            SpaceJson::Box { shape, low, high } => {
+                let to_f32 = |v: Vec<Bound>| {
+                    v.iter()
+                        .map(Bound::value)
+                        .collect::<Option<Vec<f32>>>()
+                        .ok_or_else(|| unsupported("a bound is not a number".into()))
+                };
+                Space::boxed(to_f32(low)?, to_f32(high)?, shape)
+                    .map_err(|e| unsupported(e.to_string()))
+            }
+        }
+    };
+    Ok(EnvSpec {
+        id: env.clone(),
+        observation_space: space("observation", hello.observation_space)?,
+        action_space: space("action", hello.action_space)?,
+        max_episode_steps: hello.max_episode_steps,
+    })
+}

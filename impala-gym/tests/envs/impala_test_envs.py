@@ -1,0 +1,162 @@
+"""Small Gymnasium envs for impala-gym's tests (and impala's end-to-end tests)."""
+
+import os
+import time
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class MatchBit(gym.Env):
+    """Each step shows a random bit; acting with the same bit pays 1. Episodes last `length`
+    steps, so the optimum return is `length` and a random policy gets half of it."""
+
+    def __init__(self, length=10):
+        self.length = int(length)
+        self.observation_space = spaces.Box(0.0, 1.0, (2,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+        self.bit = 0
+
+    def _obs(self):
+        obs = np.zeros(2, np.float32)
+        obs[self.bit] = 1.0
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.bit = int(self.np_random.integers(2))
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = 1.0 if int(action) == self.bit else 0.0
+        self.t += 1
+        self.bit = int(self.np_random.integers(2))
+        return self._obs(), reward, False, self.t >= self.length, {}
+
+
+class Faulty(gym.Env):
+    """Counts steps in its observation; after `after` steps of its life (over all episodes) it
+    raises, hangs, dies or prints, as `mode` says (`raise`, `raise_on_reset`, `hang`, `die`,
+    `print`, `none`). Episodes last 20 steps; the reward is the action."""
+
+    def __init__(self, mode="none", after=5):
+        self.mode, self.after = mode, int(after)
+        self.observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
+        self.action_space = spaces.Discrete(3)
+        self.t = 0
+        self.total = 0
+        self.resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.resets += 1
+        if self.mode == "raise_on_reset" and self.resets > 1:
+            raise RuntimeError("reset failed on purpose")
+        self.t = 0
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        self.total += 1
+        if self.total > self.after:
+            if self.mode == "raise":
+                raise ValueError(f"step {self.t} failed on purpose")
+            if self.mode == "hang":
+                time.sleep(3600)
+            if self.mode == "die":
+                os._exit(3)
+            if self.mode == "print":
+                print("a user's print on stdout", self.t)
+        return np.array([float(self.t)], np.float32), float(action), False, self.t >= 20, {}
+
+
+class Spaces(gym.Env):
+    """Every supported space: a Dict observation (Box, Discrete, MultiBinary) and an action
+    space chosen by `action` (`box`, `multi_discrete`, `multi_binary`). The observation's Box
+    part echoes the last action as the env received it."""
+
+    def __init__(self, action="box"):
+        self.observation_space = spaces.Dict(
+            {
+                "pos": spaces.Box(-5.0, 5.0, (2,), np.float64),
+                "mode": spaces.Discrete(3),
+                "bits": spaces.MultiBinary(2),
+            }
+        )
+        self.action_space = {
+            "box": spaces.Box(-1.0, 1.0, (2,), np.float32),
+            "multi_discrete": spaces.MultiDiscrete([3, 4]),
+            "multi_binary": spaces.MultiBinary(2),
+        }[action]
+        self.last = np.zeros(2)
+
+    def _obs(self):
+        return {"pos": self.last.astype(np.float64), "mode": 2, "bits": np.array([1, 0], np.int8)}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.last = np.zeros(2)
+        return self._obs(), {}
+
+    def step(self, action):
+        self.last = np.asarray(action, np.float64).reshape(2)
+        return self._obs(), 0.0, False, False, {}
+
+
+class Image(gym.Env):
+    """uint8 HWC frames (`height` x `width` x `channels`), no wrappers: the agent must pick the
+    brighter half. Optimum return `length`."""
+
+    def __init__(self, height=42, width=42, channels=1, length=8):
+        self.shape = (int(height), int(width), int(channels))
+        self.length = int(length)
+        self.observation_space = spaces.Box(0, 255, self.shape, np.uint8)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+        self.side = 0
+
+    def _obs(self):
+        frame = np.full(self.shape, 20, np.uint8)
+        half = self.shape[1] // 2
+        if self.side == 0:
+            frame[:, :half] = 255
+        else:
+            frame[:, half:] = 255
+        return frame
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        self.side = int(self.np_random.integers(2))
+        return self._obs(), {}
+
+    def step(self, action):
+        reward = 1.0 if int(action) == self.side else 0.0
+        self.t += 1
+        self.side = int(self.np_random.integers(2))
+        return self._obs(), reward, False, self.t >= self.length, {}
+
+
+def make_match_bit(env_config):
+    """An RLlib-style env creator: one `env_config` dict."""
+    return MatchBit(**env_config)
+
+
+class CartPoleFrom(gym.Wrapper):
+    """Gymnasium's CartPole-v1 whose k-th reset starts from `states[k % len(states)]` (float64
+    `[x, x_dot, theta, theta_dot]`), to compare it with the native CartPole step for step."""
+
+    def __init__(self, states):
+        super().__init__(gym.make("CartPole-v1"))
+        self.states = [np.array(s, dtype=np.float64) for s in states]
+        self.k = 0
+
+    def reset(self, **kwargs):
+        _, info = self.env.reset(**kwargs)
+        state = self.states[self.k % len(self.states)].copy()
+        self.k += 1
+        self.env.unwrapped.state = state
+        return np.array(state, dtype=np.float32), info

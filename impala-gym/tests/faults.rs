@@ -1,0 +1,231 @@
+//! Faults: Python exceptions, hangs, dead workers and start-up errors are clear errors, never
+//! hangs; workers never outlive their parent.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use impala_core::Env;
+use impala_gym::{GymEnvPool, GymError};
+
+use crate::{config, settings, TestResult};
+
+fn faulty(mode: &str) -> impala_gym::GymSettings {
+    let mut s = settings("impala_test_envs:Faulty");
+    s.env_config = config(&[("mode", mode.into()), ("after", 2.into())]);
+    s
+}
+
+/// Steps `env` with action 0 until it errors; returns the error's message.
+fn step_until_error(env: &mut impl Env) -> String {
+    let mut obs = [0.0f32];
+    if let Err(e) = env.reset(Some(0), &mut obs) {
+        return e.to_string();
+    }
+    for _ in 0..10 {
+        match env.step(&[0.0], &mut obs) {
+            Ok(out) if out.done() => {
+                if let Err(e) = env.reset(None, &mut obs) {
+                    return e.to_string();
+                }
+            }
+            Ok(_) => {}
+            Err(e) => return e.to_string(),
+        }
+    }
+    String::from("no error")
+}
+
+#[test]
+fn an_exception_in_step_names_the_python_frame() -> TestResult {
+    let mut env = GymEnvPool::new(faulty("raise")).make(0, 0, 0)?;
+    let message = step_until_error(&mut env);
+    assert!(message.contains("ValueError: step 3 failed on purpose"), "{message}");
+    assert!(message.contains("impala_test_envs.py"), "last frame missing: {message}");
+    Ok(())
+}
+
+#[test]
+fn an_exception_in_reset_is_an_error() -> TestResult {
+    let mut s = faulty("raise_on_reset");
+    s.env_config.insert("after".into(), 100.into());
+    let mut env = GymEnvPool::new(s).make(0, 0, 0)?;
+    let mut obs = [0.0f32];
+    env.reset(Some(0), &mut obs)?;
+    let message = env.reset(None, &mut obs).map_err(|e| e.to_string()).err().unwrap_or_default();
+    assert!(message.contains("RuntimeError: reset failed on purpose"), "{message}");
+    Ok(())
+}
+
+#[test]
+fn restart_failed_sub_environments_recreates_only_that_env() -> TestResult {
+    let mut s = faulty("raise");
+    s.restart_failed_sub_environments = true;
+    let mut env = GymEnvPool::new(s).make(0, 0, 0)?;
+    let mut obs = [0.0f32];
+    env.reset(Some(0), &mut obs)?;
+    let mut truncations = 0;
+    for _ in 0..12 {
+        let out = env.step(&[1.0], &mut obs)?;
+        if out.done() {
+            assert!(out.truncated && !out.terminated);
+            assert_eq!(obs, [2.0], "the episode ends at its last good observation");
+            truncations += 1;
+            env.reset(None, &mut obs)?;
+            assert_eq!(obs, [0.0], "a new env, reset");
+        }
+    }
+    assert_eq!(truncations, 4, "every third step fails and is recovered");
+    Ok(())
+}
+
+#[test]
+fn a_hanging_worker_is_killed_after_the_timeout() -> TestResult {
+    let mut s = faulty("hang");
+    s.timeout = Duration::from_millis(1500);
+    let mut env = GymEnvPool::new(s).make(0, 0, 0)?;
+    let pid = env.worker_pid();
+    let start = Instant::now();
+    let message = step_until_error(&mut env);
+    assert!(message.contains("did not answer within 1.5 s"), "{message}");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert!(!alive(pid), "the hung worker was killed");
+    Ok(())
+}
+
+#[test]
+fn a_worker_that_dies_is_an_error() -> TestResult {
+    let mut env = GymEnvPool::new(faulty("die")).make(0, 0, 0)?;
+    let message = step_until_error(&mut env);
+    assert!(message.contains("died") && message.contains("exit status: 3"), "{message}");
+    // Later calls fail at once with the same cause.
+    let mut obs = [0.0f32];
+    assert!(env.reset(None, &mut obs).is_err());
+    Ok(())
+}
+
+#[test]
+fn prints_on_stdout_do_not_break_the_protocol() -> TestResult {
+    let mut env = GymEnvPool::new(faulty("print")).make(0, 0, 0)?;
+    assert_eq!(step_until_error(&mut env), "no error");
+    Ok(())
+}
+
+#[test]
+fn start_up_errors_are_one_clear_line() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "impala_broken_env:Env",
+            &["ModuleNotFoundError", "not_a_real_module_for_impala_tests", "impala_broken_env.py"],
+        ),
+        ("NoSuchEnv-v9", &["NoSuchEnv", "neither a native env"]),
+        ("impala_test_envs:NotThere", &["AttributeError", "NotThere"]),
+    ];
+    for (env, needles) in cases {
+        let error =
+            GymEnvPool::new(settings(env)).probe().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(!error.contains('\n'), "{error}");
+        for needle in *needles {
+            assert!(error.contains(needle), "{env}: {needle:?} missing from {error:?}");
+        }
+    }
+    let mut s = settings("impala_test_envs:MatchBit");
+    s.env_config = config(&[("no_such_kwarg", 1.into())]);
+    let error = GymEnvPool::new(s).probe().err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        error.contains("unexpected keyword argument") && error.contains("env_config"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_missing_interpreter_says_how_to_fix_it() {
+    let mut s = settings("CartPole-v1");
+    s.python = PathBuf::from("/no/such/python3");
+    let error = GymEnvPool::new(s).probe().err();
+    assert!(matches!(error, Some(GymError::PythonNotFound { .. })), "{error:?}");
+    let message = error.map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("IMPALA_PYTHON") && message.contains("/no/such/python3"), "{message}");
+}
+
+#[test]
+fn an_interpreter_without_gymnasium_is_named() {
+    // An interpreter that cannot import gymnasium: the default one behind a wrapper that
+    // blocks the import.
+    let dir = tempfile_dir();
+    let wrapper = dir.join("python-without-gymnasium");
+    let real = impala_gym::default_python();
+    let script = format!(
+        "#!/bin/sh\nexec {} -c 'import sys; sys.modules[\"gymnasium\"] = None; exec(sys.argv.pop(1))' \"$2\" \"$3\"\n",
+        real.display()
+    );
+    std::fs::write(&wrapper, script).ok();
+    set_executable(&wrapper);
+    let mut s = settings("CartPole-v1");
+    s.python = wrapper;
+    let message = GymEnvPool::new(s).probe().err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(
+        message.contains("gymnasium") && message.contains("pip install gymnasium"),
+        "{message}"
+    );
+}
+
+/// Run as a child of this test binary (see `workers_die_with_their_parent`): starts a worker,
+/// prints its pid and waits to be killed.
+#[test]
+fn orphan_parent() -> TestResult {
+    if std::env::var_os("IMPALA_GYM_ORPHAN_PARENT").is_none() {
+        return Ok(());
+    }
+    let env = GymEnvPool::new(crate::settings("CartPole-v1")).make(0, 0, 0)?;
+    println!("worker-pid={}", env.worker_pid());
+    std::thread::sleep(Duration::from_secs(600));
+    Ok(())
+}
+
+#[test]
+fn workers_die_with_their_parent() -> TestResult {
+    use std::io::BufRead;
+    let mut parent = std::process::Command::new(std::env::current_exe()?)
+        .args(["--exact", "faults::orphan_parent", "--nocapture", "--test-threads=1"])
+        .env("IMPALA_GYM_ORPHAN_PARENT", "1")
+        .stdout(std::process::Stdio::piped())
+        .spawn()?;
+    let stdout = parent.stdout.take().ok_or("no stdout")?;
+    let mut pid = None;
+    for line in std::io::BufReader::new(stdout).lines() {
+        let line = line?;
+        // libtest prints the test's name on the same line.
+        if let Some((_, p)) = line.split_once("worker-pid=") {
+            pid = Some(p.trim().parse::<u32>()?);
+            break;
+        }
+    }
+    let pid = pid.ok_or("the parent printed no worker pid")?;
+    assert!(alive(pid));
+    parent.kill()?; // SIGKILL: the parent cannot clean up
+    parent.wait()?;
+    let start = Instant::now();
+    while alive(pid) && start.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(!alive(pid), "worker {pid} outlived its SIGKILLed parent");
+    Ok(())
+}
+
+/// Whether process `pid` exists and is not a zombie.
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| !s.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'))
+        .unwrap_or(false)
+}
+
+fn tempfile_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("impala-gym-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).ok();
+    dir
+}
+
+fn set_executable(path: &std::path::Path) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o755)).ok();
+}
