@@ -64,19 +64,25 @@ impl EnvContext {
         env_config: BTreeMap<String, serde_json::Value>,
     ) -> Self {
         let seed = seed.map(|s| {
-            incarnation_seed(s, incarnation)
-                .wrapping_add(1000 * runner_index as u64 + env_index as u64)
+            stream_seed(s, incarnation).wrapping_add(1000 * runner_index as u64 + env_index as u64)
         });
         EnvContext { runner_index, env_index, incarnation, seed, env_config }
     }
 }
 
-/// `seed` itself at incarnation 0, else a SplitMix64 hash of it and the incarnation.
-fn incarnation_seed(seed: u64, incarnation: u64) -> u64 {
-    if incarnation == 0 {
+/// The seed of stream `stream` of `seed`: `seed` itself for stream 0, else a SplitMix64 hash of
+/// both, so nearby streams (runner incarnations, restores) draw unrelated numbers.
+///
+/// ```
+/// use impala_sampler::stream_seed;
+/// assert_eq!(stream_seed(7, 0), 7);
+/// assert_ne!(stream_seed(7, 1), stream_seed(7, 2));
+/// ```
+pub fn stream_seed(seed: u64, stream: u64) -> u64 {
+    if stream == 0 {
         return seed;
     }
-    splitmix64(seed ^ splitmix64(incarnation))
+    splitmix64(seed ^ splitmix64(stream))
 }
 
 /// SplitMix64's finaliser: a bijective hash that spreads nearby inputs far apart.

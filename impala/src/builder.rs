@@ -249,21 +249,7 @@ impl Streams {
     }
 }
 
-/// `seed` itself for stream 0, else a SplitMix64 hash of it and the stream.
-pub(crate) fn stream_seed(seed: u64, stream: u64) -> u64 {
-    if stream == 0 {
-        return seed;
-    }
-    splitmix64(seed ^ splitmix64(stream))
-}
-
-/// SplitMix64's finaliser: a bijective hash that spreads nearby inputs far apart.
-fn splitmix64(x: u64) -> u64 {
-    let mut z = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
+pub(crate) use impala_sampler::stream_seed;
 
 /// The action-sampling seed of incarnation `incarnation` of runner `runner` under
 /// `sample_seed`: one per runner at first (`sample_seed * golden + runner + 1`), a new one for
