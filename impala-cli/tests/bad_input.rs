@@ -41,8 +41,12 @@ fn invalid_values_are_all_listed_on_one_line() -> TestResult {
 #[test]
 fn unknown_env_id_suggests_the_nearest() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let run = impala(dir.path(), &["train", "--env", "CartPole-v0", "--run-dir", "run"])?;
+    let native = ["train", "--env", "CartPole-v0", "--set", "env_backend=\"native\""];
+    let run = impala(dir.path(), &[&native[..], &["--run-dir", "run"]].concat())?;
     run.assert_one_line_error(&["unknown environment `CartPole-v0`", "did you mean `CartPole-v1`"]);
+    // Not native: Gymnasium's registry answers, with its own suggestion.
+    let run = impala(dir.path(), &["train", "--env", "Cartpole-v1", "--run-dir", "run"])?;
+    run.assert_one_line_error(&["Cartpole", "Did you mean: `CartPole`"]);
     assert!(!dir.path().join("run").exists());
     Ok(())
 }

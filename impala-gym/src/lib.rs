@@ -44,7 +44,7 @@ mod worker;
 
 use std::collections::{BTreeMap, HashMap};
 use std::num::NonZeroUsize;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::thread::ThreadId;
 use std::time::Duration;
@@ -109,9 +109,12 @@ pub fn default_python() -> PathBuf {
     if let Some(python) = std::env::var_os(PYTHON_ENV_VAR).filter(|p| !p.is_empty()) {
         return PathBuf::from(python);
     }
-    let venv = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.venv/bin/python");
-    if venv.exists() {
-        return venv;
+    // The workspace's `.venv` (the crate's parent folder), named without `..` for messages.
+    let crate_dir = Path::new(env!("CARGO_MANIFEST_DIR"));
+    if let Some(venv) = crate_dir.parent().map(|root| root.join(".venv/bin/python")) {
+        if venv.exists() {
+            return venv;
+        }
     }
     PathBuf::from("python3")
 }

@@ -40,10 +40,13 @@ class MatchBit(gym.Env):
 class Faulty(gym.Env):
     """Counts steps in its observation; after `after` steps of its life (over all episodes) it
     raises, hangs, dies or prints, as `mode` says (`raise`, `raise_on_reset`, `hang`, `die`,
-    `print`, `none`). Episodes last 20 steps; the reward is the action."""
+    `print`, `none`). With `once` (a file path) only the first env of the whole run to get
+    there faults: it claims the file, and restarted envs then run clean. Episodes last 20 steps;
+    the reward is the action."""
 
-    def __init__(self, mode="none", after=5):
+    def __init__(self, mode="none", after=5, once=None):
         self.mode, self.after = mode, int(after)
+        self.once = once
         self.observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
         self.action_space = spaces.Discrete(3)
         self.t = 0
@@ -61,6 +64,11 @@ class Faulty(gym.Env):
     def step(self, action):
         self.t += 1
         self.total += 1
+        if self.total == self.after + 1 and self.once is not None:
+            try:
+                os.close(os.open(self.once, os.O_CREAT | os.O_EXCL))
+            except FileExistsError:
+                self.mode = "none"
         if self.total > self.after:
             if self.mode == "raise":
                 raise ValueError(f"step {self.t} failed on purpose")
