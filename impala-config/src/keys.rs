@@ -108,7 +108,7 @@ fn describe_type(ty: &str) -> String {
         "usize" | "u64" => "a non-negative integer".into(),
         "bool" => "true or false".into(),
         "String" => "a string".into(),
-        "ConvFilter" => "[out_channels, kernel, stride]".into(),
+        "ConvFilter" => "[out_channels, kernel, stride] (kernel, stride: an int or [h, w])".into(),
         "Schedule" => "a list of [timestep, value] pairs".into(),
         "OptType" => "\"adam\" or \"rmsprop\"".into(),
         "LossReduction" => "\"sum\" or \"mean\"".into(),

@@ -473,12 +473,14 @@ fn check_model(model: &ModelConfig, c: &mut Checker) {
         }
     }
     for (i, filter) in model.conv_filters.iter().flatten().enumerate() {
-        if filter.contains(&0) {
+        if filter.has_zero() {
             c.error(
                 format!("model.conv_filters[{i}]"),
                 Rule::PositiveSize,
-                format!("is {filter:?} but channels, kernel and stride must be at least 1"),
-                "write each filter as [out_channels, kernel, stride] with positive numbers".into(),
+                format!("is {filter} but channels, kernel and stride must be at least 1"),
+                "write each filter as [out_channels, kernel, stride] with positive numbers \
+                 (kernel and stride an int or an [h, w] pair)"
+                    .into(),
             );
         }
     }

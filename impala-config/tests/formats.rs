@@ -3,7 +3,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use impala_config::{
-    ConfigError, ConfigFormat, DurationUnit, ImpalaConfig, LossReduction, OptType,
+    ConfigError, ConfigFormat, ConvFilter, DurationUnit, ImpalaConfig, LossReduction, OptType,
     PlacementStrategy, Schedule,
 };
 use serde_json::json;
@@ -47,7 +47,10 @@ fn non_default() -> ImpalaConfig {
                 .model(|m| {
                     m.fcnet_hiddens(vec![64, 32])
                         .fcnet_activation("relu")
-                        .conv_filters(Some(vec![[16, 8, 4], [32, 4, 2]]))
+                        .conv_filters(Some(vec![
+                            ConvFilter::square(16, 8, 4),
+                            ConvFilter { out_channels: 32, kernel: [4, 3], stride: [2, 1] },
+                        ]))
                         .vf_share_layers(false)
                         .use_lstm(true)
                         .lstm_cell_size(128)
@@ -102,6 +105,24 @@ fn non_default_round_trips_through_every_format() -> TestResult {
         let loaded = ImpalaConfig::from_str_as(&text, format)?;
         assert_eq!(loaded.config, config, "{format}:\n{text}");
     }
+    Ok(())
+}
+
+#[test]
+fn conv_filters_take_rllibs_int_or_pair_sizes() -> TestResult {
+    let text = "[model]\nconv_filters = [[16, [8, 4], 4], [32, 4, [2, 1]]]\n";
+    let config = ImpalaConfig::from_str_as(text, ConfigFormat::Toml)?.config;
+    let filters = config.model.conv_filters.ok_or("no conv_filters")?;
+    assert_eq!(
+        filters,
+        [
+            ConvFilter { out_channels: 16, kernel: [8, 4], stride: [4, 4] },
+            ConvFilter { out_channels: 32, kernel: [4, 4], stride: [2, 1] },
+        ]
+    );
+    let bad =
+        ImpalaConfig::from_str_as("[model]\nconv_filters = [[16, [8], 4]]\n", ConfigFormat::Toml);
+    assert!(bad.is_err_and(|e| e.to_string().contains("conv_filters")));
     Ok(())
 }
 

@@ -1,8 +1,8 @@
 //! Every validation rule: a failing case and a passing case; fix-ups and warnings.
 
 use impala_config::{
-    ConfigError, ConfigFormat, ImpalaConfig, LearnerDeviceKind, LearnerPlan, ModelConfig, OptType,
-    Rule, Schedule, ValidatedConfig, Violation, WarningKind,
+    ConfigError, ConfigFormat, ConvFilter, ImpalaConfig, LearnerDeviceKind, LearnerPlan,
+    ModelConfig, OptType, Rule, Schedule, ValidatedConfig, Violation, WarningKind,
 };
 
 use crate::TestResult;
@@ -206,8 +206,8 @@ fn sizes_must_be_positive() -> TestResult {
     let zero_layer =
         ImpalaConfig::default().training(|t| t.model(|m| m.fcnet_hiddens(vec![64, 0])));
     fails(&zero_layer, Rule::PositiveSize, "model.fcnet_hiddens[1]")?;
-    let zero_filter =
-        ImpalaConfig::default().training(|t| t.model(|m| m.conv_filters(Some(vec![[16, 0, 2]]))));
+    let zero_filter = ImpalaConfig::default()
+        .training(|t| t.model(|m| m.conv_filters(Some(vec![ConvFilter::square(16, 0, 2)]))));
     fails(&zero_filter, Rule::PositiveSize, "model.conv_filters[0]")?;
     let lstm = ImpalaConfig::default().training(|t| t.model(|m| m.lstm_cell_size(0)));
     lstm.validate()?; // Unused without use_lstm.

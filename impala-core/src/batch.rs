@@ -1,8 +1,10 @@
 //! The time-major sample batch that env runners produce and the learner trains on.
 
 use std::borrow::Borrow;
+use std::ops::Range;
 
-use crate::{CoreError, Result, Space};
+use crate::obs::gather;
+use crate::{CoreError, Observations, Result, Space};
 
 /// Experience from `num_rows` environment rows of `fragment_len` consecutive steps each, stored
 /// **time-major**: per-step fields are `[T, B, width]` row-major, so the value of row `b` at step
@@ -29,8 +31,8 @@ pub struct SampleBatch {
     pub dist_inputs_dim: usize,
     /// Values per recurrent state (0 for feed-forward policies).
     pub state_dim: usize,
-    /// Observations `x_t`, `[T, B, obs]`.
-    pub obs: Vec<f32>,
+    /// Observations `x_t`, `[T, B, obs]` (bytes for a [`Space::Bytes`] observation space).
+    pub obs: Observations,
     /// Actions `a_t`, `[T, B, action_dim]`.
     pub actions: Vec<f32>,
     /// Rewards `r_t`, `[T, B]`.
@@ -48,7 +50,7 @@ pub struct SampleBatch {
     /// Behaviour value of the final observation where step t was truncated, else 0; `[T, B]`.
     pub truncation_values: Vec<f32>,
     /// The observation after each row's last step, `[B, obs]`.
-    pub bootstrap_obs: Vec<f32>,
+    pub bootstrap_obs: Observations,
     /// Recurrent state at the start of each row, `[B, state_dim]`.
     pub state_in: Vec<f32>,
     /// Weights version that acted in each row, `[B]`.
@@ -79,7 +81,7 @@ impl SampleBatch {
             action_dim,
             dist_inputs_dim,
             state_dim,
-            obs: vec![0.0; n * obs_dim],
+            obs: Observations::zeros(observation_space, n * obs_dim),
             actions: vec![0.0; n * action_dim],
             rewards: vec![0.0; n],
             terminateds: vec![false; n],
@@ -88,7 +90,7 @@ impl SampleBatch {
             action_dist_inputs: vec![0.0; n * dist_inputs_dim],
             vf_preds: vec![0.0; n],
             truncation_values: vec![0.0; n],
-            bootstrap_obs: vec![0.0; num_rows * obs_dim],
+            bootstrap_obs: Observations::zeros(observation_space, num_rows * obs_dim),
             state_in: vec![0.0; num_rows * state_dim],
             weights_version: vec![0; num_rows],
         }
@@ -137,6 +139,15 @@ impl SampleBatch {
                 return Err(CoreError::ShapeMismatch { what: what.into(), expected, got });
             }
         }
+        if self.obs.kind() != self.bootstrap_obs.kind() {
+            return Err(CoreError::IncompatibleBatches {
+                reason: format!(
+                    "obs are {} but bootstrap_obs are {}",
+                    self.obs.kind(),
+                    self.bootstrap_obs.kind()
+                ),
+            });
+        }
         Ok(())
     }
 
@@ -167,21 +178,25 @@ impl SampleBatch {
             p.validate()?;
             let same = p.fragment_len == first.fragment_len
                 && p.obs_shape == first.obs_shape
+                && p.obs.kind() == first.obs.kind()
                 && p.action_dim == first.action_dim
                 && p.dist_inputs_dim == first.dist_inputs_dim
                 && p.state_dim == first.state_dim;
             if !same {
                 return Err(CoreError::IncompatibleBatches {
                     reason: format!(
-                        "batch {i} has T={} obs={:?} action_dim={} dist_inputs_dim={} state_dim={}, \
-                         batch 0 has T={} obs={:?} action_dim={} dist_inputs_dim={} state_dim={}",
+                        "batch {i} has T={} obs={:?} {} action_dim={} dist_inputs_dim={} \
+                         state_dim={}, batch 0 has T={} obs={:?} {} action_dim={} \
+                         dist_inputs_dim={} state_dim={}",
                         p.fragment_len,
                         p.obs_shape,
+                        p.obs.kind(),
                         p.action_dim,
                         p.dist_inputs_dim,
                         p.state_dim,
                         first.fragment_len,
                         first.obs_shape,
+                        first.obs.kind(),
                         first.action_dim,
                         first.dist_inputs_dim,
                         first.state_dim
@@ -191,10 +206,18 @@ impl SampleBatch {
         }
         let t = first.fragment_len;
         let rows: Vec<usize> = parts.iter().map(|p| p.num_rows).collect();
-        let steps = |f: fn(&SampleBatch) -> &[f32], w: usize| interleave(parts, &rows, t, w, f);
-        let flags = |f: fn(&SampleBatch) -> &[bool]| interleave(parts, &rows, t, 1, f);
-        let per_row =
-            |f: fn(&SampleBatch) -> &[f32]| parts.iter().flat_map(|p| f(p)).copied().collect();
+        let (od, sd) = (first.obs_dim(), first.state_dim);
+        let field = |f: fn(&SampleBatch) -> &[f32], t: usize, w: usize| {
+            gather(&parts.iter().map(|p| f(p)).collect::<Vec<_>>(), interleaved(&rows, t, w))
+        };
+        let steps = |f: fn(&SampleBatch) -> &[f32], w: usize| field(f, t, w);
+        let flags = |f: fn(&SampleBatch) -> &[bool]| {
+            gather(&parts.iter().map(|p| f(p)).collect::<Vec<_>>(), interleaved(&rows, t, 1))
+        };
+        let obs = |f: fn(&SampleBatch) -> &Observations, t: usize| {
+            let fields: Vec<&Observations> = parts.iter().map(|p| f(p)).collect();
+            Observations::gather(&fields, interleaved(&rows, t, od))
+        };
         Ok(SampleBatch {
             fragment_len: t,
             num_rows: rows.iter().sum(),
@@ -202,7 +225,7 @@ impl SampleBatch {
             action_dim: first.action_dim,
             dist_inputs_dim: first.dist_inputs_dim,
             state_dim: first.state_dim,
-            obs: steps(|p| &p.obs, first.obs_dim()),
+            obs: obs(|p| &p.obs, t)?,
             actions: steps(|p| &p.actions, first.action_dim),
             rewards: steps(|p| &p.rewards, 1),
             terminateds: flags(|p| &p.terminateds),
@@ -211,9 +234,12 @@ impl SampleBatch {
             action_dist_inputs: steps(|p| &p.action_dist_inputs, first.dist_inputs_dim),
             vf_preds: steps(|p| &p.vf_preds, 1),
             truncation_values: steps(|p| &p.truncation_values, 1),
-            bootstrap_obs: per_row(|p| &p.bootstrap_obs),
-            state_in: per_row(|p| &p.state_in),
-            weights_version: parts.iter().flat_map(|p| p.weights_version.iter().copied()).collect(),
+            bootstrap_obs: obs(|p| &p.bootstrap_obs, 1)?,
+            state_in: field(|p| &p.state_in, 1, sd),
+            weights_version: gather(
+                &parts.iter().map(|p| p.weights_version.as_slice()).collect::<Vec<_>>(),
+                interleaved(&rows, 1, 1),
+            ),
         })
     }
 
@@ -228,8 +254,9 @@ impl SampleBatch {
         }
         self.validate()?;
         let nb = end - start;
-        let t = self.fragment_len;
-        let steps = |v: &[f32], w: usize| select_rows(v, t, self.num_rows, start, end, w);
+        let (t, b, od) = (self.fragment_len, self.num_rows, self.obs_dim());
+        let steps = |v: &[f32], w: usize| gather(&[v], selected(t, b, start, end, w));
+        let flags = |v: &[bool]| gather(&[v], selected(t, b, start, end, 1));
         let row_slice = |v: &[f32], w: usize| v[start * w..end * w].to_vec();
         Ok(SampleBatch {
             fragment_len: t,
@@ -238,47 +265,47 @@ impl SampleBatch {
             action_dim: self.action_dim,
             dist_inputs_dim: self.dist_inputs_dim,
             state_dim: self.state_dim,
-            obs: steps(&self.obs, self.obs_dim()),
+            obs: Observations::gather(&[&self.obs], selected(t, b, start, end, od))?,
             actions: steps(&self.actions, self.action_dim),
             rewards: steps(&self.rewards, 1),
-            terminateds: select_rows(&self.terminateds, t, self.num_rows, start, end, 1),
-            truncateds: select_rows(&self.truncateds, t, self.num_rows, start, end, 1),
+            terminateds: flags(&self.terminateds),
+            truncateds: flags(&self.truncateds),
             action_logp: steps(&self.action_logp, 1),
             action_dist_inputs: steps(&self.action_dist_inputs, self.dist_inputs_dim),
             vf_preds: steps(&self.vf_preds, 1),
             truncation_values: steps(&self.truncation_values, 1),
-            bootstrap_obs: row_slice(&self.bootstrap_obs, self.obs_dim()),
+            bootstrap_obs: Observations::gather(
+                &[&self.bootstrap_obs],
+                selected(1, b, start, end, od),
+            )?,
             state_in: row_slice(&self.state_in, self.state_dim),
             weights_version: self.weights_version[start..end].to_vec(),
         })
     }
 }
 
-/// Interleaves `[T, B_i, w]` fields of several batches into one `[T, sum B_i, w]` field.
-fn interleave<V: Copy>(
-    parts: &[&SampleBatch],
+/// The pieces (part, range of values) that interleave `[T, B_i, w]` fields of parts with
+/// `rows[i]` rows into one `[T, sum B_i, w]` field (with `t = 1`: per-row fields one after
+/// the other).
+fn interleaved(
     rows: &[usize],
     t: usize,
     w: usize,
-    field: impl Fn(&SampleBatch) -> &[V],
-) -> Vec<V> {
-    let total: usize = rows.iter().sum();
-    let mut out = Vec::with_capacity(t * total * w);
-    for step in 0..t {
-        for (p, &b) in parts.iter().zip(rows) {
-            out.extend_from_slice(&field(p)[step * b * w..(step + 1) * b * w]);
-        }
-    }
-    out
+) -> impl Iterator<Item = (usize, Range<usize>)> + '_ {
+    (0..t).flat_map(move |step| {
+        rows.iter().enumerate().map(move |(i, &b)| (i, step * b * w..(step + 1) * b * w))
+    })
 }
 
-/// Rows `start..end` of a `[T, B, w]` field.
-fn select_rows<V: Copy>(v: &[V], t: usize, b: usize, start: usize, end: usize, w: usize) -> Vec<V> {
-    let mut out = Vec::with_capacity(t * (end - start) * w);
-    for step in 0..t {
-        out.extend_from_slice(&v[(step * b + start) * w..(step * b + end) * w]);
-    }
-    out
+/// The pieces of rows `start..end` of one `[T, B, w]` field.
+fn selected(
+    t: usize,
+    b: usize,
+    start: usize,
+    end: usize,
+    w: usize,
+) -> impl Iterator<Item = (usize, Range<usize>)> {
+    (0..t).map(move |step| (0, (step * b + start) * w..(step * b + end) * w))
 }
 
 #[cfg(test)]
@@ -290,9 +317,8 @@ mod tests {
         for (i, r) in s.rewards.iter_mut().enumerate() {
             *r = offset + i as f32;
         }
-        for (i, o) in s.bootstrap_obs.iter_mut().enumerate() {
-            *o = offset + i as f32;
-        }
+        let bootstrap: Vec<f32> = (0..s.bootstrap_obs.len()).map(|i| offset + i as f32).collect();
+        s.bootstrap_obs.write(0, &bootstrap);
         s.weights_version = (0..b as u64).collect();
         s
     }
@@ -321,6 +347,28 @@ mod tests {
         s.vf_preds.pop();
         let err = s.validate().map_err(|e| e.to_string());
         assert!(err.is_err_and(|e| e.contains("vf_preds")));
+    }
+
+    #[test]
+    fn bytes_stay_bytes_through_concat_and_rows() -> Result<()> {
+        let frames = Space::Bytes { shape: vec![2, 2] };
+        let part = |b: usize, first: u8| {
+            let mut s = SampleBatch::zeros(3, b, &frames, &Space::Discrete(2), 0);
+            let values: Vec<f32> = (0..s.obs.len()).map(|i| f32::from(first) + i as f32).collect();
+            s.obs.write(0, &values);
+            s.bootstrap_obs.write(0, &values[..s.bootstrap_obs.len()]);
+            s
+        };
+        let (x, y) = (part(1, 0), part(2, 200));
+        let xy = SampleBatch::concat(&[&x, &y])?;
+        assert_eq!(xy.obs.kind(), "bytes");
+        assert_eq!(xy.rows(0, 1)?, x);
+        assert_eq!(xy.rows(1, 3)?, y);
+        assert_eq!(y.obs.as_bytes().map(|v| v[v.len() - 1]), Some(223));
+        let floats = numbered(3, 1, 0.0);
+        let mixed = SampleBatch::concat(&[&x, &floats]).map_err(|e| e.to_string());
+        assert!(mixed.is_err_and(|e| e.contains("bytes")));
+        Ok(())
     }
 
     #[test]

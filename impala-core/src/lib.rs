@@ -4,6 +4,7 @@
 mod batch;
 mod env;
 mod error;
+mod obs;
 mod policy;
 mod space;
 mod stats;
@@ -12,6 +13,7 @@ mod weights;
 pub use batch::SampleBatch;
 pub use env::{Env, EnvSpec, StepOutcome};
 pub use error::{CoreError, Result};
+pub use obs::Observations;
 pub use policy::{Policy, PolicyInput, PolicyOutput};
 pub use space::Space;
 pub use stats::EpisodeStats;

@@ -2,9 +2,10 @@
 
 use crate::{CoreError, Result};
 
-/// An observation or action space, as Gymnasium's `Discrete`, `MultiDiscrete` and `Box`.
+/// An observation or action space, as Gymnasium's `Discrete`, `MultiDiscrete` and `Box`
+/// (a uint8 `Box` is [`Space::Bytes`]).
 ///
-/// Observations are always flattened `f32` values. Actions are passed as `f32` slices too: a
+/// Envs write observations as flattened `f32` values. Actions are passed as `f32` slices too: a
 /// `Discrete` action is one value holding the index, a `MultiDiscrete` action one index per
 /// component, a `Box` action its values (indices are exact in `f32` up to 2^24).
 #[derive(Debug, Clone, PartialEq)]
@@ -20,6 +21,14 @@ pub enum Space {
         /// Upper bounds, one per element (may be `inf`).
         high: Vec<f32>,
         /// The shape; its product is `low.len()`.
+        shape: Vec<usize>,
+    },
+    /// Bytes `0..=255` of any shape: Gymnasium's uint8 `Box` (image frames, `[H, W, C]`), an
+    /// observation space only. Envs write the values as whole `f32`s; sample batches, replay and
+    /// the learner queue keep them as bytes ([`crate::Observations::Bytes`]), and models scale
+    /// them to `[0, 1]` on the learner's device.
+    Bytes {
+        /// The shape.
         shape: Vec<usize>,
     },
 }
@@ -64,6 +73,7 @@ impl Space {
             Space::Discrete(_) => 1,
             Space::MultiDiscrete(nvec) => nvec.len(),
             Space::Box { low, .. } => low.len(),
+            Space::Bytes { shape } => shape.iter().product(),
         }
     }
 
@@ -72,24 +82,26 @@ impl Space {
         match self {
             Space::Discrete(_) => vec![],
             Space::MultiDiscrete(nvec) => vec![nvec.len()],
-            Space::Box { shape, .. } => shape.clone(),
+            Space::Box { shape, .. } | Space::Bytes { shape } => shape.clone(),
         }
     }
 
     /// How many action-distribution inputs a policy needs for this action space: `n` logits for
     /// `Discrete`, `sum(nvec)` for `MultiDiscrete`, `2 * dim` (mean and log-std) for `Box`,
-    /// as RLlib's `ModelCatalog.get_action_dist` sizes them.
+    /// as RLlib's `ModelCatalog.get_action_dist` sizes them; 0 for `Bytes`, which is no action
+    /// space.
     pub fn dist_inputs_dim(&self) -> usize {
         match self {
             Space::Discrete(n) => *n,
             Space::MultiDiscrete(nvec) => nvec.iter().sum(),
             Space::Box { low, .. } => 2 * low.len(),
+            Space::Bytes { .. } => 0,
         }
     }
 
     /// Whether this space is a (multi-)discrete one.
     pub fn is_discrete(&self) -> bool {
-        !matches!(self, Space::Box { .. })
+        matches!(self, Space::Discrete(_) | Space::MultiDiscrete(_))
     }
 
     /// Checks that `action` is a valid element of this space.
@@ -129,6 +141,7 @@ impl Space {
                 }
                 Ok(())
             }
+            Space::Bytes { .. } => action.iter().try_for_each(|&a| check_index(a, 256)),
         }
     }
 }
@@ -139,6 +152,7 @@ impl std::fmt::Display for Space {
             Space::Discrete(n) => write!(f, "Discrete({n})"),
             Space::MultiDiscrete(nvec) => write!(f, "MultiDiscrete({nvec:?})"),
             Space::Box { shape, .. } => write!(f, "Box(shape={shape:?})"),
+            Space::Bytes { shape } => write!(f, "Box(0, 255, shape={shape:?}, uint8)"),
         }
     }
 }

@@ -12,7 +12,8 @@ Protocol (see impala-gym/src/worker.rs, which is the other side):
   wrote into shared memory, b"Q" quits. A reply is 16 bytes (status, flags, slot, message
   length, reward): status b"O" ok, b"E" failed (an UTF-8 message of that length follows),
   b"X" failed and recreated (restart_failed_sub_environments); flags bit 0 terminated, bit 1
-  truncated. Observations go into shared memory as float32.
+  truncated. Observations go into shared memory as float32, or as bytes for a uint8 Box
+  observation space (the runner's `Space::Bytes`); actions as float32.
 - The worker exits when stdin closes (the runner went away) or when its parent process dies,
   even inside a hung env step (a watchdog thread checks the parent's pid).
 """
@@ -66,8 +67,9 @@ def load_entry_point(spec):
     return target
 
 
-def describe(space, np, spaces, flatten):
-    """A space as JSON for the Rust side; `flatten` marks Dict/Tuple flattened to a Box."""
+def describe(space, np, spaces, flatten, observation):
+    """A space as JSON for the Rust side; `flatten` marks Dict/Tuple flattened to a Box. A uint8
+    Box observation space is `bytes`: its values travel as bytes, never as floats."""
     if isinstance(space, spaces.Discrete):
         return {"kind": "discrete", "n": int(space.n), "start": int(space.start)}
     if isinstance(space, spaces.MultiDiscrete):
@@ -78,11 +80,10 @@ def describe(space, np, spaces, flatten):
         return {"kind": "multi_discrete", "nvec": [2] * int(np.prod(space.shape))}
     if isinstance(space, spaces.Box):
         dtype = np.dtype(space.dtype)
+        if observation and dtype == np.uint8:
+            return {"kind": "bytes", "shape": [int(d) for d in space.shape], "flattened": flatten}
         low = np.broadcast_to(space.low, space.shape).astype(np.float64)
         high = np.broadcast_to(space.high, space.shape).astype(np.float64)
-        if dtype == np.uint8:
-            # Images become float32 in [0, 1] on the way to the runner.
-            low, high = low / 255.0, high / 255.0
         return {
             "kind": "box",
             "shape": [int(d) for d in space.shape],
@@ -105,7 +106,8 @@ def json_float(x):
 
 
 class ObsWriter:
-    """Writes one observation of `space` as float32 values into a shared-memory row."""
+    """Writes one observation of `space` into a shared-memory row of `dtype` values (float32,
+    or uint8 for a uint8 Box)."""
 
     def __init__(self, space, np, spaces):
         self.np = np
@@ -115,23 +117,22 @@ class ObsWriter:
         if isinstance(space, (spaces.Dict, spaces.Tuple)):
             self.kind = "flatten"
             self.flat_space = spaces.flatten_space(space)
-        elif isinstance(space, spaces.Box) and np.dtype(space.dtype) == np.uint8:
-            self.kind = "image"
         elif isinstance(space, spaces.MultiBinary):
             self.kind = "ravel"
+        described = self.flat_space if self.kind == "flatten" else space
+        bytes_ = isinstance(described, spaces.Box) and np.dtype(described.dtype) == np.uint8
+        self.dtype = np.uint8 if bytes_ else np.float32
 
     def space_json(self):
         np, spaces = self.np, self.spaces
         if self.kind == "flatten":
-            return describe(self.flat_space, np, spaces, True)
-        return describe(self.space, np, spaces, False)
+            return describe(self.flat_space, np, spaces, True, True)
+        return describe(self.space, np, spaces, False, True)
 
     def write(self, obs, row):
         np = self.np
         if self.kind == "flatten":
             row[:] = self.spaces.flatten(self.space, obs)
-        elif self.kind == "image":
-            np.multiply(np.asarray(obs).reshape(-1), 1.0 / 255.0, out=row, casting="unsafe")
         elif isinstance(self.space, self.spaces.Discrete):
             row[0] = int(obs) - int(self.space.start)
         else:
@@ -322,7 +323,7 @@ def main():
         hello(
             {
                 "observation_space": writer.space_json(),
-                "action_space": describe(envs.action_space, np, spaces, False),
+                "action_space": describe(envs.action_space, np, spaces, False, False),
                 "max_episode_steps": envs.max_episode_steps,
             }
         )
@@ -337,8 +338,10 @@ def main():
     count, obs_dim, act_dim = setup["count"], shm["obs_dim"], shm["action_dim"]
     with open(shm["path"], "r+b") as f:
         region = mmap.mmap(f.fileno(), shm["size"])
-    obs_rows = np.ndarray((count, obs_dim), np.float32, buffer=region, offset=0)
-    act_rows = np.ndarray((count, act_dim), np.float32, buffer=region, offset=count * obs_dim * 4)
+    obs_rows = np.ndarray((count, obs_dim), np.dtype(shm["obs_dtype"]), buffer=region, offset=0)
+    act_rows = np.ndarray(
+        (count, act_dim), np.float32, buffer=region, offset=shm["action_offset"]
+    )
     hello({"ready": True})
 
     restart_sub_envs = setup.get("restart_failed_sub_environments", False)

@@ -8,8 +8,10 @@
 //! pickled per step. A vector of [`GymEnv`]s steps its workers in parallel
 //! ([`impala_core::Env::begin_step`]).
 //!
-//! - Spaces come from the env: `Box` observations of any shape and dtype (uint8 images become
-//!   float32 in `[0, 1]`), `Discrete` and `MultiDiscrete` observations (as indices), `Dict` and
+//! - Spaces come from the env: `Box` observations of any shape and dtype (a uint8 `Box` is
+//!   [`impala_core::Space::Bytes`]: frames travel as bytes, through shared memory, sample
+//!   batches, replay and the learner queue, until the model scales them on its device),
+//!   `Discrete` and `MultiDiscrete` observations (as indices), `Dict` and
 //!   `Tuple` observations flattened by `gymnasium.spaces.flatten` (Dict keys in the space's
 //!   order, Discrete parts one-hot); `Discrete`, `MultiDiscrete`, `MultiBinary` and `Box`
 //!   actions (Box actions clipped to their bounds).

@@ -1,5 +1,6 @@
 //! The shared memory between a runner and one env worker: per env slot, a row of observation
-//! values and a row of action values, all `f32`.
+//! values (`f32`, or bytes for a [`impala_core::Space::Bytes`] space) and a row of `f32` action
+//! values.
 //!
 //! This is the crate's only `unsafe` code: mapping a file that another process writes.
 
@@ -8,27 +9,48 @@ use std::path::{Path, PathBuf};
 
 use memmap2::MmapMut;
 
-/// Where each slot's rows live: `[count, obs_dim]` observations, then `[count, action_dim]`
-/// actions.
+/// Where each slot's rows live: `[count, obs_dim]` observations, then (8-byte aligned)
+/// `[count, action_dim]` actions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Layout {
     pub count: usize,
     pub obs_dim: usize,
+    /// Observations are bytes, not `f32`s.
+    pub obs_bytes: bool,
     pub action_dim: usize,
 }
 
 impl Layout {
     /// Bytes of the whole region.
     pub fn size(&self) -> usize {
-        4 * self.count * (self.obs_dim + self.action_dim)
+        self.action_offset(self.count)
+    }
+
+    /// Bytes per observation value.
+    fn obs_width(&self) -> usize {
+        if self.obs_bytes {
+            1
+        } else {
+            4
+        }
+    }
+
+    /// The numpy dtype of the observation rows, for the worker.
+    pub fn obs_dtype(&self) -> &'static str {
+        if self.obs_bytes {
+            "uint8"
+        } else {
+            "float32"
+        }
     }
 
     fn obs_offset(&self, slot: usize) -> usize {
-        4 * slot * self.obs_dim
+        self.obs_width() * slot * self.obs_dim
     }
 
-    fn action_offset(&self, slot: usize) -> usize {
-        4 * (self.count * self.obs_dim + slot * self.action_dim)
+    /// Where slot `slot`'s action row starts (`action_offset(0)`: where the actions start).
+    pub fn action_offset(&self, slot: usize) -> usize {
+        self.obs_offset(self.count).next_multiple_of(8) + 4 * slot * self.action_dim
     }
 }
 
@@ -74,12 +96,20 @@ impl SharedRegion {
         }
     }
 
-    /// Copies slot `slot`'s observation row into `out` (`obs_dim` values).
+    /// Copies slot `slot`'s observation row into `out` (`obs_dim` values; bytes become the
+    /// whole numbers `0.0..=255.0`).
     pub fn read_obs(&self, slot: usize, out: &mut [f32]) {
         let n = self.layout.obs_dim.min(out.len());
-        let bytes = &self.map[self.layout.obs_offset(slot)..][..4 * n];
-        for (v, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
-            *v = f32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+        let width = self.layout.obs_width();
+        let bytes = &self.map[self.layout.obs_offset(slot)..][..width * n];
+        if self.layout.obs_bytes {
+            for (v, &b) in out.iter_mut().zip(bytes) {
+                *v = f32::from(b);
+            }
+        } else {
+            for (v, b) in out.iter_mut().zip(bytes.chunks_exact(4)) {
+                *v = f32::from_ne_bytes([b[0], b[1], b[2], b[3]]);
+            }
         }
     }
 

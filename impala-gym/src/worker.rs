@@ -84,6 +84,7 @@ enum SpaceJson {
     Discrete { n: usize },
     MultiDiscrete { nvec: Vec<usize> },
     Box { shape: Vec<usize>, low: Vec<Bound>, high: Vec<Bound> },
+    Bytes { shape: Vec<usize> },
 }
 
 /// A Box bound: a number, or `"inf"` / `"-inf"` (JSON has no infinities).
@@ -157,6 +158,7 @@ impl EnvWorker {
         let layout = Layout {
             count,
             obs_dim: spec.observation_space.flat_dim().max(1),
+            obs_bytes: matches!(spec.observation_space, Space::Bytes { .. }),
             action_dim: spec.action_space.flat_dim(),
         };
         let io_error = |what: &'static str| {
@@ -168,7 +170,9 @@ impl EnvWorker {
             "path": shm.path(),
             "size": layout.size(),
             "obs_dim": layout.obs_dim,
+            "obs_dtype": layout.obs_dtype(),
             "action_dim": layout.action_dim,
+            "action_offset": layout.action_offset(0),
         });
         let mut commands = commands;
         writeln!(commands, "{shm_line}").map_err(io_error("send the shared memory"))?;
@@ -525,6 +529,8 @@ fn spec_from(settings: &GymSettings, hello: Hello) -> Result<EnvSpec> {
                 Space::boxed(to_f32(low)?, to_f32(high)?, shape)
                     .map_err(|e| unsupported(e.to_string()))
             }
+            SpaceJson::Bytes { shape } if which == "observation" => Ok(Space::Bytes { shape }),
+            SpaceJson::Bytes { shape } => Err(unsupported(format!("uint8 Box{shape:?}"))),
         }
     };
     Ok(EnvSpec {

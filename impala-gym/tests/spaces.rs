@@ -44,20 +44,20 @@ fn discrete_action_spaces() -> TestResult {
 }
 
 #[test]
-fn uint8_images_arrive_as_float_in_unit_range() -> TestResult {
+fn uint8_images_arrive_as_bytes_in_hwc_order() -> TestResult {
     let mut s = settings("impala_test_envs:Image");
     s.env_config = config(&[("height", 6.into()), ("width", 4.into()), ("channels", 3.into())]);
     let mut env = GymEnvPool::new(s).make(0, 0, 0)?;
-    let Space::Box { shape, low, high } = env.spec().observation_space.clone() else {
-        return Err("not a Box".into());
-    };
-    assert_eq!(shape, [6, 4, 3]);
-    assert!(low.iter().all(|&l| l == 0.0) && high.iter().all(|&h| h == 1.0));
+    assert_eq!(env.spec().observation_space, Space::Bytes { shape: vec![6, 4, 3] });
     let mut obs = vec![0.0f32; 72];
     env.reset(Some(0), &mut obs)?;
-    let (bright, dim) = (1.0f32, 20.0f32 / 255.0);
-    assert!(obs.iter().all(|&v| v == bright || (v - dim).abs() < 1e-7));
-    assert_eq!(obs.iter().filter(|&&v| v == bright).count(), 36, "half the frame is bright");
+    // One half of the columns is 255, the other 20, in every row and channel (HWC).
+    let column = |i: usize| (i / 3) % 4;
+    let bright: Vec<usize> = (0..4).filter(|&w| obs[w * 3] == 255.0).collect();
+    assert!(bright == [0, 1] || bright == [2, 3], "{obs:?}");
+    for (i, &v) in obs.iter().enumerate() {
+        assert_eq!(v, if bright.contains(&column(i)) { 255.0 } else { 20.0 }, "value {i}");
+    }
     Ok(())
 }
 

@@ -10,8 +10,9 @@
 //! - `learner_thread_weights_every_step`: the same with a weight snapshot requested and taken
 //!   after every step (the old behaviour; a driver asks every `broadcast_interval` steps).
 //!
-//! Plus `TorchPolicy` inference for 1, 8 and 32 envs, and on a CUDA machine the learner step on
-//! the GPU for the CartPole MLP and for RLlib's 84x84x4 Atari conv net.
+//! Plus `Learner::update` of RLlib's default 84x84x4 Atari conv net on byte observations (what
+//! Pong trains) at 1 and 2 libtorch threads, `TorchPolicy` inference for 1, 8 and 32 envs, and
+//! on a CUDA machine the learner step on the GPU for the CartPole MLP and the Atari conv net.
 //!
 //! `cargo bench -p impala-learner --bench learner -- --measurement-time 3 --warm-up-time 1`
 
@@ -46,14 +47,9 @@ fn cartpole() -> EnvSpec {
 }
 
 fn atari() -> EnvSpec {
-    let n = 84 * 84 * 4;
     EnvSpec {
         id: "ALE/Pong-v5".into(),
-        observation_space: Space::Box {
-            low: vec![0.0; n],
-            high: vec![1.0; n],
-            shape: vec![84, 84, 4],
-        },
+        observation_space: Space::Bytes { shape: vec![84, 84, 4] },
         action_space: Space::Discrete(6),
         max_episode_steps: None,
     }
@@ -63,10 +59,19 @@ fn batch(spec: &EnvSpec, seed: u64) -> SampleBatch {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut b = SampleBatch::zeros(T, B, &spec.observation_space, &spec.action_space, 0);
     let n_actions = spec.action_space.dist_inputs_dim();
-    b.obs
-        .iter_mut()
-        .chain(b.bootstrap_obs.iter_mut())
-        .for_each(|x| *x = rng.random_range(-0.5..0.5));
+    let bytes = matches!(spec.observation_space, Space::Bytes { .. });
+    for obs in [&mut b.obs, &mut b.bootstrap_obs] {
+        let values: Vec<f32> = (0..obs.len())
+            .map(|_| {
+                if bytes {
+                    rng.random_range(0..=255u8).into()
+                } else {
+                    rng.random_range(-0.5..0.5)
+                }
+            })
+            .collect();
+        obs.write(0, &values);
+    }
     for i in 0..T * B {
         b.actions[i] = rng.random_range(0..n_actions) as f32;
         b.action_logp[i] = -(n_actions as f32).ln() + rng.random_range(-0.1..0.1);
@@ -127,7 +132,7 @@ fn cartpole_train_batch(c: &mut Criterion) {
     group.throughput(Throughput::Elements((T * B) as u64));
 
     if let Ok(mut bare) = Bare::new() {
-        let obs = Tensor::from_slice(&train.obs).view([(T * B) as i64, 4]);
+        let obs = Tensor::from_slice(&train.obs.to_f32()).view([(T * B) as i64, 4]);
         let actions =
             Tensor::from_slice(&train.actions).to_kind(Kind::Int64).view([(T * B) as i64, 1]);
         let adv = Tensor::from_slice(&train.rewards);
@@ -178,6 +183,26 @@ fn cartpole_train_batch(c: &mut Criterion) {
     group.finish();
 }
 
+/// The Atari conv net's learner step on the CPU at 1 and 2 libtorch threads.
+fn atari_train_batch(c: &mut Criterion) {
+    let spec = atari();
+    let Some((settings, _)) = default_settings() else { return };
+    let train = batch(&spec, 2);
+    let mut group = c.benchmark_group("atari_cnn_train_batch_500");
+    group.throughput(Throughput::Elements((T * B) as u64));
+    group.sample_size(10);
+    for threads in [1, 2] {
+        tch::set_num_threads(threads);
+        if let Ok(mut learner) = Learner::new(&settings, &spec, Device::Cpu) {
+            group.bench_function(BenchmarkId::new("learner_update_threads", threads), |b| {
+                b.iter(|| black_box(learner.update(&train, 0).map(|s| s.total_loss)))
+            });
+        }
+    }
+    tch::set_num_threads(1);
+    group.finish();
+}
+
 fn policy_inference(c: &mut Criterion) {
     tch::set_num_threads(1);
     let spec = cartpole();
@@ -224,5 +249,11 @@ fn cuda_train_batch(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, cartpole_train_batch, policy_inference, cuda_train_batch);
+criterion_group!(
+    benches,
+    cartpole_train_batch,
+    atari_train_batch,
+    policy_inference,
+    cuda_train_batch
+);
 criterion_main!(benches);

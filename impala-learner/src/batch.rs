@@ -2,7 +2,7 @@
 //! `load_batch_into_buffer`): the part of a train batch that loader threads prepare ahead of the
 //! SGD step.
 
-use impala_core::SampleBatch;
+use impala_core::{Observations, SampleBatch};
 use tch::{Device, Tensor};
 
 use crate::{LearnerError, Result};
@@ -25,7 +25,7 @@ pub(crate) struct Shard {
     pub steps: usize,
     /// B.
     pub rows: usize,
-    /// `[T * B, obs_dim]`.
+    /// `[T * B, obs_dim]`, floats or bytes (the model scales bytes on the device).
     pub obs: Tensor,
     /// `[T * B, action_dim]`.
     pub actions: Tensor,
@@ -101,6 +101,16 @@ impl BatchLoader {
         let upload = |v: &[f32], shape: &[i64]| -> Result<Tensor> {
             Ok(Tensor::f_from_slice(v)?.f_view(shape)?.f_to_device(device)?)
         };
+        // Bytes travel to the device as bytes: a quarter of the copy.
+        let upload_obs = |obs: &Observations, rows: usize| -> Result<Tensor> {
+            let shape = [rows as i64, self.obs_dim as i64];
+            match obs {
+                Observations::F32(v) => upload(v, &shape),
+                Observations::Bytes(v) => {
+                    Ok(Tensor::f_from_slice(v)?.f_view(shape)?.f_to_device(device)?)
+                }
+            }
+        };
         let gamma = self.gamma;
         let mut rewards = batch.rewards.clone();
         let mut discounts = vec![0.0f32; n];
@@ -124,9 +134,9 @@ impl BatchLoader {
         Ok(Shard {
             steps: t,
             rows: b,
-            obs: upload(&batch.obs, &[n as i64, self.obs_dim as i64])?,
+            obs: upload_obs(&batch.obs, n)?,
             actions: upload(&batch.actions, &[n as i64, self.action_dim as i64])?,
-            bootstrap_obs: upload(&batch.bootstrap_obs, &[b as i64, self.obs_dim as i64])?,
+            bootstrap_obs: upload_obs(&batch.bootstrap_obs, b)?,
             state_in: upload(&batch.state_in, &[b as i64, self.state_dim as i64])?,
             not_done,
             behaviour_logp: batch.action_logp.clone(),

@@ -38,6 +38,14 @@ impl ActionDistribution {
             Space::Discrete(n) => ActionDistribution::Categorical(*n),
             Space::MultiDiscrete(nvec) => ActionDistribution::MultiCategorical(nvec.clone()),
             Space::Box { low, .. } => ActionDistribution::DiagGaussian(low.len()),
+            Space::Bytes { .. } => {
+                return Err(LearnerError::Config {
+                    reason: format!(
+                        "action space {space}: bytes are an observation space; actions are \
+                         Discrete, MultiDiscrete or Box"
+                    ),
+                })
+            }
         };
         if dist.components().contains(&0) {
             return Err(LearnerError::Config { reason: format!("empty action space {space}") });

@@ -727,7 +727,7 @@ mod tests {
     use super::*;
     use crate::TorchPolicy;
     use impala_config::ImpalaConfig;
-    use impala_core::{Policy, PolicyInput, PolicyOutput, Space};
+    use impala_core::{Observations, Policy, PolicyInput, PolicyOutput, Space};
     use rand::{Rng, SeedableRng};
 
     /// The learner's unroll over a batch (state reset after episode ends, truncated BPTT every
@@ -763,7 +763,7 @@ mod tests {
                 &mut out,
             )?;
             let i = step * b;
-            batch.obs[i * 3..(i + b) * 3].copy_from_slice(&obs);
+            batch.obs.write(i * 3, &obs);
             batch.actions[i..i + b].copy_from_slice(&out.actions);
             batch.action_logp[i..i + b].copy_from_slice(&out.action_logp);
             batch.vf_preds[i..i + b].copy_from_slice(&out.vf_preds);
@@ -777,8 +777,9 @@ mod tests {
                 }
             }
         }
-        batch.bootstrap_obs = (0..b * 3).map(|_| rng.random_range(-1.0..1.0)).collect();
-        let want_bootstrap = policy.compute_values(&batch.bootstrap_obs, b, &state)?;
+        let bootstrap: Vec<f32> = (0..b * 3).map(|_| rng.random_range(-1.0..1.0)).collect();
+        batch.bootstrap_obs = Observations::F32(bootstrap.clone());
+        let want_bootstrap = policy.compute_values(&bootstrap, b, &state)?;
         let loaded = learner.loader().load(&batch)?;
         let shard = &loaded.shards[0];
         let model = learner.model();

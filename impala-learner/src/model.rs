@@ -144,7 +144,8 @@ impl Dense {
 struct Conv {
     ws: Tensor,
     bs: Tensor,
-    stride: i64,
+    /// `[height, width]`.
+    stride: [i64; 2],
     /// `[left, right, top, bottom]`, as `nn.ZeroPad2d`.
     pad: [i64; 4],
 }
@@ -167,34 +168,36 @@ impl ConvStack {
     ) -> Result<(Self, usize)> {
         let [mut h, mut w, mut c] = hwc;
         let mut convs = Vec::with_capacity(filters.len());
-        for (i, &[out, k, s]) in filters.iter().enumerate() {
-            if k == 0 || s == 0 || out == 0 {
+        for (i, filter) in filters.iter().enumerate() {
+            let ConvFilter { out_channels: out, kernel: [kh, kw], stride: [sh, sw] } = *filter;
+            if filter.has_zero() {
                 return Err(LearnerError::Config {
-                    reason: format!("conv filter {i} {:?} has a zero", [out, k, s]),
+                    reason: format!("conv filter {i} {filter} has a zero"),
                 });
             }
             let last = i + 1 == filters.len();
             let (pad, oh, ow) = if last {
-                if h < k || w < k {
+                if h < kh || w < kw {
                     return Err(LearnerError::Config {
                         reason: format!(
-                            "conv filter {i} (kernel {k}) does not fit its {h}x{w} input"
+                            "conv filter {i} {filter} (kernel {kh}x{kw}) does not fit its {h}x{w} \
+                             input"
                         ),
                     });
                 }
-                ([0; 4], (h - k) / s + 1, (w - k) / s + 1)
+                ([0; 4], (h - kh) / sh + 1, (w - kw) / sw + 1)
             } else {
-                let (top, bottom, oh) = same_padding(h, k, s);
-                let (left, right, ow) = same_padding(w, k, s);
+                let (top, bottom, oh) = same_padding(h, kh, sh);
+                let (left, right, ow) = same_padding(w, kw, sw);
                 ([left, right, top, bottom], oh, ow)
             };
             let p = path / format!("conv{i}");
-            let (fan_in, fan_out) = ((c * k * k) as f32, (out * k * k) as f32);
+            let (fan_in, fan_out) = ((c * kh * kw) as f32, (out * kh * kw) as f32);
             let bound = (6.0 / (fan_in + fan_out)).sqrt();
-            let shape = [out as i64, c as i64, k as i64, k as i64];
+            let shape = [out as i64, c as i64, kh as i64, kw as i64];
             let ws = p.f_var_copy("weight", &init.uniform(&shape, bound)?)?;
             let bs = p.f_zeros("bias", &[out as i64])?;
-            convs.push(Conv { ws, bs, stride: s as i64, pad });
+            convs.push(Conv { ws, bs, stride: [sh as i64, sw as i64], pad });
             (h, w, c) = (oh, ow, out);
         }
         let post_act = Activation::parse(&config.post_fcnet_activation)?;
@@ -212,14 +215,7 @@ impl ConvStack {
             if conv.pad.iter().any(|&p| p > 0) {
                 x = x.f_constant_pad_nd(conv.pad)?;
             }
-            let y = x.f_conv2d(
-                &conv.ws,
-                Some(&conv.bs),
-                [conv.stride, conv.stride],
-                [0, 0],
-                [1, 1],
-                1,
-            )?;
+            let y = x.f_conv2d(&conv.ws, Some(&conv.bs), conv.stride, [0, 0], [1, 1], 1)?;
             x = self.activation.apply(y)?;
         }
         self.post.forward(x.f_flatten(1, -1)?)
@@ -235,7 +231,7 @@ fn same_padding(size: usize, kernel: usize, stride: usize) -> (i64, i64, usize) 
 
 /// RLlib's default conv filters for square image sizes (`get_filter_config`).
 fn default_filters(h: usize, w: usize) -> Result<Vec<ConvFilter>> {
-    Ok(match (h, w) {
+    let filters: Vec<[usize; 3]> = match (h, w) {
         (84, 84) => vec![[16, 8, 4], [32, 4, 2], [256, 11, 1]],
         (96, 96) => vec![[16, 8, 4], [32, 4, 2], [256, 11, 2]],
         (64, 64) => vec![[32, 4, 2], [64, 4, 2], [128, 4, 2], [256, 4, 2]],
@@ -248,7 +244,8 @@ fn default_filters(h: usize, w: usize) -> Result<Vec<ConvFilter>> {
                 ),
             })
         }
-    })
+    };
+    Ok(filters.into_iter().map(|[out, k, s]| ConvFilter::square(out, k, s)).collect())
 }
 
 /// The policy or value torso.
@@ -294,10 +291,10 @@ impl ObsEncoding {
         match space {
             Space::Discrete(n) => ObsEncoding::OneHot(vec![*n]),
             Space::MultiDiscrete(nvec) => ObsEncoding::OneHot(nvec.clone()),
-            Space::Box { shape, .. } if shape.len() == 3 => {
+            Space::Box { shape, .. } | Space::Bytes { shape } if shape.len() == 3 => {
                 ObsEncoding::Image([shape[0], shape[1], shape[2]])
             }
-            Space::Box { low, .. } => ObsEncoding::Flat(low.len()),
+            Space::Box { .. } | Space::Bytes { .. } => ObsEncoding::Flat(space.flat_dim()),
         }
     }
 
@@ -361,6 +358,9 @@ pub(crate) struct Unroll<'a> {
 #[derive(Debug)]
 pub struct ActorCritic {
     encoding: ObsEncoding,
+    /// Observations are bytes `0..=255` ([`Space::Bytes`]), scaled to `[0, 1]` here, on the
+    /// model's device (batches carry them as bytes).
+    bytes: bool,
     torso: Torso,
     vf_torso: Option<Torso>,
     lstm: Option<Lstm>,
@@ -449,6 +449,7 @@ impl ActorCritic {
         let value = init.linear(path / "value", vf_in, 1, 0.01)?;
         Ok(ActorCritic {
             encoding,
+            bytes: matches!(spec.observation_space, Space::Bytes { .. }),
             torso,
             vf_torso: vf_torso.map(|(t, _)| t),
             lstm,
@@ -474,10 +475,14 @@ impl ActorCritic {
         self.lstm.as_ref().map_or(0, |l| 2 * l.cell_size as usize)
     }
 
-    /// Forward pass over `obs` (`[N, obs_dim]`); recurrent models need `unroll` (N = T * B,
-    /// time-major).
+    /// Forward pass over `obs` (`[N, obs_dim]`, floats or bytes); recurrent models need
+    /// `unroll` (N = T * B, time-major).
     pub(crate) fn forward(&self, obs: &Tensor, unroll: Option<Unroll<'_>>) -> Result<ModelOutput> {
-        let x = self.encoding.encode(obs)?;
+        let x = if self.bytes {
+            self.encoding.encode(&obs.f_to_kind(Kind::Float)?.f_mul_scalar(1.0 / 255.0)?)?
+        } else {
+            self.encoding.encode(obs)?
+        };
         let feats = self.torso.forward(x.shallow_clone())?;
         let (head_in, state) = match (&self.lstm, unroll) {
             (Some(lstm), Some(u)) => {

@@ -61,16 +61,24 @@ pub fn random_batch(
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut batch =
         SampleBatch::zeros(t, b, &spec.observation_space, &spec.action_space, state_dim);
-    batch
-        .obs
-        .iter_mut()
-        .chain(batch.bootstrap_obs.iter_mut())
-        .for_each(|x| *x = rng.random_range(-1.0..1.0));
+    let bytes = matches!(spec.observation_space, Space::Bytes { .. });
+    for obs in [&mut batch.obs, &mut batch.bootstrap_obs] {
+        let values: Vec<f32> = (0..obs.len())
+            .map(|_| {
+                if bytes {
+                    rng.random_range(0..=255u8).into()
+                } else {
+                    rng.random_range(-1.0..1.0)
+                }
+            })
+            .collect();
+        obs.write(0, &values);
+    }
     batch.state_in.iter_mut().for_each(|x| *x = rng.random_range(-0.5..0.5));
     let nvec: Vec<usize> = match &spec.action_space {
         Space::Discrete(n) => vec![*n],
         Space::MultiDiscrete(nvec) => nvec.clone(),
-        Space::Box { .. } => vec![],
+        Space::Box { .. } | Space::Bytes { .. } => vec![],
     };
     for a in batch.actions.chunks_mut(spec.action_space.flat_dim()) {
         if nvec.is_empty() {

@@ -35,7 +35,7 @@ pub fn learn_bandit(
             )?;
             for row in 0..b {
                 let i = step * b + row;
-                batch.obs[i * 4..(i + 1) * 4].copy_from_slice(&obs[row * 4..(row + 1) * 4]);
+                batch.obs.write(i * 4, &obs[row * 4..(row + 1) * 4]);
                 batch.actions[i] = out.actions[row];
                 batch.action_logp[i] = out.action_logp[row];
                 batch.vf_preds[i] = out.vf_preds[row];

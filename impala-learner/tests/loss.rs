@@ -10,8 +10,8 @@
 //! RLlib's `VTraceLoss`; and the analytic gradient (softmax: `-adv (onehot - p)`, entropy:
 //! `p (log p + H)`, value: `V - vs`), its global norm and the first Adam / RMSprop step.
 
-use impala_config::{ImpalaConfig, LossReduction, OptType};
-use impala_core::{SampleBatch, Space, Weights};
+use impala_config::{ConvFilter, ImpalaConfig, LossReduction, OptType};
+use impala_core::{Observations, SampleBatch, Space, Weights};
 use impala_learner::Learner;
 use tch::Device;
 
@@ -126,7 +126,8 @@ fn expected(c: &ImpalaConfig, w: &Weights, batch: &SampleBatch) -> Result<Expect
     let n_all = T * B;
     let steps = if c.vtrace_drop_last_ts { T - 1 } else { T };
     let n = steps * B;
-    let obs = |i: usize| &batch.obs[i * OBS..(i + 1) * OBS];
+    let (all_obs, all_bootstrap) = (batch.obs.to_f32(), batch.bootstrap_obs.to_f32());
+    let obs = |i: usize| &all_obs[i * OBS..(i + 1) * OBS];
     // Per step: log-softmax, probabilities, target log-prob, entropy, value.
     let mut logp_all = vec![[0.0; ACTIONS]; n_all];
     let mut target_logp = vec![0.0; n_all];
@@ -149,7 +150,7 @@ fn expected(c: &ImpalaConfig, w: &Weights, batch: &SampleBatch) -> Result<Expect
     let boot: Vec<f64> = if c.vtrace_drop_last_ts {
         (0..B).map(|b| values[(T - 1) * B + b]).collect()
     } else {
-        (0..B).map(|b| value(&batch.bootstrap_obs[b * OBS..(b + 1) * OBS])).collect()
+        (0..B).map(|b| value(&all_bootstrap[b * OBS..(b + 1) * OBS])).collect()
     };
     let mut rewards = vec![0.0; n];
     let mut discounts = vec![0.0; n];
@@ -375,7 +376,7 @@ fn every_model_and_action_space_trains_a_step() -> TestResult {
         c.model.use_lstm = lstm;
         c.model.lstm_cell_size = 4;
         c.model.vf_share_layers = shared;
-        c.model.conv_filters = Some(vec![[4, 5, 2], [8, 5, 2]]);
+        c.model.conv_filters = Some(vec![ConvFilter::square(4, 5, 2), ConvFilter::square(8, 5, 2)]);
         let mut learner = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
         let state_dim = learner.model().state_dim();
         let stats = learner.update(&random_batch(&s, 5, 3, state_dim, 1), 0)?;
@@ -383,6 +384,59 @@ fn every_model_and_action_space_trains_a_step() -> TestResult {
             stats.total_loss.is_finite() && stats.grad_gnorm > 0.0,
             "{:?} lstm={lstm}: {stats:?}",
             s.action_space
+        );
+    }
+    Ok(())
+}
+
+/// Byte frames (what Atari and users' uint8 envs produce) train exactly as the same frames
+/// given as floats in `[0, 1]`: the model scales bytes on its device. The conv filters have
+/// rectangular kernels and strides (RLlib's `[out, [kh, kw], [sh, sw]]`).
+#[test]
+fn byte_frames_train_as_unit_floats_with_rectangular_kernels() -> TestResult {
+    let shape = vec![12, 6, 2];
+    let n: usize = shape.iter().product();
+    let as_bytes = impala_core::EnvSpec {
+        id: "Frames".into(),
+        observation_space: Space::Bytes { shape: shape.clone() },
+        action_space: Space::Discrete(3),
+        max_episode_steps: None,
+    };
+    let as_floats = impala_core::EnvSpec {
+        observation_space: Space::boxed(vec![0.0; n], vec![1.0; n], shape)?,
+        ..as_bytes.clone()
+    };
+    let mut c = config(vec![8]);
+    c.model.conv_filters = Some(vec![
+        ConvFilter { out_channels: 4, kernel: [4, 2], stride: [2, 1] },
+        ConvFilter { out_channels: 8, kernel: [6, 5], stride: [1, 1] },
+    ]);
+    let bytes_batch = random_batch(&as_bytes, 5, 3, 0, 7);
+    assert_eq!(bytes_batch.obs.kind(), "bytes");
+    let mut floats_batch = bytes_batch.clone();
+    for obs in [&mut floats_batch.obs, &mut floats_batch.bootstrap_obs] {
+        *obs = Observations::F32(obs.to_f32().iter().map(|v| v / 255.0).collect());
+    }
+    let mut from_bytes = Learner::new(&settings(&c)?, &as_bytes, Device::Cpu)?;
+    let mut from_floats = Learner::new(&settings(&c)?, &as_floats, Device::Cpu)?;
+    let kernels: Vec<Vec<usize>> = from_bytes
+        .weights()?
+        .tensors
+        .iter()
+        .filter(|t| t.name.ends_with("conv0.weight") || t.name.ends_with("conv1.weight"))
+        .map(|t| t.shape.clone())
+        .collect();
+    assert!(
+        kernels.contains(&vec![4, 2, 4, 2]) && kernels.contains(&vec![8, 4, 6, 5]),
+        "{kernels:?}"
+    );
+    for step in 0..3 {
+        let (a, b) = (from_bytes.update(&bytes_batch, 0)?, from_floats.update(&floats_batch, 0)?);
+        assert!(
+            (a.total_loss - b.total_loss).abs() <= 1e-4 * b.total_loss.abs().max(1.0),
+            "step {step}: bytes {} vs floats {}",
+            a.total_loss,
+            b.total_loss
         );
     }
     Ok(())

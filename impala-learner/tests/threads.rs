@@ -200,7 +200,7 @@ fn an_undrained_failure_is_returned_by_stop() -> TestResult {
     c.learner_queue_size = 50_000;
     let (s, h) = setup(&c)?;
     let mut bad = random_batch(&s, 5, 2, 0, 2);
-    bad.obs[0] = f32::NAN;
+    bad.obs.write(0, &[f32::NAN]);
     assert!(h.try_enqueue(bad).is_ok());
     let deadline = Instant::now() + Duration::from_secs(20);
     while h.try_enqueue(random_batch(&s, 5, 2, 0, 2)).is_ok() && Instant::now() < deadline {

@@ -23,8 +23,10 @@ const PLACES_7: f64 = 5e-8;
 fn generate_data(rng: &mut StdRng) -> Result<SampleBatch, impala_core::CoreError> {
     let obs_space = Space::continuous(vec![0.0; 4], vec![1.0; 4])?;
     let mut batch = SampleBatch::zeros(1, 1, &obs_space, &Space::Discrete(2), 0);
-    batch.obs.iter_mut().for_each(|o| *o = rng.random());
-    batch.bootstrap_obs.iter_mut().for_each(|o| *o = rng.random());
+    for obs in [&mut batch.obs, &mut batch.bootstrap_obs] {
+        let values: Vec<f32> = (0..obs.len()).map(|_| rng.random()).collect();
+        obs.write(0, &values);
+    }
     batch.actions[0] = f32::from(rng.random_range(0u8..2));
     batch.rewards[0] = rng.random();
     batch.terminateds[0] = rng.random();

@@ -1,5 +1,6 @@
 //! The single integration-test binary of impala-replay.
 
+mod bytes;
 mod mixin;
 mod props;
 mod rllib;

@@ -85,6 +85,12 @@ impl Policy for RandomPolicy {
                         *logp += std_normal_logpdf(*a);
                     }
                 }
+                Space::Bytes { .. } => {
+                    for a in row.iter_mut() {
+                        *a = if input.explore { f32::from(self.rng.random::<u8>()) } else { 0.0 };
+                        *logp -= 256f32.ln();
+                    }
+                }
             }
         }
         Ok(())

@@ -257,7 +257,7 @@ impl EnvRunner {
             self.check_output()?;
             let row = t * num_envs;
             let span = |w: usize| row * w..(row + num_envs) * w;
-            batch.obs[span(od)].copy_from_slice(self.envs.obs());
+            batch.obs.write(row * od, self.envs.obs());
             batch.actions[span(ad)].copy_from_slice(&self.out.actions);
             batch.action_logp[span(1)].copy_from_slice(&self.out.action_logp);
             batch.action_dist_inputs[span(dd)].copy_from_slice(&self.out.action_dist_inputs);
@@ -319,7 +319,7 @@ impl EnvRunner {
                 }
             }
         }
-        batch.bootstrap_obs.copy_from_slice(self.envs.obs());
+        batch.bootstrap_obs.write(0, self.envs.obs());
         Ok(Fragment { runner_id: self.runner_id, batch, episodes })
     }
 }

@@ -103,11 +103,11 @@ fn zero_timeout_returns_only_what_is_ready() -> TestResult {
     // carry increasing lifetime steps (obs[2]) with no gap.
     let mut last: std::collections::BTreeMap<u32, f32> = Default::default();
     for f in &fragments {
+        let (obs, bootstrap) = (f.batch.obs.to_f32(), f.batch.bootstrap_obs.to_f32());
         for row in 0..f.batch.num_rows {
-            let instance = f.batch.obs[f.batch.index(0, row) * 3] as u32;
-            let first = f.batch.obs[f.batch.index(0, row) * 3 + 2];
-            if let Some(prev_bootstrap) = last.insert(instance, f.batch.bootstrap_obs[row * 3 + 2])
-            {
+            let instance = obs[f.batch.index(0, row) * 3] as u32;
+            let first = obs[f.batch.index(0, row) * 3 + 2];
+            if let Some(prev_bootstrap) = last.insert(instance, bootstrap[row * 3 + 2]) {
                 assert_eq!(first, prev_bootstrap);
             }
         }

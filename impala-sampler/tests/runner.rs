@@ -18,11 +18,12 @@ fn fragments_are_time_major_with_episode_boundaries() -> Result<()> {
     let b = &f.batch;
     b.validate()?;
     assert_eq!((b.fragment_len, b.num_rows, b.obs_dim()), (5, 3, 3));
+    let (obs, bootstrap) = (b.obs.to_f32(), b.bootstrap_obs.to_f32());
     for t in 0..5 {
         for row in 0..3 {
             let i = b.index(t, row);
             // obs[1] is the step in the episode: 0,1,2,3 then the new episode's 0.
-            assert_eq!(b.obs[i * 3 + 1], (t % 4) as f32, "t={t} row={row}");
+            assert_eq!(obs[i * 3 + 1], (t % 4) as f32, "t={t} row={row}");
             assert_eq!(b.terminateds[i], t == 3);
             assert!(!b.truncateds[i]);
             assert_eq!(b.rewards[i], 1.0);
@@ -30,9 +31,9 @@ fn fragments_are_time_major_with_episode_boundaries() -> Result<()> {
     }
     // The bootstrap observation is the one after the last step (step 1 of the 2nd episode).
     for row in 0..3 {
-        assert_eq!(b.bootstrap_obs[row * 3 + 1], 1.0);
+        assert_eq!(bootstrap[row * 3 + 1], 1.0);
         // Rows come from distinct envs.
-        assert_eq!(b.bootstrap_obs[row * 3], b.obs[b.index(0, row) * 3]);
+        assert_eq!(bootstrap[row * 3], obs[b.index(0, row) * 3]);
     }
     assert_eq!(f.episodes.len(), 3);
     assert!(f
@@ -238,6 +239,6 @@ fn clip_actions_clips_what_the_env_gets_not_what_the_batch_keeps() -> Result<()>
     let b = &f.batch;
     // Standard-normal actions: most exceed 0.1 in the batch, none reach the env unclipped.
     assert!(b.actions.iter().filter(|a| a.abs() > 0.1).count() > 100);
-    assert!(b.obs.iter().chain(&b.bootstrap_obs).all(|o| o.abs() <= 0.1));
+    assert!(b.obs.to_f32().iter().chain(&b.bootstrap_obs.to_f32()).all(|o| o.abs() <= 0.1));
     Ok(())
 }

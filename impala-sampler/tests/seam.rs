@@ -120,7 +120,8 @@ fn a_lost_runner_is_relaunched_and_its_fragments_dropped() -> TestResult {
     let mut group = EnvRunnerGroup::with_launcher(&s, Box::new(launcher), spec(None))?;
     let mut delivered: Vec<Fragment> = group.sample()?;
     assert_eq!(delivered.iter().filter(|f| f.runner_id == 1).count(), 2);
-    let lost_instance = delivered.iter().find(|f| f.runner_id == 1).map(|f| f.batch.obs[0]);
+    let lost_instance =
+        delivered.iter().find(|f| f.runner_id == 1).map(|f| f.batch.obs.to_f32()[0]);
     // Runner 1 has two more fragments requested; once it starts the second (its 16th step of
     // 5-step fragments), the first is on the reply channel. Then its connection is lost.
     wait_for_calls(&events, 1, 3 * 5 + 1)?;
@@ -155,7 +156,7 @@ fn a_lost_runner_is_relaunched_and_its_fragments_dropped() -> TestResult {
     // The relaunched runner has new envs and starts from the newest weights.
     let runner1: Vec<&Fragment> = delivered.iter().filter(|f| f.runner_id == 1).collect();
     assert_eq!(runner1.len(), 2 + relaunched);
-    assert!(runner1[2..].iter().all(|f| Some(f.batch.obs[0]) != lost_instance));
+    assert!(runner1[2..].iter().all(|f| Some(f.batch.obs.to_f32()[0]) != lost_instance));
     assert!(runner1[2..].iter().all(|f| f.batch.weights_version == vec![1]));
     // Nothing delivered twice, and the caller's counts match what was delivered.
     let steps = unique_steps(&delivered);

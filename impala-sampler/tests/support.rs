@@ -392,11 +392,11 @@ impl Sampled {
 pub fn unique_steps(fragments: &[Fragment]) -> BTreeSet<(u32, u32)> {
     let mut seen = BTreeSet::new();
     for f in fragments {
-        let b = &f.batch;
+        let (b, obs) = (&f.batch, f.batch.obs.to_f32());
         for t in 0..b.fragment_len {
             for row in 0..b.num_rows {
                 let i = b.index(t, row) * 3;
-                let key = (b.obs[i] as u32, b.obs[i + 2] as u32);
+                let key = (obs[i] as u32, obs[i + 2] as u32);
                 assert!(seen.insert(key), "step {key:?} delivered twice");
             }
         }
