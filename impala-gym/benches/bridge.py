@@ -1,0 +1,142 @@
+"""Env steps/s sampled through impala-rs's Python env workers vs the bare env, side by side.
+
+    .venv/bin/python impala-gym/benches/bridge.py --env CartPole-v1 --workers 2 --envs-per-worker 4
+    .venv/bin/python impala-gym/benches/bridge.py --env ALE/Pong-v5 --workers 1 --envs-per-worker 8 \
+        --config examples/pong-impala.toml
+
+Raw: `--workers` Python processes, each stepping `--envs-per-worker` envs (Gymnasium's
+`gym.make`, or one ale-py `AtariVectorEnv` for `ALE/` ids, with the preprocessing impala-gym uses)
+with random actions in a plain loop for `--seconds`.
+
+impala-rs: `impala train` with `_env_runners_only` (sampling only: policy inference and
+everything a runner does per step, no learner) on the same envs in the same number of worker
+processes, one env runner, for `--seconds`; the rate is taken over the iterations after the
+first (start-up excluded). Prints one JSON line with both rates and their ratio.
+"""
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def raw_worker(env_id, count, seconds, env_config, queue):
+    import numpy as np
+
+    rng = np.random.default_rng(os.getpid())
+    steps = 0
+    if env_id.startswith("ALE/"):
+        import ale_py
+
+        game = env_id.split("/", 1)[1].split("-", 1)[0]
+        game = "".join("_" + c.lower() if c.isupper() else c for c in game).lstrip("_")
+        kwargs = {"autoreset_mode": "SameStep", "reward_clipping": False, **env_config}
+        vec = ale_py.AtariVectorEnv(game, num_envs=count, **kwargs)
+        vec.reset(seed=0)
+        n = vec.single_action_space.n
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            vec.step(rng.integers(0, n, size=count))
+            steps += count
+    else:
+        import gymnasium as gym
+
+        envs = [gym.make(env_id, **env_config) for _ in range(count)]
+        for i, env in enumerate(envs):
+            env.reset(seed=i)
+        space = envs[0].action_space
+        # Random actions drawn ahead (Discrete) so that the loop times the env, not sampling.
+        if isinstance(space, gym.spaces.Discrete):
+            actions = [int(a) for a in rng.integers(0, space.n, size=4096)]
+        else:
+            actions = [space.sample() for _ in range(4096)]
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for env in envs:
+                _, _, term, trunc, _ = env.step(actions[steps % 4096])
+                steps += 1
+                if term or trunc:
+                    env.reset()
+    queue.put(steps / (time.perf_counter() - start))
+
+
+def raw_rate(args, env_config):
+    queue = mp.Queue()
+    procs = [
+        mp.Process(target=raw_worker, args=(args.env, args.envs_per_worker, args.seconds, env_config, queue))
+        for _ in range(args.workers)
+    ]
+    for p in procs:
+        p.start()
+    rates = [queue.get() for _ in procs]
+    for p in procs:
+        p.join()
+    return sum(rates)
+
+
+def impala_rate(args):
+    with tempfile.TemporaryDirectory() as tmp:
+        run = os.path.join(tmp, "run")
+        cmd = [args.impala, "train"]
+        if args.config:
+            cmd.append(args.config)
+        cmd += [
+            "--env", args.env,
+            "--set", 'env_backend="gymnasium"',
+            "--set", "_env_runners_only=true",
+            "--set", "num_env_runners=1",
+            "--set", f"num_envs_per_env_runner={args.workers * args.envs_per_worker}",
+            "--set", f"num_envs_per_env_worker={args.envs_per_worker}",
+            "--set", "min_time_s_per_iteration=2",
+            "--stop-time", str(args.seconds),
+            "--run-dir", run,
+        ]
+        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+        with open(os.path.join(run, "result.json")) as f:
+            rows = [json.loads(line) for line in f if line.strip()]
+    if len(rows) < 3:
+        raise SystemExit(f"only {len(rows)} iterations; raise --seconds")
+    first, last = rows[0], rows[-1]
+    steps = last["num_env_steps_sampled"] - first["num_env_steps_sampled"]
+    return steps / (last["time_total_s"] - first["time_total_s"])
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--env", default="CartPole-v1")
+    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--envs-per-worker", type=int, default=4)
+    p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--config", help="an impala config file (its env_config is used for raw too)")
+    p.add_argument("--impala", default=os.path.join(ROOT, "target", "release", "impala"))
+    args = p.parse_args()
+    env_config = {}
+    if args.config:
+        import tomllib
+
+        with open(args.config, "rb") as f:
+            env_config = tomllib.load(f).get("env_config", {})
+    raw = raw_rate(args, env_config)
+    ours = impala_rate(args)
+    print(
+        json.dumps(
+            {
+                "env": args.env,
+                "workers": args.workers,
+                "envs_per_worker": args.envs_per_worker,
+                "raw_env_steps_per_s": round(raw, 1),
+                "impala_env_steps_per_s": round(ours, 1),
+                "ratio": round(ours / raw, 3),
+            }
+        )
+    )
+
+
+if __name__ == "__main__":
+    sys.exit(main())
