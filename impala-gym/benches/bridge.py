@@ -10,7 +10,7 @@ with random actions in a plain loop for `--seconds`.
 
 impala-rs: `impala train` with `_env_runners_only` (sampling only: policy inference and
 everything a runner does per step, no learner) on the same envs in the same number of worker
-processes, one env runner, for `--seconds`; the rate is taken over the iterations after the
+processes (`--runners` env runners share them), for `--seconds`; the rate is taken over the iterations after the
 first (start-up excluded). Prints one JSON line with both rates and their ratio.
 """
 
@@ -90,8 +90,8 @@ def impala_rate(args):
             "--env", args.env,
             "--set", 'env_backend="gymnasium"',
             "--set", "_env_runners_only=true",
-            "--set", "num_env_runners=1",
-            "--set", f"num_envs_per_env_runner={args.workers * args.envs_per_worker}",
+            "--set", f"num_env_runners={args.runners}",
+            "--set", f"num_envs_per_env_runner={args.workers // args.runners * args.envs_per_worker}",
             "--set", f"num_envs_per_env_worker={args.envs_per_worker}",
             "--set", "min_time_s_per_iteration=2",
             "--stop-time", str(args.seconds),
@@ -110,7 +110,8 @@ def impala_rate(args):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--env", default="CartPole-v1")
-    p.add_argument("--workers", type=int, default=2)
+    p.add_argument("--workers", type=int, default=2, help="Python processes, in all")
+    p.add_argument("--runners", type=int, default=1, help="env runners sharing the workers")
     p.add_argument("--envs-per-worker", type=int, default=4)
     p.add_argument("--seconds", type=float, default=30.0)
     p.add_argument("--config", help="an impala config file (its env_config is used for raw too)")
@@ -129,6 +130,7 @@ def main():
             {
                 "env": args.env,
                 "workers": args.workers,
+                "runners": args.runners,
                 "envs_per_worker": args.envs_per_worker,
                 "raw_env_steps_per_s": round(raw, 1),
                 "impala_env_steps_per_s": round(ours, 1),

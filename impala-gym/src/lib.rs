@@ -54,7 +54,7 @@ use std::time::Duration;
 use impala_core::{CoreError, Env, EnvSpec, StepOutcome};
 
 pub use error::{GymError, Result};
-use worker::{EnvWorker, Op, Reply};
+use worker::{EnvWorker, Reply};
 
 /// The environment variable that names the Python interpreter (after the config's
 /// `python_executable`).
@@ -233,7 +233,7 @@ impl Env for GymEnv {
             // A step begun before an error elsewhere: its reply is stale.
             worker.wait(slot, "finish a step")?;
         }
-        worker.send(Op::Reset, slot, seed, &[])?;
+        worker.reset(slot, seed)?;
         let reply = worker.wait(slot, "reset")?;
         drop(worker);
         match reply {
@@ -257,7 +257,7 @@ impl Env for GymEnv {
         // and invalid indices are refused here.
         self.spec.action_space.check_action(action)?;
         let slot = self.slot;
-        self.worker().send(Op::Step, slot, None, action)?;
+        self.worker().begin_step(slot, action)?;
         self.stepping = true;
         Ok(true)
     }

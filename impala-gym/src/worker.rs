@@ -36,13 +36,6 @@ pub(crate) enum Reply {
     Failed { message: String, recreated: bool },
 }
 
-/// The commands a runner sends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Op {
-    Reset,
-    Step,
-}
-
 /// A running worker hosting `layout.count` envs.
 pub(crate) struct EnvWorker {
     env: String,
@@ -52,6 +45,9 @@ pub(crate) struct EnvWorker {
     pending: Vec<u8>,
     /// Replies that arrived for other slots than the one being waited for.
     ready: Vec<Option<Reply>>,
+    /// Slots whose action is in shared memory but whose step command is not sent yet: the
+    /// steps of all of a worker's envs go out in one write, as one command per 64 slots.
+    unsent_steps: Vec<usize>,
     shm: SharedRegion,
     spec: EnvSpec,
     timeout: Duration,
@@ -110,6 +106,15 @@ impl EnvWorker {
     /// Starts a worker with `count` envs and waits (up to the timeout) for its spaces.
     pub fn spawn(settings: &GymSettings, count: usize) -> Result<Self> {
         let env = settings.env.clone();
+        if count > usize::from(u16::MAX) {
+            // Slots travel as 16-bit numbers.
+            return Err(GymError::Protocol {
+                env,
+                reason: format!(
+                    "{count} envs in one worker; at most 65535 (lower num_envs_per_env_worker)"
+                ),
+            });
+        }
         let setup = serde_json::json!({
             "env": settings.env,
             "env_config": settings.env_config,
@@ -196,6 +201,7 @@ impl EnvWorker {
             replies,
             pending,
             ready: vec![None; count],
+            unsent_steps: Vec::with_capacity(count),
             shm,
             spec,
             timeout: settings.timeout,
@@ -218,33 +224,58 @@ impl EnvWorker {
         self.ready.len()
     }
 
-    /// Sends `op` for `slot`; for steps, `action` goes into shared memory first.
-    pub fn send(&mut self, op: Op, slot: usize, seed: Option<u64>, action: &[f32]) -> Result<()> {
+    /// Sends a reset of `slot` (after any steps begun before it).
+    pub fn reset(&mut self, slot: usize, seed: Option<u64>) -> Result<()> {
         self.usable()?;
-        if op == Op::Step {
-            self.shm.write_action(slot, action);
-        }
-        let mut frame = [0u8; FRAME];
-        frame[0] = match op {
-            Op::Reset => b'R',
-            Op::Step => b'S',
-        };
-        frame[1] = u8::from(seed.is_some());
-        frame[2..4].copy_from_slice(&(slot as u16).to_le_bytes());
-        frame[8..16].copy_from_slice(&seed.unwrap_or(0).to_le_bytes());
-        let written = match self.commands.as_mut() {
-            Some(commands) => commands.write_all(&frame),
-            None => Err(std::io::ErrorKind::BrokenPipe.into()),
-        };
-        if written.is_err() {
-            return Err(self.died());
+        let mut frames = self.step_frames();
+        frames.extend_from_slice(&frame(b'R', u8::from(seed.is_some()), slot, seed.unwrap_or(0)));
+        self.write(&frames)
+    }
+
+    /// Puts `slot`'s action into shared memory; its step command goes out with the other
+    /// begun steps at the next [`EnvWorker::wait`] or reset.
+    pub fn begin_step(&mut self, slot: usize, action: &[f32]) -> Result<()> {
+        self.usable()?;
+        self.shm.write_action(slot, action);
+        if !self.unsent_steps.contains(&slot) {
+            self.unsent_steps.push(slot);
         }
         Ok(())
     }
 
-    /// Waits for `slot`'s reply (replies for other slots are kept for their callers).
+    /// The `M` commands for the begun steps: a base slot and a 64-bit mask of the slots from
+    /// there.
+    fn step_frames(&mut self) -> Vec<u8> {
+        self.unsent_steps.sort_unstable();
+        let mut frames = Vec::new();
+        let mut slots = self.unsent_steps.drain(..).peekable();
+        while let Some(base) = slots.next() {
+            let mut mask = 1u64;
+            while let Some(slot) = slots.next_if(|&s| s < base + 64) {
+                mask |= 1 << (slot - base);
+            }
+            frames.extend_from_slice(&frame(b'M', 0, base, mask));
+        }
+        frames
+    }
+
+    fn write(&mut self, frames: &[u8]) -> Result<()> {
+        if frames.is_empty() {
+            return Ok(());
+        }
+        let written = match self.commands.as_mut() {
+            Some(commands) => commands.write_all(frames),
+            None => Err(std::io::ErrorKind::BrokenPipe.into()),
+        };
+        written.map_err(|_| self.died())
+    }
+
+    /// Waits for `slot`'s reply (replies for other slots are kept for their callers), sending
+    /// the begun steps first.
     pub fn wait(&mut self, slot: usize, what: &'static str) -> Result<Reply> {
         self.usable()?;
+        let frames = self.step_frames();
+        self.write(&frames)?;
         let deadline = Instant::now() + self.timeout;
         loop {
             if let Some(reply) = self.ready.get_mut(slot).and_then(Option::take) {
@@ -351,9 +382,7 @@ impl EnvWorker {
 impl Drop for EnvWorker {
     fn drop(&mut self) {
         if let Some(mut commands) = self.commands.take() {
-            let mut quit = [0u8; FRAME];
-            quit[0] = b'Q';
-            let _ = commands.write_all(&quit);
+            let _ = commands.write_all(&frame(b'Q', 0, 0, 0));
             // Dropping stdin closes it: a worker waiting for commands sees EOF and exits.
         }
         wait_briefly(&mut self.child, EXIT_GRACE);
@@ -503,6 +532,16 @@ fn creation_error(settings: &GymSettings, message: String) -> GymError {
 }
 
 /// The env's spec from the worker's description of its spaces.
+/// One 16-byte command: op, flag, slot, padding, then a seed (resets) or a slot mask (steps).
+fn frame(op: u8, flag: u8, slot: usize, value: u64) -> [u8; FRAME] {
+    let mut frame = [0u8; FRAME];
+    frame[0] = op;
+    frame[1] = flag;
+    frame[2..4].copy_from_slice(&(slot as u16).to_le_bytes());
+    frame[8..16].copy_from_slice(&value.to_le_bytes());
+    frame
+}
+
 fn spec_from(settings: &GymSettings, hello: Hello) -> Result<EnvSpec> {
     let env = &settings.env;
     let space = |which: &'static str, json: Option<SpaceJson>| -> Result<Space> {
