@@ -47,6 +47,16 @@ pub fn impala(cwd: &Path, args: &[&str]) -> Result<Run, std::io::Error> {
     })
 }
 
+/// A counter of the `env_runners` group of a result line.
+pub fn runner_count(result: &serde_json::Value, key: &str) -> Result<f64, String> {
+    result["env_runners"][key].as_f64().ok_or(format!("no env_runners.{key} in {result}"))
+}
+
+/// `episode_return_mean`, under `env_runners` (RLlib's new stack) or at the top (old stack).
+pub fn return_mean(result: &serde_json::Value) -> Option<f64> {
+    result["env_runners"]["episode_return_mean"].as_f64().or(result["episode_return_mean"].as_f64())
+}
+
 /// Names in `dir` (empty if it does not exist).
 pub fn entries(dir: &Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)

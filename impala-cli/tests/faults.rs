@@ -3,17 +3,7 @@
 
 use impala::{read_result_lines, RESULT_FILE};
 
-use crate::common::{impala, TestResult};
-
-/// A counter of the `env_runners` group of a result line.
-fn runner_count(result: &serde_json::Value, key: &str) -> Result<f64, String> {
-    result["env_runners"][key].as_f64().ok_or(format!("no env_runners.{key} in {result}"))
-}
-
-/// `episode_return_mean`, under `env_runners` (RLlib's new stack) or at the top (old stack).
-fn return_mean(result: &serde_json::Value) -> Option<f64> {
-    result["env_runners"]["episode_return_mean"].as_f64().or(result["episode_return_mean"].as_f64())
-}
+use crate::common::{impala, return_mean, runner_count, TestResult};
 
 #[test]
 fn training_reaches_450_while_env_runners_crash_and_restart() -> TestResult {

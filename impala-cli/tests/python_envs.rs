@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use impala::{read_result_lines, RESULT_FILE};
 
-use crate::common::{impala, Run, TestResult};
+use crate::common::{impala, return_mean, runner_count, Run, TestResult};
 
 /// A temp folder holding the test envs' module, as a user's working directory would.
 fn workdir() -> Result<tempfile::TempDir, std::io::Error> {
@@ -24,14 +24,6 @@ fn workdir() -> Result<tempfile::TempDir, std::io::Error> {
 fn last_result(dir: &Path) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let results = read_result_lines(&dir.join("run").join(RESULT_FILE))?;
     Ok(results.last().ok_or("no result lines")?.1.clone())
-}
-
-/// `episode_return_mean`, under `env_runners` (RLlib's new stack) or at the top (old stack).
-fn return_mean(result: &serde_json::Value) -> f64 {
-    result["env_runners"]["episode_return_mean"]
-        .as_f64()
-        .or(result["episode_return_mean"].as_f64())
-        .unwrap_or(f64::NAN)
 }
 
 fn assert_success(run: &Run) {
@@ -64,7 +56,7 @@ fn a_users_python_env_trains_to_its_optimum() -> TestResult {
     let run = impala(dir.path(), &args)?;
     assert_success(&run);
     let last = last_result(dir.path())?;
-    assert!(return_mean(&last) >= 9.5, "{}", run.stdout);
+    assert!(return_mean(&last).is_some_and(|r| r >= 9.5), "{}", run.stdout);
     Ok(())
 }
 
@@ -94,7 +86,7 @@ fn a_uint8_image_env_trains_with_the_default_cnn() -> TestResult {
     ];
     let run = impala(dir.path(), &args)?;
     assert_success(&run);
-    assert!(return_mean(&last_result(dir.path())?) >= 7.5, "{}", run.stdout);
+    assert!(return_mean(&last_result(dir.path())?).is_some_and(|r| r >= 7.5), "{}", run.stdout);
     Ok(())
 }
 
@@ -151,10 +143,6 @@ fn faulty_run(sets: &[&str]) -> Result<(Run, serde_json::Value), Box<dyn std::er
     Ok((run, last))
 }
 
-fn runner_count(result: &serde_json::Value, key: &str) -> f64 {
-    result["env_runners"][key].as_f64().unwrap_or(f64::NAN)
-}
-
 #[test]
 fn python_exceptions_hangs_and_deaths_restart_the_runner() -> TestResult {
     for (mode, message) in
@@ -168,8 +156,8 @@ fn python_exceptions_hangs_and_deaths_restart_the_runner() -> TestResult {
             "sample_timeout_s=1",
         ])?;
         let (failures, restarts) = (
-            runner_count(&last, "num_env_runner_failures"),
-            runner_count(&last, "num_env_runner_restarts"),
+            runner_count(&last, "num_env_runner_failures")?,
+            runner_count(&last, "num_env_runner_restarts")?,
         );
         assert_eq!((failures, restarts), (1.0, 1.0), "{mode}: failures, restarts");
         assert!(run.stderr.contains(message), "{mode}: {}", run.stderr);
@@ -189,7 +177,7 @@ fn restart_failed_sub_environments_keeps_the_runner() -> TestResult {
         "env_config.after=300",
         "restart_failed_sub_environments=true",
     ])?;
-    assert_eq!(runner_count(&last, "num_env_runner_failures"), 0.0, "{last}");
+    assert_eq!(runner_count(&last, "num_env_runner_failures")?, 0.0, "{last}");
     assert!(run.stderr.contains("recreated it"), "{}", run.stderr);
     Ok(())
 }

@@ -51,13 +51,29 @@ pub trait Env: Send {
     /// observation into `obs`.
     fn step(&mut self, action: &[f32], obs: &mut [f32]) -> Result<StepOutcome>;
 
-    /// Starts `step(action)` without waiting for it, for envs that step elsewhere (a worker
-    /// process): a vector env starts every env's step before it finishes any, so they step in
-    /// parallel. Returns `Ok(false)` (the default) when the env steps only in [`Env::step`];
-    /// after `Ok(true)` the caller finishes with [`Env::finish_step`] before anything else.
-    fn begin_step(&mut self, action: &[f32]) -> Result<bool> {
+    /// Whether this env steps elsewhere (a worker process). Such an env's step can be started
+    /// with [`Env::begin_step`] and finished later with [`Env::finish_step`], so that a vector
+    /// env starts every env's step before it waits for any, and a runner infers for some envs
+    /// while others step. The default, `false`: the env steps only in [`Env::step`].
+    fn steps_elsewhere(&self) -> bool {
+        false
+    }
+
+    /// Starts `step(action)` without waiting for it (envs that [`Env::steps_elsewhere`] only);
+    /// the caller finishes it with [`Env::finish_step`] before anything else.
+    fn begin_step(&mut self, action: &[f32]) -> Result<()> {
         let _ = action;
-        Ok(false)
+        Err(CoreError::Env {
+            env: self.spec().id.clone(),
+            reason: "begin_step on an env that steps only in step".into(),
+        })
+    }
+
+    /// Sends the steps begun so far on their way, for envs that gather them (a worker process
+    /// gets one command for all of its envs' steps): a vector env calls it on every env once
+    /// it has begun them all. The default does nothing.
+    fn flush_steps(&mut self) -> Result<()> {
+        Ok(())
     }
 
     /// Finishes the step [`Env::begin_step`] started, writing the next observation into `obs`.
@@ -80,8 +96,14 @@ impl<E: Env + ?Sized> Env for Box<E> {
     fn step(&mut self, action: &[f32], obs: &mut [f32]) -> Result<StepOutcome> {
         (**self).step(action, obs)
     }
-    fn begin_step(&mut self, action: &[f32]) -> Result<bool> {
+    fn steps_elsewhere(&self) -> bool {
+        (**self).steps_elsewhere()
+    }
+    fn begin_step(&mut self, action: &[f32]) -> Result<()> {
         (**self).begin_step(action)
+    }
+    fn flush_steps(&mut self) -> Result<()> {
+        (**self).flush_steps()
     }
     fn finish_step(&mut self, obs: &mut [f32]) -> Result<StepOutcome> {
         (**self).finish_step(obs)

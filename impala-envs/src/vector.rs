@@ -78,8 +78,12 @@ pub struct VectorEnv {
     step: VectorStep,
     returns: Vec<f64>,
     lengths: Vec<u64>,
-    /// Which envs' current step was started with `Env::begin_step`.
-    begun: Vec<bool>,
+    /// Which envs step elsewhere ([`Env::steps_elsewhere`]): their steps start in
+    /// [`VectorEnv::begin_step`], before any is waited for.
+    elsewhere: Vec<bool>,
+    /// The actions of the step begun and not yet finished, `[N, action_dim]`.
+    actions: Vec<f32>,
+    in_flight: bool,
 }
 
 impl std::fmt::Debug for VectorEnv {
@@ -109,6 +113,7 @@ impl VectorEnv {
             )));
         }
         let (n, obs_dim, action_dim) = (envs.len(), obs_space.flat_dim(), act_space.flat_dim());
+        let envs_elsewhere = envs.iter().map(|e| e.steps_elsewhere()).collect();
         Ok(Self {
             envs,
             obs_dim,
@@ -126,7 +131,9 @@ impl VectorEnv {
             },
             returns: vec![0.0; n],
             lengths: vec![0; n],
-            begun: vec![false; n],
+            elsewhere: envs_elsewhere,
+            actions: vec![0.0; n * action_dim],
+            in_flight: false,
         })
     }
 
@@ -158,6 +165,7 @@ impl VectorEnv {
     /// Resets every env and returns the first observations, `[N, obs_dim]`. Episodes in progress
     /// are dropped without being reported.
     pub fn reset(&mut self) -> Result<&[f32]> {
+        self.in_flight = false;
         let seed = if self.started { None } else { self.seed };
         for (i, (env, obs)) in
             self.envs.iter_mut().zip(self.step.obs.chunks_exact_mut(self.obs_dim)).enumerate()
@@ -181,6 +189,13 @@ impl VectorEnv {
     /// Calls [`VectorEnv::reset`] first if it never ran. After an error (an invalid action, a
     /// failing env) some envs have stepped and others not: call [`VectorEnv::reset`].
     pub fn step(&mut self, actions: &[f32]) -> Result<&VectorStep> {
+        self.begin_step(actions)?;
+        self.finish_step()
+    }
+
+    /// The first half of [`VectorEnv::step`]: starts the steps of the envs that step elsewhere
+    /// and returns at once; [`VectorEnv::finish_step`] steps the others and waits for all.
+    pub fn begin_step(&mut self, actions: &[f32]) -> Result<()> {
         let n = self.envs.len();
         if actions.len() != n * self.action_dim {
             return Err(EnvError::Core(impala_core::CoreError::ShapeMismatch {
@@ -189,16 +204,44 @@ impl VectorEnv {
                 got: actions.len(),
             }));
         }
+        if self.in_flight {
+            return Err(EnvError::InvalidSetup {
+                what: "VectorEnv::begin_step".into(),
+                reason: "the previous step was not finished".into(),
+            });
+        }
         if !self.started {
             self.reset()?;
         }
-        let (dim, adim) = (self.obs_dim, self.action_dim);
         // Envs that step elsewhere (worker processes) all start before any is waited for.
-        for ((env, action), begun) in
-            self.envs.iter_mut().zip(actions.chunks_exact(adim)).zip(&mut self.begun)
+        let adim = self.action_dim;
+        for ((env, action), &elsewhere) in
+            self.envs.iter_mut().zip(actions.chunks_exact(adim)).zip(&self.elsewhere)
         {
-            *begun = env.begin_step(action)?;
+            if elsewhere {
+                env.begin_step(action)?;
+            }
         }
+        for (env, &elsewhere) in self.envs.iter_mut().zip(&self.elsewhere) {
+            if elsewhere {
+                env.flush_steps()?;
+            }
+        }
+        self.actions.copy_from_slice(actions);
+        self.in_flight = true;
+        Ok(())
+    }
+
+    /// Finishes the step [`VectorEnv::begin_step`] started and returns it, as
+    /// [`VectorEnv::step`] does.
+    pub fn finish_step(&mut self) -> Result<&VectorStep> {
+        if !std::mem::take(&mut self.in_flight) {
+            return Err(EnvError::InvalidSetup {
+                what: "VectorEnv::finish_step".into(),
+                reason: "no step was begun".into(),
+            });
+        }
+        let (dim, adim) = (self.obs_dim, self.action_dim);
         let step = &mut self.step;
         step.episodes.clear();
         let rows = self
@@ -206,7 +249,7 @@ impl VectorEnv {
             .iter_mut()
             .zip(step.obs.chunks_exact_mut(dim))
             .zip(step.final_obs.chunks_exact_mut(dim))
-            .zip(actions.chunks_exact(adim))
+            .zip(self.actions.chunks_exact(adim))
             .zip(self.returns.iter_mut().zip(&mut self.lengths));
         for (i, ((((env, obs), final_obs), action), (episode_return, episode_len))) in
             rows.enumerate()
@@ -215,7 +258,7 @@ impl VectorEnv {
                 final_obs.fill(0.0); // the row held the previous step's final observation
             }
             let outcome =
-                if self.begun[i] { env.finish_step(obs)? } else { env.step(action, obs)? };
+                if self.elsewhere[i] { env.finish_step(obs)? } else { env.step(action, obs)? };
             step.rewards[i] = outcome.reward;
             step.terminateds[i] = outcome.terminated;
             step.truncateds[i] = outcome.truncated;

@@ -252,14 +252,22 @@ impl Env for GymEnv {
         self.finish_step(obs)
     }
 
-    fn begin_step(&mut self, action: &[f32]) -> impala_core::Result<bool> {
+    fn steps_elsewhere(&self) -> bool {
+        true
+    }
+
+    fn begin_step(&mut self, action: &[f32]) -> impala_core::Result<()> {
         // Box actions out of bounds are clipped by the worker; wrong sizes, non-finite values
         // and invalid indices are refused here.
         self.spec.action_space.check_action(action)?;
         let slot = self.slot;
         self.worker().begin_step(slot, action)?;
         self.stepping = true;
-        Ok(true)
+        Ok(())
+    }
+
+    fn flush_steps(&mut self) -> impala_core::Result<()> {
+        Ok(self.worker().flush_steps()?)
     }
 
     fn finish_step(&mut self, obs: &mut [f32]) -> impala_core::Result<StepOutcome> {

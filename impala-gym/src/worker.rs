@@ -233,7 +233,7 @@ impl EnvWorker {
     }
 
     /// Puts `slot`'s action into shared memory; its step command goes out with the other
-    /// begun steps at the next [`EnvWorker::wait`] or reset.
+    /// begun steps at the next [`EnvWorker::flush_steps`], wait or reset.
     pub fn begin_step(&mut self, slot: usize, action: &[f32]) -> Result<()> {
         self.usable()?;
         self.shm.write_action(slot, action);
@@ -259,6 +259,13 @@ impl EnvWorker {
         frames
     }
 
+    /// Sends the begun steps (one command per 64 slots).
+    pub fn flush_steps(&mut self) -> Result<()> {
+        self.usable()?;
+        let frames = self.step_frames();
+        self.write(&frames)
+    }
+
     fn write(&mut self, frames: &[u8]) -> Result<()> {
         if frames.is_empty() {
             return Ok(());
@@ -273,9 +280,7 @@ impl EnvWorker {
     /// Waits for `slot`'s reply (replies for other slots are kept for their callers), sending
     /// the begun steps first.
     pub fn wait(&mut self, slot: usize, what: &'static str) -> Result<Reply> {
-        self.usable()?;
-        let frames = self.step_frames();
-        self.write(&frames)?;
+        self.flush_steps()?;
         let deadline = Instant::now() + self.timeout;
         loop {
             if let Some(reply) = self.ready.get_mut(slot).and_then(Option::take) {

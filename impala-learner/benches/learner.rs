@@ -205,14 +205,29 @@ fn atari_train_batch(c: &mut Criterion) {
 
 fn policy_inference(c: &mut Criterion) {
     tch::set_num_threads(1);
-    let spec = cartpole();
     let Some((settings, _)) = default_settings() else { return };
-    let Ok(mut policy) = TorchPolicy::new(&settings.model, &spec, settings.model_seed, 0) else {
-        return;
-    };
-    let mut group = c.benchmark_group("cartpole_policy_inference");
-    for n in [1usize, 8, 32] {
-        let obs: Vec<f32> = (0..n * 4).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
+    for (name, spec, sizes) in
+        [("cartpole", cartpole(), [1usize, 8, 32]), ("atari", atari(), [1, 4, 8])]
+    {
+        let Ok(policy) = TorchPolicy::new(&settings.model, &spec, settings.model_seed, 0) else {
+            continue;
+        };
+        bench_inference(c, &format!("{name}_policy_inference"), policy, &spec, &sizes);
+    }
+}
+
+/// `compute_actions` of `policy` for each number of envs in `sizes`.
+fn bench_inference(
+    c: &mut Criterion,
+    name: &str,
+    mut policy: TorchPolicy,
+    spec: &EnvSpec,
+    sizes: &[usize],
+) {
+    let obs_dim = spec.observation_space.flat_dim();
+    let mut group = c.benchmark_group(name);
+    for &n in sizes {
+        let obs: Vec<f32> = (0..n * obs_dim).map(|i| (i % 7) as f32 * 0.1 - 0.3).collect();
         let mut out = PolicyOutput::default();
         group.throughput(Throughput::Elements(n as u64));
         group.bench_with_input(BenchmarkId::new("compute_actions", n), &n, |b, &n| {

@@ -275,6 +275,10 @@ struct Lstm {
     max_seq_len: usize,
 }
 
+/// Batches of fewer images than this are made contiguous NCHW before the conv net (see
+/// [`ObsEncoding::encode`]).
+const CONTIGUOUS_IMAGES_BELOW: i64 = 128;
+
 /// How observations enter the torso.
 #[derive(Debug, Clone, PartialEq)]
 enum ObsEncoding {
@@ -326,7 +330,12 @@ impl ObsEncoding {
                 Ok(Tensor::f_cat(&parts, 1)?)
             }
             ObsEncoding::Image([h, w, c]) => {
-                Ok(obs.f_view([-1, *h as i64, *w as i64, *c as i64])?.f_permute([0, 3, 1, 2])?)
+                let x =
+                    obs.f_view([-1, *h as i64, *w as i64, *c as i64])?.f_permute([0, 3, 1, 2])?;
+                // The permuted view is channels-last. On the CPU (libtorch 2.11, RLlib's 84x84x4
+                // net, one thread) small batches convolve 2-3x faster made contiguous NCHW,
+                // while train batches (500) train 10-30% faster channels-last (measured).
+                Ok(if x.size()[0] < CONTIGUOUS_IMAGES_BELOW { x.f_contiguous()? } else { x })
             }
         }
     }

@@ -83,7 +83,9 @@ pub struct Fragment {
 #[doc(alias = "SingleAgentEnvRunner")]
 pub struct EnvRunner {
     runner_id: usize,
-    envs: VectorEnv,
+    /// One group of envs, or two where the envs step elsewhere (see [`EnvGroup`]).
+    groups: Vec<EnvGroup>,
+    num_envs: usize,
     policy: Box<dyn Policy>,
     spec: EnvSpec,
     fragment_len: usize,
@@ -94,9 +96,6 @@ pub struct EnvRunner {
     state_dim: usize,
     /// The current recurrent state of every env, `[B, state_dim]`.
     state: Vec<f32>,
-    out: PolicyOutput,
-    /// Scratch for clipped actions, `[B, action_dim]`.
-    env_actions: Vec<f32>,
     /// Rows truncated at the current step, with their final observations and states.
     truncated_rows: Vec<usize>,
     final_obs: Vec<f32>,
@@ -110,7 +109,8 @@ impl std::fmt::Debug for EnvRunner {
         f.debug_struct("EnvRunner")
             .field("runner_id", &self.runner_id)
             .field("env", &self.spec.id)
-            .field("num_envs", &self.envs.num_envs())
+            .field("num_envs", &self.num_envs)
+            .field("groups", &self.groups.len())
             .field("fragment_len", &self.fragment_len)
             .finish_non_exhaustive()
     }
@@ -155,18 +155,30 @@ impl EnvRunner {
         for env_index in 0..num_envs {
             envs.push(env_factory(&context(env_index))?);
         }
+        // Envs that step in worker processes form two groups: one steps while the runner
+        // infers for the other.
+        let split = num_envs >= 2 && envs.iter().all(|e| e.steps_elsewhere());
+        let second = split.then(|| envs.split_off(num_envs / 2));
         // VectorEnv seeds env i with `seed + i` on its first reset: with env 0's seed that is
         // exactly each env's `EnvContext::seed`.
         let runner_context = context(0);
-        let envs = VectorEnv::new(envs, runner_context.seed)?;
-        let spec = envs.envs()[0].spec().clone();
+        let seed = runner_context.seed;
+        let ad = envs[0].spec().action_space.flat_dim();
+        let mut groups = vec![EnvGroup::new(VectorEnv::new(envs, seed)?, 0, ad)];
+        if let Some(second) = second {
+            let first_row = num_envs / 2;
+            let seed = seed.map(|s| s.wrapping_add(first_row as u64));
+            groups.push(EnvGroup::new(VectorEnv::new(second, seed)?, first_row, ad));
+        }
+        let spec = groups[0].envs.envs()[0].spec().clone();
         let policy = make_policy(&runner_context)?;
         let state_dim = policy.state_dim();
         let template = SampleBatch::zeros(1, 1, &spec.observation_space, &spec.action_space, 0);
         let obs_dim = template.obs_dim();
         Ok(EnvRunner {
             runner_id,
-            envs,
+            groups,
+            num_envs,
             policy,
             fragment_len: settings.rollout_fragment_length.get(),
             clip_rewards: settings.clip_rewards,
@@ -175,8 +187,6 @@ impl EnvRunner {
             obs_dim,
             state_dim,
             state: vec![0.0; num_envs * state_dim],
-            out: PolicyOutput::default(),
-            env_actions: vec![0.0; num_envs * spec.action_space.flat_dim()],
             truncated_rows: Vec::with_capacity(num_envs),
             final_obs: vec![0.0; num_envs * obs_dim],
             final_state: vec![0.0; num_envs * state_dim],
@@ -205,18 +215,175 @@ impl EnvRunner {
         self.policy.weights_version()
     }
 
-    fn check_output(&self) -> Result<()> {
+    /// Steps every env `rollout_fragment_length` times and returns the fragment.
+    pub fn sample(&mut self) -> Result<Fragment> {
+        if !self.started {
+            for group in &mut self.groups {
+                group.envs.reset()?;
+            }
+            self.started = true;
+        }
+        let mut batch = SampleBatch::zeros(
+            self.fragment_len,
+            self.num_envs,
+            &self.spec.observation_space,
+            &self.spec.action_space,
+            self.state_dim,
+        );
+        batch.state_in.copy_from_slice(&self.state);
+        batch.weights_version.fill(self.policy.weights_version());
+        let mut episodes = Vec::new();
+        // With two groups, one group's step runs in its workers while the runner finishes the
+        // other's and infers its next actions.
+        for g in 0..self.groups.len() {
+            self.act(g, 0, &mut batch)?;
+        }
+        for t in 0..self.fragment_len {
+            for g in 0..self.groups.len() {
+                self.finish(g, t, &mut batch, &mut episodes)?;
+                if t + 1 < self.fragment_len {
+                    self.act(g, t + 1, &mut batch)?;
+                }
+            }
+        }
+        for group in &self.groups {
+            batch.bootstrap_obs.write(group.first_row * self.obs_dim, group.envs.obs());
+        }
+        Ok(Fragment { runner_id: self.runner_id, batch, episodes })
+    }
+
+    /// Infers group `g`'s actions for step `t`, records them in `batch` and begins the step.
+    fn act(&mut self, g: usize, t: usize, batch: &mut SampleBatch) -> Result<()> {
+        let (od, sd) = (self.obs_dim, self.state_dim);
+        let ad = self.spec.action_space.flat_dim();
+        let dd = self.spec.action_space.dist_inputs_dim();
+        let group = &mut self.groups[g];
+        let (n, first) = (group.envs.num_envs(), group.first_row);
+        let input = PolicyInput {
+            obs: group.envs.obs(),
+            num_envs: n,
+            state: &self.state[first * sd..(first + n) * sd],
+            explore: self.explore,
+        };
+        self.policy.compute_actions(&input, &mut group.out)?;
+        group.check_output(&self.spec, sd)?;
+        let row = t * self.num_envs + first;
+        let span = |w: usize| row * w..(row + n) * w;
+        batch.obs.write(row * od, group.envs.obs());
+        batch.actions[span(ad)].copy_from_slice(&group.out.actions);
+        batch.action_logp[span(1)].copy_from_slice(&group.out.action_logp);
+        batch.action_dist_inputs[span(dd)].copy_from_slice(&group.out.action_dist_inputs);
+        batch.vf_preds[span(1)].copy_from_slice(&group.out.vf_preds);
+        let actions = match (&self.spec.action_space, self.clip_actions) {
+            (Space::Box { low, high, .. }, true) => {
+                for (i, (clipped, a)) in
+                    group.env_actions.iter_mut().zip(&group.out.actions).enumerate()
+                {
+                    *clipped = a.clamp(low[i % ad], high[i % ad]);
+                }
+                &group.env_actions
+            }
+            _ => &group.out.actions,
+        };
+        group.envs.begin_step(actions)?;
+        Ok(())
+    }
+
+    /// Finishes group `g`'s step `t`: rewards, flags, episodes, recurrent state and the values
+    /// of truncated episodes' final observations.
+    fn finish(
+        &mut self,
+        g: usize,
+        t: usize,
+        batch: &mut SampleBatch,
+        episodes: &mut Vec<EpisodeStats>,
+    ) -> Result<()> {
+        let (od, sd) = (self.obs_dim, self.state_dim);
+        let group = &mut self.groups[g];
+        let (n, first) = (group.envs.num_envs(), group.first_row);
+        let row = t * self.num_envs + first;
+        let step = group.envs.finish_step()?;
+        self.truncated_rows.clear();
+        for b in 0..n {
+            let i = row + b;
+            let terminated = step.terminateds[b];
+            let truncated = step.truncateds[b] && !terminated;
+            batch.rewards[i] = match self.clip_rewards {
+                Some(c) => step.rewards[b].clamp(-c, c) as f32,
+                None => step.rewards[b] as f32,
+            };
+            batch.terminateds[i] = terminated;
+            batch.truncateds[i] = truncated;
+            if truncated {
+                let k = self.truncated_rows.len();
+                self.final_obs[k * od..(k + 1) * od]
+                    .copy_from_slice(&step.final_obs[b * od..(b + 1) * od]);
+                self.final_state[k * sd..(k + 1) * sd]
+                    .copy_from_slice(&group.out.state_out[b * sd..(b + 1) * sd]);
+                self.truncated_rows.push(b);
+            }
+        }
+        // Carry the recurrent state; episodes that just ended start the next one from zero.
+        let state = &mut self.state[first * sd..(first + n) * sd];
+        state.copy_from_slice(&group.out.state_out);
+        for (b, stats) in &step.episodes {
+            state[b * sd..(b + 1) * sd].fill(0.0);
+            episodes.push(*stats);
+        }
+        if !self.truncated_rows.is_empty() {
+            let k = self.truncated_rows.len();
+            let values = self.policy.compute_values(
+                &self.final_obs[..k * od],
+                k,
+                &self.final_state[..k * sd],
+            )?;
+            if values.len() != k {
+                return Err(SamplerError::PolicyOutput {
+                    what: "compute_values",
+                    expected: k,
+                    got: values.len(),
+                });
+            }
+            for (&b, v) in self.truncated_rows.iter().zip(values) {
+                batch.truncation_values[row + b] = v;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Some of a runner's envs, stepped as one vector env with their own policy output. A runner
+/// whose envs step elsewhere (Python worker processes) splits them into two groups and infers
+/// for one while the other steps (Sample Factory's double-buffered sampling); its batches are
+/// the same rows, one group's after the other's.
+struct EnvGroup {
+    envs: VectorEnv,
+    /// The group's first row among the runner's `B` rows.
+    first_row: usize,
+    out: PolicyOutput,
+    /// Scratch for clipped actions, `[n, action_dim]`.
+    env_actions: Vec<f32>,
+}
+
+impl EnvGroup {
+    fn new(envs: VectorEnv, first_row: usize, action_dim: usize) -> Self {
+        let env_actions = vec![0.0; envs.num_envs() * action_dim];
+        EnvGroup { envs, first_row, out: PolicyOutput::default(), env_actions }
+    }
+
+    fn check_output(&self, spec: &EnvSpec, state_dim: usize) -> Result<()> {
         let b = self.envs.num_envs();
+        let out = &self.out;
         let checks = [
-            ("actions", b * self.spec.action_space.flat_dim(), self.out.actions.len()),
-            ("action_logp", b, self.out.action_logp.len()),
+            ("actions", b * spec.action_space.flat_dim(), out.actions.len()),
+            ("action_logp", b, out.action_logp.len()),
             (
                 "action_dist_inputs",
-                b * self.spec.action_space.dist_inputs_dim(),
-                self.out.action_dist_inputs.len(),
+                b * spec.action_space.dist_inputs_dim(),
+                out.action_dist_inputs.len(),
             ),
-            ("vf_preds", b, self.out.vf_preds.len()),
-            ("state_out", b * self.state_dim, self.out.state_out.len()),
+            ("vf_preds", b, out.vf_preds.len()),
+            ("state_out", b * state_dim, out.state_out.len()),
         ];
         for (what, expected, got) in checks {
             if expected != got {
@@ -224,102 +391,5 @@ impl EnvRunner {
             }
         }
         Ok(())
-    }
-
-    /// Steps every env `rollout_fragment_length` times and returns the fragment.
-    pub fn sample(&mut self) -> Result<Fragment> {
-        if !self.started {
-            self.envs.reset()?;
-            self.started = true;
-        }
-        let (num_steps, num_envs) = (self.fragment_len, self.envs.num_envs());
-        let (od, sd) = (self.obs_dim, self.state_dim);
-        let ad = self.spec.action_space.flat_dim();
-        let dd = self.spec.action_space.dist_inputs_dim();
-        let mut batch = SampleBatch::zeros(
-            num_steps,
-            num_envs,
-            &self.spec.observation_space,
-            &self.spec.action_space,
-            sd,
-        );
-        batch.state_in.copy_from_slice(&self.state);
-        batch.weights_version.fill(self.policy.weights_version());
-        let mut episodes = Vec::new();
-        for t in 0..num_steps {
-            let input = PolicyInput {
-                obs: self.envs.obs(),
-                num_envs,
-                state: &self.state,
-                explore: self.explore,
-            };
-            self.policy.compute_actions(&input, &mut self.out)?;
-            self.check_output()?;
-            let row = t * num_envs;
-            let span = |w: usize| row * w..(row + num_envs) * w;
-            batch.obs.write(row * od, self.envs.obs());
-            batch.actions[span(ad)].copy_from_slice(&self.out.actions);
-            batch.action_logp[span(1)].copy_from_slice(&self.out.action_logp);
-            batch.action_dist_inputs[span(dd)].copy_from_slice(&self.out.action_dist_inputs);
-            batch.vf_preds[span(1)].copy_from_slice(&self.out.vf_preds);
-            let actions = match (&self.spec.action_space, self.clip_actions) {
-                (Space::Box { low, high, .. }, true) => {
-                    for (i, (clipped, a)) in
-                        self.env_actions.iter_mut().zip(&self.out.actions).enumerate()
-                    {
-                        *clipped = a.clamp(low[i % ad], high[i % ad]);
-                    }
-                    &self.env_actions
-                }
-                _ => &self.out.actions,
-            };
-            let step = self.envs.step(actions)?;
-            self.truncated_rows.clear();
-            for b in 0..num_envs {
-                let i = row + b;
-                let terminated = step.terminateds[b];
-                let truncated = step.truncateds[b] && !terminated;
-                batch.rewards[i] = match self.clip_rewards {
-                    Some(c) => step.rewards[b].clamp(-c, c) as f32,
-                    None => step.rewards[b] as f32,
-                };
-                batch.terminateds[i] = terminated;
-                batch.truncateds[i] = truncated;
-                if truncated {
-                    let k = self.truncated_rows.len();
-                    self.final_obs[k * od..(k + 1) * od]
-                        .copy_from_slice(&step.final_obs[b * od..(b + 1) * od]);
-                    self.final_state[k * sd..(k + 1) * sd]
-                        .copy_from_slice(&self.out.state_out[b * sd..(b + 1) * sd]);
-                    self.truncated_rows.push(b);
-                }
-            }
-            // Carry the recurrent state; episodes that just ended start the next one from zero.
-            self.state.copy_from_slice(&self.out.state_out);
-            for (b, stats) in &step.episodes {
-                self.state[b * sd..(b + 1) * sd].fill(0.0);
-                episodes.push(*stats);
-            }
-            if !self.truncated_rows.is_empty() {
-                let k = self.truncated_rows.len();
-                let values = self.policy.compute_values(
-                    &self.final_obs[..k * od],
-                    k,
-                    &self.final_state[..k * sd],
-                )?;
-                if values.len() != k {
-                    return Err(SamplerError::PolicyOutput {
-                        what: "compute_values",
-                        expected: k,
-                        got: values.len(),
-                    });
-                }
-                for (&b, v) in self.truncated_rows.iter().zip(values) {
-                    batch.truncation_values[row + b] = v;
-                }
-            }
-        }
-        batch.bootstrap_obs.write(0, self.envs.obs());
-        Ok(Fragment { runner_id: self.runner_id, batch, episodes })
     }
 }

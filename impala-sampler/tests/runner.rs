@@ -242,3 +242,72 @@ fn clip_actions_clips_what_the_env_gets_not_what_the_batch_keeps() -> Result<()>
     assert!(b.obs.to_f32().iter().chain(&b.bootstrap_obs.to_f32()).all(|o| o.abs() <= 0.1));
     Ok(())
 }
+
+/// Steps its env only when the step is finished, as an env in a worker process does.
+struct Elsewhere {
+    inner: Box<dyn impala_core::Env>,
+    action: Vec<f32>,
+}
+
+impl impala_core::Env for Elsewhere {
+    fn spec(&self) -> &impala_core::EnvSpec {
+        self.inner.spec()
+    }
+    fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<(), CoreError> {
+        self.inner.reset(seed, obs)
+    }
+    fn step(
+        &mut self,
+        action: &[f32],
+        obs: &mut [f32],
+    ) -> Result<impala_core::StepOutcome, CoreError> {
+        self.inner.step(action, obs)
+    }
+    fn steps_elsewhere(&self) -> bool {
+        true
+    }
+    fn begin_step(&mut self, action: &[f32]) -> Result<(), CoreError> {
+        self.action = action.to_vec();
+        Ok(())
+    }
+    fn finish_step(&mut self, obs: &mut [f32]) -> Result<impala_core::StepOutcome, CoreError> {
+        self.inner.step(&self.action, obs)
+    }
+}
+
+/// Envs that step elsewhere are sampled in two groups (inference for one while the other
+/// steps); the fragments are the same as one group's: rows, recurrent state, truncation
+/// values and episodes in the same order.
+#[test]
+fn envs_that_step_elsewhere_sample_in_two_groups_with_the_same_fragments() -> TestResult {
+    for (num_envs, max_episode_steps) in [(5, Some(3)), (2, None), (1, Some(2))] {
+        let setup =
+            || EnvSetup { max_episode_steps, terminate_after: Some(4), ..Default::default() };
+        let (plain, inner) = (setup().factory(), setup().factory());
+        let elsewhere: impala_sampler::EnvFactory = Arc::new(move |ctx| {
+            Ok(Box::new(Elsewhere { inner: inner(ctx)?, action: Vec::new() })
+                as Box<dyn impala_core::Env>)
+        });
+        let settings = runner_settings(num_envs, 7);
+        let mut one = EnvRunner::new(&settings, 0, &plain, &counting_policies())?;
+        let mut two = EnvRunner::new(&settings, 0, &elsewhere, &counting_policies())?;
+        let groups = if num_envs >= 2 { 2 } else { 1 };
+        assert!(format!("{two:?}").contains(&format!("groups: {groups}")), "{two:?}");
+        for _ in 0..3 {
+            let (a, b) = (without_instance(one.sample()?), without_instance(two.sample()?));
+            assert!(!a.episodes.is_empty());
+            assert_eq!(a, b, "{num_envs} envs");
+        }
+    }
+    Ok(())
+}
+
+/// The fragment with observation 0 (the env's process-wide instance number) zeroed.
+fn without_instance(mut fragment: impala_sampler::Fragment) -> impala_sampler::Fragment {
+    for obs in [&mut fragment.batch.obs, &mut fragment.batch.bootstrap_obs] {
+        let mut values = obs.to_f32();
+        values.iter_mut().step_by(3).for_each(|v| *v = 0.0);
+        obs.write(0, &values);
+    }
+    fragment
+}
