@@ -207,17 +207,11 @@ impl SampleBatch {
         let t = first.fragment_len;
         let rows: Vec<usize> = parts.iter().map(|p| p.num_rows).collect();
         let (od, sd) = (first.obs_dim(), first.state_dim);
-        let field = |f: fn(&SampleBatch) -> &[f32], t: usize, w: usize| {
-            gather(&parts.iter().map(|p| f(p)).collect::<Vec<_>>(), interleaved(&rows, t, w))
-        };
-        let steps = |f: fn(&SampleBatch) -> &[f32], w: usize| field(f, t, w);
-        let flags = |f: fn(&SampleBatch) -> &[bool]| {
-            gather(&parts.iter().map(|p| f(p)).collect::<Vec<_>>(), interleaved(&rows, t, 1))
-        };
-        let obs = |f: fn(&SampleBatch) -> &Observations, t: usize| {
-            let fields: Vec<&Observations> = parts.iter().map(|p| f(p)).collect();
-            Observations::gather(&fields, interleaved(&rows, t, od))
-        };
+        // Per-step fields interleave the parts step by step; per-row fields follow each other.
+        let steps = |w: usize| interleaved(&rows, t, w);
+        let per_row = |w: usize| interleaved(&rows, 1, w);
+        let obs =
+            |f: fn(&SampleBatch) -> &Observations| parts.iter().map(|p| f(p)).collect::<Vec<_>>();
         Ok(SampleBatch {
             fragment_len: t,
             num_rows: rows.iter().sum(),
@@ -225,21 +219,22 @@ impl SampleBatch {
             action_dim: first.action_dim,
             dist_inputs_dim: first.dist_inputs_dim,
             state_dim: first.state_dim,
-            obs: obs(|p| &p.obs, t)?,
-            actions: steps(|p| &p.actions, first.action_dim),
-            rewards: steps(|p| &p.rewards, 1),
-            terminateds: flags(|p| &p.terminateds),
-            truncateds: flags(|p| &p.truncateds),
-            action_logp: steps(|p| &p.action_logp, 1),
-            action_dist_inputs: steps(|p| &p.action_dist_inputs, first.dist_inputs_dim),
-            vf_preds: steps(|p| &p.vf_preds, 1),
-            truncation_values: steps(|p| &p.truncation_values, 1),
-            bootstrap_obs: obs(|p| &p.bootstrap_obs, 1)?,
-            state_in: field(|p| &p.state_in, 1, sd),
-            weights_version: gather(
-                &parts.iter().map(|p| p.weights_version.as_slice()).collect::<Vec<_>>(),
-                interleaved(&rows, 1, 1),
+            obs: Observations::gather(&obs(|p| &p.obs), steps(od))?,
+            actions: gather_field(parts, |p| &p.actions, steps(first.action_dim)),
+            rewards: gather_field(parts, |p| &p.rewards, steps(1)),
+            terminateds: gather_field(parts, |p| &p.terminateds, steps(1)),
+            truncateds: gather_field(parts, |p| &p.truncateds, steps(1)),
+            action_logp: gather_field(parts, |p| &p.action_logp, steps(1)),
+            action_dist_inputs: gather_field(
+                parts,
+                |p| &p.action_dist_inputs,
+                steps(first.dist_inputs_dim),
             ),
+            vf_preds: gather_field(parts, |p| &p.vf_preds, steps(1)),
+            truncation_values: gather_field(parts, |p| &p.truncation_values, steps(1)),
+            bootstrap_obs: Observations::gather(&obs(|p| &p.bootstrap_obs), per_row(od))?,
+            state_in: gather_field(parts, |p| &p.state_in, per_row(sd)),
+            weights_version: gather_field(parts, |p| &p.weights_version, per_row(1)),
         })
     }
 
@@ -255,33 +250,43 @@ impl SampleBatch {
         self.validate()?;
         let nb = end - start;
         let (t, b, od) = (self.fragment_len, self.num_rows, self.obs_dim());
-        let steps = |v: &[f32], w: usize| gather(&[v], selected(t, b, start, end, w));
-        let flags = |v: &[bool]| gather(&[v], selected(t, b, start, end, 1));
-        let row_slice = |v: &[f32], w: usize| v[start * w..end * w].to_vec();
+        let (sd, me) = (self.state_dim, [self]);
+        let steps = |w: usize| selected(t, b, start, end, w);
+        let per_row = |w: usize| selected(1, b, start, end, w);
         Ok(SampleBatch {
             fragment_len: t,
             num_rows: nb,
             obs_shape: self.obs_shape.clone(),
             action_dim: self.action_dim,
             dist_inputs_dim: self.dist_inputs_dim,
-            state_dim: self.state_dim,
-            obs: Observations::gather(&[&self.obs], selected(t, b, start, end, od))?,
-            actions: steps(&self.actions, self.action_dim),
-            rewards: steps(&self.rewards, 1),
-            terminateds: flags(&self.terminateds),
-            truncateds: flags(&self.truncateds),
-            action_logp: steps(&self.action_logp, 1),
-            action_dist_inputs: steps(&self.action_dist_inputs, self.dist_inputs_dim),
-            vf_preds: steps(&self.vf_preds, 1),
-            truncation_values: steps(&self.truncation_values, 1),
-            bootstrap_obs: Observations::gather(
-                &[&self.bootstrap_obs],
-                selected(1, b, start, end, od),
-            )?,
-            state_in: row_slice(&self.state_in, self.state_dim),
-            weights_version: self.weights_version[start..end].to_vec(),
+            state_dim: sd,
+            obs: Observations::gather(&[&self.obs], steps(od))?,
+            actions: gather_field(&me, |p| &p.actions, steps(self.action_dim)),
+            rewards: gather_field(&me, |p| &p.rewards, steps(1)),
+            terminateds: gather_field(&me, |p| &p.terminateds, steps(1)),
+            truncateds: gather_field(&me, |p| &p.truncateds, steps(1)),
+            action_logp: gather_field(&me, |p| &p.action_logp, steps(1)),
+            action_dist_inputs: gather_field(
+                &me,
+                |p| &p.action_dist_inputs,
+                steps(self.dist_inputs_dim),
+            ),
+            vf_preds: gather_field(&me, |p| &p.vf_preds, steps(1)),
+            truncation_values: gather_field(&me, |p| &p.truncation_values, steps(1)),
+            bootstrap_obs: Observations::gather(&[&self.bootstrap_obs], per_row(od))?,
+            state_in: gather_field(&me, |p| &p.state_in, per_row(sd)),
+            weights_version: gather_field(&me, |p| &p.weights_version, per_row(1)),
         })
     }
+}
+
+/// `field` of every part, concatenated by `pieces` (part, range of values).
+fn gather_field<V: Copy>(
+    parts: &[&SampleBatch],
+    field: fn(&SampleBatch) -> &[V],
+    pieces: impl Iterator<Item = (usize, Range<usize>)>,
+) -> Vec<V> {
+    gather(&parts.iter().map(|p| field(p)).collect::<Vec<_>>(), pieces)
 }
 
 /// The pieces (part, range of values) that interleave `[T, B_i, w]` fields of parts with

@@ -138,7 +138,9 @@ pub(crate) fn gather<V: Copy>(
     parts: &[&[V]],
     pieces: impl Iterator<Item = (usize, Range<usize>)>,
 ) -> Vec<V> {
-    let mut out = Vec::new();
+    // Sized once: train batches of frames are megabytes.
+    let pieces: Vec<(usize, Range<usize>)> = pieces.collect();
+    let mut out = Vec::with_capacity(pieces.iter().map(|(_, r)| r.len()).sum());
     for (part, range) in pieces {
         out.extend_from_slice(&parts[part][range]);
     }

@@ -108,33 +108,28 @@ def json_float(x):
 
 
 class ObsWriter:
-    """Writes one observation of `space` into a shared-memory row of `dtype` values (float32,
-    or uint8 for a uint8 Box)."""
+    """Writes observations of `space` into shared-memory rows (float32, or uint8 for a uint8
+    Box: the element type the runner names when it maps the rows)."""
 
     def __init__(self, space, np, spaces):
         self.np = np
         self.spaces = spaces
         self.space = space
-        self.kind = "plain"
+        # Dict and Tuple observations are flattened (to float32, or to bytes if all are uint8).
+        self.flat_space = None
         if isinstance(space, (spaces.Dict, spaces.Tuple)):
-            self.kind = "flatten"
             self.flat_space = spaces.flatten_space(space)
-        elif isinstance(space, spaces.MultiBinary):
-            self.kind = "ravel"
-        described = self.flat_space if self.kind == "flatten" else space
-        bytes_ = isinstance(described, spaces.Box) and np.dtype(described.dtype) == np.uint8
-        self.dtype = np.uint8 if bytes_ else np.float32
 
     def space_json(self):
         np, spaces = self.np, self.spaces
-        if self.kind == "flatten":
+        if self.flat_space is not None:
             return describe(self.flat_space, np, spaces, True, True)
         return describe(self.space, np, spaces, False, True)
 
     def bind(self, rows):
         """Returns `write(obs, slot)`, which writes into `rows` (`[count, obs_dim]` in shared
         memory), the fastest way for this space: this runs once per env step."""
-        if self.kind == "flatten":
+        if self.flat_space is not None:
             space, flatten = self.space, self.spaces.flatten
 
             def write(obs, slot):
