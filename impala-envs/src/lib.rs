@@ -54,7 +54,8 @@ pub use registry::{
 };
 pub use vector::{VectorEnv, VectorStep};
 pub use wrappers::{
-    ClipReward, FrameStack, MeanStdFilter, NormalizeObservation, RunningStat, TimeLimit,
+    ClipReward, FrameStack, MeanStdFilter, NormalizeObservation, RunningStat, SharedMeanStdFilter,
+    TimeLimit,
 };
 
 /// The README's snippet, run as a doctest.

@@ -159,3 +159,46 @@ proptest! {
         prop_assert!((left.std(0) - var.sqrt()).abs() < 1e-9);
     }
 }
+
+#[test]
+fn envs_synced_with_one_run_filter_share_what_they_saw_and_frozen_copies_change_nothing(
+) -> TestResult {
+    use impala_envs::{CartPole, CartPoleConfig, SharedMeanStdFilter};
+    let run = SharedMeanStdFilter::new(Some(10.0));
+    let mut a = NormalizeObservation::synced(CartPole::new(CartPoleConfig::default()), &run, true)?;
+    let mut b = NormalizeObservation::synced(CartPole::new(CartPoleConfig::default()), &run, true)?;
+    let mut obs = [0.0f32; 4];
+    // Each env's observations reach the run's filter at its next episode start.
+    for (env, seed) in [(&mut a, 1), (&mut b, 2)] {
+        env.reset(Some(seed), &mut obs)?;
+        for _ in 0..5 {
+            env.step(&[1.0], &mut obs)?;
+        }
+    }
+    assert_eq!(run.snapshot()?.map(|f| f.running_stats().num_pushes()), Some(0));
+    a.reset(Some(3), &mut obs)?;
+    b.reset(Some(4), &mut obs)?;
+    let synced = run.snapshot()?.ok_or("no run filter")?;
+    assert_eq!(synced.running_stats().num_pushes(), 12, "6 observations of each env");
+    // After its sync, b normalises with a's observations too (and its own reset observation).
+    assert_eq!(b.filter().running_stats().num_pushes(), 13);
+
+    // A frozen copy normalises with the statistics it was built with and reports nothing back.
+    let mut frozen =
+        NormalizeObservation::synced(CartPole::new(CartPoleConfig::default()), &run, false)?;
+    let mut raw = CartPole::new(CartPoleConfig::default());
+    let (mut x, mut y) = ([0.0f32; 4], [0.0f32; 4]);
+    frozen.reset(Some(9), &mut x)?;
+    raw.reset(Some(9), &mut y)?;
+    for i in 0..4 {
+        let expected = (f64::from(y[i]) - synced.running_stats().mean()[i])
+            / (synced.running_stats().std(i) + 1e-8);
+        assert!((f64::from(x[i]) - expected.clamp(-10.0, 10.0)).abs() < 1e-5, "{i}");
+    }
+    frozen.reset(Some(10), &mut x)?;
+    assert_eq!(run.snapshot()?, Some(synced.clone()));
+    // A run filter of another size is refused when restored.
+    let other = impala_envs::MeanStdFilter::new(3, Some(10.0));
+    assert!(run.replace(other).is_err());
+    Ok(())
+}

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use impala_config::ValidatedConfig;
 use impala_core::{EnvSpec, SampleBatch, Weights};
+use impala_envs::{MeanStdFilter, SharedMeanStdFilter};
 use impala_learner::{Learner, LearnerError, LearnerHandle, LearnerStats, LearnerThreadSettings};
 use impala_sampler::{
     EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings, Fragment, SamplerError, SamplerMetrics,
@@ -87,6 +88,8 @@ pub struct Impala {
     pub(crate) spec: EnvSpec,
     /// Builds the runners' envs (the caller's or the registry's, wrapped).
     pub(crate) env_factory: EnvFactory,
+    /// The run's observation filter (with `normalize_observations`), kept in checkpoints.
+    pub(crate) observation_filter: Option<SharedMeanStdFilter>,
     /// Builds the runners' policies.
     pub(crate) policies: PolicySource,
     /// The sampling runners, acting with the learner's weights from their start: started by
@@ -166,6 +169,16 @@ impl Impala {
     /// The lifetime counters.
     pub fn counters(&self) -> &Counters {
         &self.counters
+    }
+
+    /// A copy of the run's observation filter (RLlib's `MeanStdFilter`, what the env runners'
+    /// envs merge their observations into and normalise with; checkpoints keep it). `None`
+    /// without `normalize_observations`, or before any env synced with it.
+    pub fn observation_filter(&self) -> Result<Option<MeanStdFilter>> {
+        match &self.observation_filter {
+            Some(filter) => Ok(filter.snapshot()?),
+            None => Ok(None),
+        }
     }
 
     /// A flag that, once set (by a Ctrl-C handler), ends the current iteration early so the
@@ -557,6 +570,10 @@ impl Impala {
             episodes: self.episodes.clone(),
             base_seed: self.base_seed,
             num_restores: self.num_restores,
+            observation_filter: match &self.observation_filter {
+                Some(filter) => filter.snapshot()?,
+                None => None,
+            },
         };
         let learner_error =
             |path: &Path, cause| ImpalaError::LearnerCheckpoint { path: path.to_path_buf(), cause };
@@ -604,6 +621,8 @@ impl Impala {
                 format!("{:?}", self.config.model),
             ));
         }
+        // The run's observation filter goes back with the weights that learned on it.
+        let filter_before = self.restore_filter(&dir, state.observation_filter.clone())?;
         // The learner loads between SGD steps: take it off its thread (or take the one a
         // failure left behind), load, and start its thread again.
         let was_running = self.learner.is_some();
@@ -623,7 +642,10 @@ impl Impala {
             None => new_learner(&self.config, &self.spec, self.base_seed)?,
         };
         if let Err(e) = learner.load(&dir.join(LEARNER_DIR)) {
-            // Nothing was loaded: the learner goes back as it was.
+            // Nothing was loaded: the learner and the filter go back as they were.
+            if let (Some(run), Some(before)) = (&self.observation_filter, filter_before) {
+                run.replace(before)?;
+            }
             if was_running {
                 self.learner = Some(self.spawn_learner(learner)?);
             } else {
@@ -664,6 +686,42 @@ impl Impala {
         // New runners, new episodes, the restored weights from their first step.
         self.runners()?;
         Ok(())
+    }
+
+    /// Puts a checkpoint's observation filter in place of the run's; returns the run's filter
+    /// as it was (to put back if the rest of the restore fails).
+    fn restore_filter(
+        &self,
+        dir: &Path,
+        saved: Option<MeanStdFilter>,
+    ) -> Result<Option<MeanStdFilter>> {
+        match (&self.observation_filter, saved) {
+            (Some(run), Some(saved)) => {
+                let before = run.snapshot()?;
+                run.replace(saved).map_err(|e| ImpalaError::CorruptCheckpoint {
+                    path: dir.to_path_buf(),
+                    reason: format!("its observation filter does not fit the env ({e})"),
+                })?;
+                Ok(before)
+            }
+            (Some(_), None) => {
+                tracing::warn!(
+                    checkpoint = %dir.display(),
+                    "the checkpoint keeps no observation filter (it was written before impala-rs kept one, \
+                     or by a run without normalize_observations): observations are normalised from fresh statistics"
+                );
+                Ok(None)
+            }
+            (None, Some(_)) => {
+                tracing::warn!(
+                    checkpoint = %dir.display(),
+                    "the checkpoint's run normalised observations (normalize_observations) and this one does not: \
+                     its policy sees unnormalised observations"
+                );
+                Ok(None)
+            }
+            (None, None) => Ok(None),
+        }
     }
 
     fn spawn_learner(&self, learner: Learner) -> Result<LearnerHandle> {

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use impala_config::{EnvBackend, ModelConfig, ValidatedConfig};
 use impala_core::{CoreError, Env, EnvSpec, Policy, Weights};
+use impala_envs::SharedMeanStdFilter;
 use impala_learner::{
     learner_devices, Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings, TorchPolicy,
 };
@@ -73,8 +74,8 @@ impl ImpalaBuilder {
         // competing with the learner thread (`num_learner_threads`) and the runners (one each).
         tch::set_num_threads(1);
         check_devices(&config)?;
-        let env_factory = env_factory_for(&config, env_factory)?;
-        let spec = env_spec(&config, &env_factory)?;
+        let envs = run_envs(&config, env_factory)?;
+        let spec = env_spec(&config, &envs.sampling)?;
 
         // The learner seeds its initial weights from `seed`; runs without one get a fresh seed.
         let base_seed = config.seed.unwrap_or_else(random_seed);
@@ -86,13 +87,9 @@ impl ImpalaBuilder {
         let mut algo = Impala {
             broadcaster: WeightBroadcaster::new(config.broadcast_interval),
             episodes: EpisodeWindow::new(config.metrics_num_episodes_for_smoothing),
-            evaluator: Evaluator::new(
-                config.clone(),
-                Arc::clone(&env_factory),
-                policies.clone(),
-                &streams,
-            ),
-            env_factory,
+            evaluator: Evaluator::new(config.clone(), envs.evaluation, policies.clone(), &streams),
+            env_factory: envs.sampling,
+            observation_filter: envs.filter,
             policies,
             spec,
             runners: None,
@@ -144,17 +141,31 @@ pub(crate) fn batching_stage(
     Ok(Some(TrainBatchBuilder::new(&settings)?))
 }
 
-/// The env factory of `config`: the caller's, or the registered `config.env` (its errors
-/// reported as the registry's), with the config's wrappers.
-pub(crate) fn env_factory_for(
-    config: &ValidatedConfig,
-    custom: Option<EnvFactory>,
-) -> Result<EnvFactory> {
+/// A run's envs: the caller's, or the registered `config.env` (its errors reported as the
+/// registry's), with the config's wrappers; with `normalize_observations`, the run's filter.
+pub(crate) struct RunEnvs {
+    /// The sampling runners' envs: they update the run's filter.
+    pub(crate) sampling: EnvFactory,
+    /// The evaluation runners' envs: they normalise with the run's filter as it is when they
+    /// are built (every evaluation round builds them afresh) and leave it unchanged.
+    pub(crate) evaluation: EnvFactory,
+    /// RLlib's `MeanStdFilter` of the run (what checkpoints keep).
+    pub(crate) filter: Option<SharedMeanStdFilter>,
+}
+
+/// The envs of `config` (see [`RunEnvs`]).
+pub(crate) fn run_envs(config: &ValidatedConfig, custom: Option<EnvFactory>) -> Result<RunEnvs> {
     let base = match custom {
         Some(factory) => factory,
         None => default_env(config)?,
     };
-    Ok(wrapped(config, base))
+    // RLlib's MeanStdFilter clips to [-10, 10].
+    let filter = config.normalize_observations.then(|| SharedMeanStdFilter::new(Some(10.0)));
+    Ok(RunEnvs {
+        sampling: wrapped(config, Arc::clone(&base), filter.as_ref(), true),
+        evaluation: wrapped(config, base, filter.as_ref(), false),
+        filter,
+    })
 }
 
 /// Where `config.env` comes from, per `env_backend`: the native registry, or Gymnasium in
@@ -352,14 +363,20 @@ fn registered_env(config: &ValidatedConfig) -> EnvFactory {
     })
 }
 
-/// `base` with the config's env wrappers: observation normalisation (RLlib's MeanStdFilter
-/// clips to [-10, 10]) and frame stacking. Rewards are clipped by the runners, so episode
+/// `base` with the config's env wrappers: observation normalisation with the run's `filter`
+/// (updating it, or frozen) and frame stacking. Rewards are clipped by the runners, so episode
 /// returns stay unclipped.
-fn wrapped(config: &ValidatedConfig, base: EnvFactory) -> EnvFactory {
-    let (normalize, framestack) = (config.normalize_observations, config.model.framestack);
-    if !normalize && framestack <= 1 {
+fn wrapped(
+    config: &ValidatedConfig,
+    base: EnvFactory,
+    filter: Option<&SharedMeanStdFilter>,
+    update: bool,
+) -> EnvFactory {
+    let framestack = config.model.framestack;
+    if filter.is_none() && framestack <= 1 {
         return base;
     }
+    let filter = filter.cloned();
     let env_id = config.env.clone();
     Arc::new(move |ctx: &EnvContext| {
         let wrap_error = |e: impala_envs::EnvError| CoreError::Env {
@@ -367,9 +384,10 @@ fn wrapped(config: &ValidatedConfig, base: EnvFactory) -> EnvFactory {
             reason: e.to_string(),
         };
         let mut env = base(ctx)?;
-        if normalize {
+        if let Some(filter) = &filter {
             env = Box::new(
-                impala_envs::NormalizeObservation::new(env, Some(10.0)).map_err(wrap_error)?,
+                impala_envs::NormalizeObservation::synced(env, filter, update)
+                    .map_err(wrap_error)?,
             );
         }
         if framestack > 1 {
@@ -390,6 +408,61 @@ fn random_seed() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One-value observations that are always 7.
+    struct Seven(EnvSpec);
+
+    impl Env for Seven {
+        fn spec(&self) -> &EnvSpec {
+            &self.0
+        }
+        fn reset(&mut self, _: Option<u64>, obs: &mut [f32]) -> std::result::Result<(), CoreError> {
+            obs[0] = 7.0;
+            Ok(())
+        }
+        fn step(
+            &mut self,
+            _: &[f32],
+            obs: &mut [f32],
+        ) -> std::result::Result<impala_core::StepOutcome, CoreError> {
+            obs[0] = 7.0;
+            Ok(impala_core::StepOutcome { reward: 0.0, terminated: false, truncated: false })
+        }
+    }
+
+    #[test]
+    fn evaluation_envs_normalise_with_the_run_filter_and_leave_it_unchanged() -> Result<()> {
+        let config =
+            impala_config::ImpalaConfig { normalize_observations: true, ..Default::default() }
+                .validate()?;
+        let spec = EnvSpec {
+            id: "Seven".into(),
+            observation_space: impala_core::Space::continuous(vec![0.0], vec![10.0])?,
+            action_space: impala_core::Space::Discrete(2),
+            max_episode_steps: None,
+        };
+        let seven: EnvFactory =
+            Arc::new(move |_: &EnvContext| Ok(Box::new(Seven(spec.clone())) as Box<dyn Env>));
+        let envs = run_envs(&config, Some(seven))?;
+        let run = envs.filter.ok_or(ImpalaError::Stopped)?;
+        // A restored run's statistics: mean 5, sample standard deviation 2.
+        let mut saved = impala_envs::MeanStdFilter::new(1, Some(10.0));
+        let mut sink = [3.0f32, 7.0, 5.0];
+        saved.apply(&mut sink, true)?;
+        run.replace(saved.clone())?;
+        let mut obs = [0.0f32];
+        let ctx = EnvContext::default();
+        (envs.evaluation)(&ctx)?.reset(None, &mut obs)?;
+        assert!((obs[0] - 1.0).abs() < 1e-6, "(7 - 5) / 2, got {}", obs[0]);
+        assert_eq!(run.snapshot()?, Some(saved.clone()));
+        // A sampling env's observations reach the run's filter at its next episode start.
+        let mut env = (envs.sampling)(&ctx)?;
+        env.reset(None, &mut obs)?;
+        env.reset(None, &mut obs)?;
+        let pushes = run.snapshot()?.map(|f| f.running_stats().num_pushes());
+        assert_eq!(pushes, Some(saved.running_stats().num_pushes() + 1));
+        Ok(())
+    }
 
     #[test]
     fn streams_keep_the_first_seeds_and_move_on_per_restore_and_restart() {

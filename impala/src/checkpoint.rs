@@ -21,6 +21,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
+use impala_envs::MeanStdFilter;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -89,6 +90,11 @@ pub struct AlgorithmState {
     /// a run that never was; format-1 checkpoints read as 0). Restoring makes it one more.
     #[serde(default)]
     pub num_restores: u64,
+    /// The run's observation filter (RLlib's `MeanStdFilter` state) when the config normalises
+    /// observations: a restored run and an evaluated checkpoint normalise as the run did.
+    /// Checkpoints written before it was kept read as `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observation_filter: Option<MeanStdFilter>,
 }
 
 /// The folder name of the checkpoint taken after `iteration`.
@@ -419,6 +425,7 @@ mod tests {
             episodes: EpisodeWindow::new(100),
             base_seed: 7,
             num_restores: 2,
+            observation_filter: None,
         }
     }
 

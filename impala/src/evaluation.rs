@@ -11,7 +11,7 @@ use impala_config::{DurationUnit, ValidatedConfig};
 use impala_core::{EpisodeStats, Weights};
 use impala_sampler::{EnvContext, EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings};
 
-use crate::builder::{env_factory_for, env_spec, stream_seed, PolicySource, Streams};
+use crate::builder::{env_spec, run_envs, stream_seed, PolicySource, Streams};
 use crate::checkpoint::{find_checkpoint, read_checkpoint, LEARNER_DIR};
 use crate::{EpisodeWindow, EvaluationResult, ImpalaError, Result};
 
@@ -174,9 +174,20 @@ fn evaluate(
     config.evaluation_explore = explore;
     config.evaluation_parallel_to_training = false;
     let config = config.validate()?;
-    let env_factory = env_factory_for(&config, env_factory)?;
-    let spec = env_spec(&config, &env_factory)?;
     let corrupt = |reason: String| ImpalaError::CorruptCheckpoint { path: dir.clone(), reason };
+    let envs = run_envs(&config, env_factory)?;
+    // The policy sees observations normalised as in training: with the run's saved filter.
+    if let (Some(run), Some(saved)) = (&envs.filter, state.observation_filter) {
+        run.replace(saved)?;
+    } else if envs.filter.is_some() {
+        tracing::warn!(
+            checkpoint = %dir.display(),
+            "the checkpoint keeps no observation filter (written before impala-rs kept one): \
+             evaluation normalises observations from fresh statistics"
+        );
+    }
+    let env_factory = envs.evaluation;
+    let spec = env_spec(&config, &env_factory)?;
     let weights =
         impala_learner::read_model_weights(&dir.join(LEARNER_DIR), state.counters.num_grad_updates)
             .map_err(|e| corrupt(format!("its weights do not load ({e})")))?;

@@ -252,6 +252,34 @@ fn a_restored_algorithm_never_samples_with_its_initial_weights() -> TestResult {
 }
 
 #[test]
+fn the_observation_filter_is_checkpointed_and_restored() -> TestResult {
+    let mut config = quick();
+    config.normalize_observations = true;
+    let dir = tempfile::tempdir()?;
+    let mut algo = Impala::new(config.clone().validate()?)?;
+    algo.train()?;
+    algo.train()?;
+    let ckpt = algo.save(dir.path())?;
+    algo.stop()?;
+    let state: impala::checkpoint::AlgorithmState =
+        serde_json::from_str(&std::fs::read_to_string(ckpt.join(STATE_FILE))?)?;
+    let saved = state.observation_filter.ok_or("the checkpoint keeps no observation filter")?;
+    // Two iterations of 4 CartPole envs: thousands of observations.
+    assert!(saved.running_stats().num_pushes() > 1000, "{}", saved.running_stats().num_pushes());
+
+    // A restored run normalises with everything the saved one saw (and what it sees since).
+    let mut restored = Impala::new(config.validate()?)?;
+    restored.restore(&ckpt)?;
+    let now = restored.observation_filter()?.ok_or("no filter")?;
+    assert!(now.running_stats().num_pushes() >= saved.running_stats().num_pushes());
+    for (a, b) in now.running_stats().mean().iter().zip(saved.running_stats().mean()) {
+        assert!((a - b).abs() < 0.05, "{a} vs {b}");
+    }
+    restored.stop()?;
+    Ok(())
+}
+
+#[test]
 fn after_the_learner_dies_save_keeps_its_last_good_weights() -> TestResult {
     let mut config = quick();
     config.lr = 1e30;

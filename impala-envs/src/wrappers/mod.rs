@@ -8,7 +8,7 @@ mod time_limit;
 
 pub use clip_reward::ClipReward;
 pub use frame_stack::FrameStack;
-pub use normalize::{MeanStdFilter, NormalizeObservation, RunningStat};
+pub use normalize::{MeanStdFilter, NormalizeObservation, RunningStat, SharedMeanStdFilter};
 pub use time_limit::TimeLimit;
 
 use impala_core::{CoreError, Result};

@@ -1,5 +1,7 @@
 //! Observation normalisation with running statistics (RLlib's `MeanStdFilter`).
 
+use std::sync::{Arc, Mutex, MutexGuard};
+
 use super::check_obs;
 use crate::EnvError;
 use impala_core::{CoreError, Env, EnvSpec, Result, Space, StepOutcome};
@@ -7,6 +9,10 @@ use serde::{Deserialize, Serialize};
 
 /// RLlib's `SMALL_NUMBER`, added to the standard deviation before dividing.
 const SMALL_NUMBER: f64 = 1e-8;
+
+/// A synced env merges what it saw into the run's filter and takes the run's statistics at
+/// every episode start and at least this often within an episode (in filtered observations).
+const SYNC_EVERY: u32 = 1000;
 
 /// Running per-element mean and variance (Welford's algorithm, RLlib's `RunningStat`), in `f64`.
 ///
@@ -197,10 +203,94 @@ impl MeanStdFilter {
     }
 }
 
+/// The run's [`MeanStdFilter`] (RLlib's local-worker filter, the one checkpoints keep): envs
+/// wrapped with [`NormalizeObservation::synced`] merge their new observations into it and take
+/// its statistics, as RLlib's `synchronize_filters` does for every runner. Clones share one
+/// filter. It is sized by the first env that syncs with it (or by [`SharedMeanStdFilter::replace`]).
+///
+/// ```
+/// use impala_core::Env;
+/// use impala_envs::{MountainCar, MountainCarConfig, NormalizeObservation, SharedMeanStdFilter};
+///
+/// let run = SharedMeanStdFilter::new(Some(10.0));
+/// let mut env = NormalizeObservation::synced(MountainCar::new(MountainCarConfig::default()), &run, true)?;
+/// let mut obs = [0.0f32; 2];
+/// env.reset(Some(0), &mut obs)?;
+/// env.step(&[2.0], &mut obs)?;
+/// env.reset(Some(1), &mut obs)?; // episode start: the env's observations reach the run's filter
+/// let saved = run.snapshot()?.ok_or("no filter")?;
+/// assert_eq!(saved.running_stats().num_pushes(), 2);
+///
+/// // A frozen copy (evaluation) normalises with the saved statistics and never updates them.
+/// let restored = SharedMeanStdFilter::new(Some(10.0));
+/// restored.replace(saved.clone())?;
+/// let mut eval = NormalizeObservation::synced(MountainCar::new(MountainCarConfig::default()), &restored, false)?;
+/// eval.reset(Some(2), &mut obs)?;
+/// eval.reset(Some(3), &mut obs)?;
+/// assert_eq!(restored.snapshot()?, Some(saved));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct SharedMeanStdFilter {
+    inner: Arc<Mutex<Option<MeanStdFilter>>>,
+    clip: Option<f64>,
+}
+
+impl SharedMeanStdFilter {
+    /// An empty run filter clipping at `clip` (RLlib's default is `Some(10.0)`).
+    pub fn new(clip: Option<f64>) -> Self {
+        Self { inner: Arc::default(), clip }
+    }
+
+    /// A copy of the run's filter (`None` before any env synced with it).
+    pub fn snapshot(&self) -> Result<Option<MeanStdFilter>> {
+        Ok(self.lock()?.clone())
+    }
+
+    /// Replaces the run's filter (a restored checkpoint's); envs take it at their next sync.
+    pub fn replace(&self, filter: MeanStdFilter) -> Result<()> {
+        let mut inner = self.lock()?;
+        if let Some(old) = inner.as_ref() {
+            let (expected, got) = (old.running_stats.mean.len(), filter.running_stats.mean.len());
+            check_len("the restored observation filter", got, expected)?;
+        }
+        *inner = Some(filter);
+        Ok(())
+    }
+
+    fn lock(&self) -> Result<MutexGuard<'_, Option<MeanStdFilter>>> {
+        self.inner.lock().map_err(|_| CoreError::Env {
+            env: "NormalizeObservation".into(),
+            reason: "an env panicked while syncing the run's observation filter".into(),
+        })
+    }
+
+    /// Merges `local`'s new observations in (when `update`) and gives `local` the run's
+    /// statistics with an empty buffer (RLlib's `apply_changes`, `sync`, `reset_buffer`).
+    fn sync(&self, local: &mut MeanStdFilter, update: bool) -> Result<()> {
+        let mut inner = self.lock()?;
+        let run = match inner.as_mut() {
+            Some(run) => run,
+            None => inner.insert(MeanStdFilter::new(local.running_stats.mean.len(), self.clip)),
+        };
+        check_len(
+            "the run's observation filter",
+            local.running_stats.mean.len(),
+            run.running_stats.mean.len(),
+        )?;
+        if update {
+            run.apply_changes(local)?;
+        }
+        local.sync(run);
+        local.reset_buffer();
+        Ok(())
+    }
+}
+
 /// Normalises an env's observations with a [`MeanStdFilter`] (RLlib's
-/// `observation_filter="MeanStdFilter"`), for use with a single env. The filter is reachable
-/// through [`NormalizeObservation::filter_mut`] to sync it; a vectorised runner usually keeps
-/// one `MeanStdFilter` itself and applies it to the whole observation batch instead.
+/// `observation_filter="MeanStdFilter"`): its own ([`NormalizeObservation::new`]), reachable
+/// through [`NormalizeObservation::filter_mut`], or a copy synced with the run's
+/// ([`NormalizeObservation::synced`]).
 ///
 /// ```
 /// use impala_core::Env;
@@ -220,6 +310,8 @@ pub struct NormalizeObservation<E> {
     spec: EnvSpec,
     filter: MeanStdFilter,
     update: bool,
+    /// The run's filter this copy syncs with, and observations filtered since the last sync.
+    run: Option<(SharedMeanStdFilter, u32)>,
 }
 
 impl<E: Env> NormalizeObservation<E> {
@@ -239,7 +331,20 @@ impl<E: Env> NormalizeObservation<E> {
             shape: env.spec().observation_space.shape(),
         };
         let spec = EnvSpec { observation_space, ..env.spec().clone() };
-        Ok(Self { env, spec, filter: MeanStdFilter::new(dim, clip), update: true })
+        Ok(Self { env, spec, filter: MeanStdFilter::new(dim, clip), update: true, run: None })
+    }
+
+    /// Wraps `env` with a copy of the run's filter `run`, synced with it at every episode start
+    /// and every 1000 observations. With `update` false (evaluation) the copy normalises with
+    /// the run's statistics as they were when it was built, and changes nothing.
+    pub fn synced(env: E, run: &SharedMeanStdFilter, update: bool) -> crate::Result<Self> {
+        let mut wrapped = Self::new(env, run.clip)?;
+        wrapped.update = update;
+        run.sync(&mut wrapped.filter, false)?;
+        if update {
+            wrapped.run = Some((run.clone(), 0));
+        }
+        Ok(wrapped)
     }
 
     /// The filter, e.g. to send its buffer to the driver.
@@ -266,13 +371,27 @@ impl<E: Env> Env for NormalizeObservation<E> {
     fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> Result<()> {
         check_obs(obs, self.filter.running_stats.mean.len())?;
         self.env.reset(seed, obs)?;
-        self.filter.apply(obs, self.update)
+        self.filter_synced(obs, true)
     }
 
     fn step(&mut self, action: &[f32], obs: &mut [f32]) -> Result<StepOutcome> {
         check_obs(obs, self.filter.running_stats.mean.len())?;
         let outcome = self.env.step(action, obs)?;
-        self.filter.apply(obs, self.update)?;
+        self.filter_synced(obs, false)?;
         Ok(outcome)
+    }
+}
+
+impl<E> NormalizeObservation<E> {
+    /// Filters `obs`, syncing with the run's filter first at an episode start or when due.
+    fn filter_synced(&mut self, obs: &mut [f32], episode_start: bool) -> Result<()> {
+        if let Some((run, since)) = &mut self.run {
+            if episode_start || *since >= SYNC_EVERY {
+                run.sync(&mut self.filter, true)?;
+                *since = 0;
+            }
+            *since += 1;
+        }
+        self.filter.apply(obs, self.update)
     }
 }
