@@ -190,7 +190,17 @@ fn every_example_config_loads_and_validates() -> TestResult {
         }
     }
     seen.sort();
-    assert_eq!(seen, ["ALE/Pong-v5", "Acrobot-v1", "CartPole-v1", "LunarLander-v3", "Pendulum-v1"]);
+    assert_eq!(
+        seen,
+        [
+            "ALE/Pong-v5",
+            "Acrobot-v1",
+            "CartPole-v1",
+            "CartPole-v1",
+            "LunarLander-v3",
+            "Pendulum-v1"
+        ]
+    );
     Ok(())
 }
 
