@@ -135,6 +135,9 @@ fn train_command(exe: &Path, args: &BenchArgs, seed: u64, run_dir: &Path) -> Com
         .arg("--run-dir")
         .arg(run_dir)
         .args(["--quiet", "--summary-json"]);
+    if args.profile {
+        cmd.arg("--profile");
+    }
     for o in &args.overrides {
         cmd.args(["--set", o]);
     }

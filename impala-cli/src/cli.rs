@@ -133,6 +133,12 @@ pub struct TrainArgs {
     /// Print a final JSON summary line (what `bench-cartpole` reads).
     #[arg(long)]
     pub summary_json: bool,
+    /// Account every thread's wall time by activity (env stepping, inference, fragment and
+    /// batch building, queue waits, learner gradient and optimizer, weight copies, the driver
+    /// loop) and its CPU time, plus each core's utilisation: written to RUN/profile.json,
+    /// printed as a table, and added to the --summary-json line.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// `--num-to-keep`: a count, or `None` for all.
@@ -216,6 +222,9 @@ pub struct BenchArgs {
     /// The stability benchmark (off unless --stay-s or --stay-steps is given).
     #[command(flatten)]
     pub stability: crate::bench::StabilityArgs,
+    /// Train every seed with `--profile`: each seed's JSON line holds its time breakdown.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// `impala plot`.
@@ -440,6 +449,9 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     // From here on SIGINT/SIGTERM finish the iteration and save instead of killing the process.
     let interrupts = Interrupts::install().context("cannot listen for SIGINT and SIGTERM")?;
     let (env, seed) = (config.env.clone(), config.seed);
+    if args.profile {
+        impala::profile::enable();
+    }
     let mut algo = Impala::new(config)?;
     if let Some(ckpt) = &checkpoint {
         algo.restore(ckpt)?;
@@ -470,8 +482,19 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
             _ => {}
         }
     })?;
+    // Read while every thread still runs (their CPU times come from /proc).
+    let profile = args.profile.then(impala::profile::report);
     algo.stop()?;
     let run_path = run_dir.path().to_path_buf();
+    if let Some(profile) = &profile {
+        let path = run_path.join("profile.json");
+        std::fs::write(&path, serde_json::to_string_pretty(profile)?)
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        if !args.quiet {
+            print!("{}", describe_profile(profile));
+            println!("profile: {}", path.display());
+        }
+    }
     drop(run_dir);
     match crate::plot::plot_run(&run_path) {
         Ok(plot) if !args.quiet => println!("plot: {}", plot.display()),
@@ -513,6 +536,7 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
             "checkpoint": summary.checkpoint,
             "best_checkpoint": summary.best.as_ref().map(|b| &b.path),
             "best_checkpoint_score": summary.best.as_ref().map(|b| b.score),
+            "profile": profile,
         });
         println!("{summary}");
     }
@@ -607,6 +631,34 @@ fn evaluate_checkpoint(args: &EvaluateArgs) -> anyhow::Result<ExitCode> {
     let eval = impala::evaluate_checkpoint(&args.checkpoint, episodes, args.explore)?;
     println!("{}", serde_json::to_string(&eval)?);
     Ok(ExitCode::SUCCESS)
+}
+
+/// A `--profile` report as a table: per thread its wall and CPU time and the shares of its
+/// activities, largest first.
+fn describe_profile(profile: &impala::profile::Report) -> String {
+    let cores: Vec<String> =
+        profile.core_utilisation.iter().map(|u| format!("{:.0}%", u * 100.0)).collect();
+    let mut out = format!(
+        "profile over {:.1} s (cores busy: {}):\n",
+        profile.wall_s,
+        if cores.is_empty() { "unknown".to_string() } else { cores.join(" ") }
+    );
+    for t in &profile.threads {
+        let mut shares: Vec<(&String, &f64)> =
+            t.shares.iter().filter(|(_, &s)| s >= 0.005).collect();
+        shares.sort_by(|a, b| b.1.total_cmp(a.1));
+        let shares: Vec<String> =
+            shares.iter().map(|(k, s)| format!("{k} {:.0}%", *s * 100.0)).collect();
+        let cpu = t.cpu_s.map_or_else(|| "?".to_string(), |c| format!("{c:.1}"));
+        out += &format!(
+            "  {:<22} wall {:>6.1} s  cpu {:>6} s  {}\n",
+            t.name,
+            t.wall_s,
+            cpu,
+            shares.join(", ")
+        );
+    }
+    out
 }
 
 #[cfg(test)]

@@ -263,3 +263,36 @@ fn train_draws_the_learning_curve_and_plot_redraws_it() -> TestResult {
     run.assert_one_line_error(&["nowhere", "result.json"]);
     Ok(())
 }
+
+#[test]
+fn profile_breaks_each_threads_time_down_by_activity() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let mut args = vec!["train", "--stop-iters", "2", "--run-dir", "run", "--profile"];
+    args.extend(FAST);
+    let run = impala(dir.path(), &args)?;
+    assert!(run.success, "{}", run.stderr);
+    assert!(run.stdout.contains("profile over"), "{}", run.stdout);
+    let profile: serde_json::Value =
+        serde_json::from_str(&fs::read_to_string(dir.path().join("run/profile.json"))?)?;
+    let threads = profile["threads"].as_array().ok_or("no threads")?;
+    let thread = |name: &str| {
+        threads.iter().find(|t| t["name"] == name).ok_or(format!("no {name} in {threads:?}"))
+    };
+    let runner = thread("env-runner-1")?;
+    for activity in ["inference", "env_step", "fragment_build"] {
+        assert!(runner["activities"][activity].as_f64().is_some_and(|s| s > 0.0), "{runner}");
+    }
+    let learner = thread("impala-learner")?;
+    for activity in ["learner_grad", "learner_optimizer", "learner_load"] {
+        assert!(learner["activities"][activity].as_f64().is_some_and(|s| s > 0.0), "{learner}");
+    }
+    assert!(thread("main")?["activities"]["driver_loop"].as_f64().is_some_and(|s| s > 0.0));
+    // Shares of a thread's wall time add up to one (`other` is what no activity took).
+    for t in threads {
+        let total: f64 =
+            t["shares"].as_object().ok_or("no shares")?.values().filter_map(|v| v.as_f64()).sum();
+        assert!((total - 1.0).abs() < 0.02, "{t}");
+    }
+    assert!(!profile["core_utilisation"].as_array().ok_or("no cores")?.is_empty());
+    Ok(())
+}

@@ -3,6 +3,7 @@
 //! SGD step.
 
 use impala_core::{Observations, SampleBatch};
+use impala_profile::{span, Activity};
 use tch::{Device, Tensor};
 
 use crate::{LearnerError, Result};
@@ -60,6 +61,7 @@ impl BatchLoader {
     /// Checks `batch` against the model, splits its rows across the towers and copies them to
     /// the towers' devices.
     pub fn load(&self, batch: &SampleBatch) -> Result<LoadedBatch> {
+        let _loading = span(Activity::LearnerLoad);
         batch.validate()?;
         let mismatch = |what: &str, model: usize, got: usize| LearnerError::Batch {
             reason: format!("the model expects {what} {model}, the batch has {got}"),

@@ -1,5 +1,6 @@
 //! The [`Learner`]: model towers, optimizers and the IMPALA loss; one SGD step per call.
 
+use impala_profile::{span, Activity};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -231,6 +232,7 @@ impl Learner {
                 ),
             });
         }
+        let grad_span = span(Activity::LearnerGrad);
         let (s, o) = (&self.loss, &self.optimizer);
         let cur_lr = o.lr_at(timestep);
         let entropy_coeff = s.entropy_coeff_at(timestep);
@@ -326,6 +328,8 @@ impl Learner {
                 grad_gnorm: group_norms.iter().sum(),
             });
         }
+        drop(grad_span);
+        let _optimizer_span = span(Activity::LearnerOptimizer);
         for (g, &norm) in group_grads.iter_mut().zip(group_norms) {
             clip_grads(g, norm, o.grad_clip)?;
         }

@@ -6,6 +6,7 @@
 //! driver broadcasts only every `broadcast_interval` steps anyway (RLlib's driver likewise reads
 //! the weights only when it broadcasts: the thread just sets `weights_updated`).
 
+use impala_profile::{span, Activity};
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -165,7 +166,10 @@ impl Snapshots {
         if let Some(w) = self.last.as_ref().filter(|w| w.version == learner.version()) {
             return Ok(Arc::clone(w));
         }
-        let w = learner.weights()?;
+        let w = {
+            let _copying = span(Activity::WeightSnapshot);
+            learner.weights()?
+        };
         lock(metrics).snapshots += 1;
         self.last = Some(Arc::clone(&w));
         Ok(w)
@@ -518,6 +522,7 @@ fn fetch(
     snapshots: &mut Snapshots,
     shared: &Shared,
 ) -> std::result::Result<Slot, Interrupt> {
+    let _waiting = span(Activity::LearnerWait);
     loop {
         let handled = match source {
             Source::Inqueue { inqueue, loader } => select! {

@@ -2,6 +2,7 @@
 //! off the driver thread, as the seed's `AggregatorWorker` actors. Concatenation into train
 //! batches stays in [`TrainBatchBuilder`](crate::TrainBatchBuilder), once for all workers.
 
+use impala_profile::{span, Activity};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -225,6 +226,7 @@ fn run_aggregation_worker(
 ) {
     for batch in requests.iter() {
         let result = catch_unwind(AssertUnwindSafe(|| {
+            let _building = span(Activity::BatchBuild);
             buffer.add(batch);
             buffer.replay().map(|r| r.into_parts()).unwrap_or_default()
         }))

@@ -3,6 +3,7 @@
 //! (always here, once): the seed's `local_mixin_buffer` add/replay and
 //! `concatenate_batches_and_pre_queue`.
 
+use impala_profile::{span, Activity};
 use std::collections::VecDeque;
 use std::sync::Arc;
 
@@ -89,6 +90,7 @@ impl TrainBatchBuilder {
     /// thread, those this batch completed; with aggregation workers the batch is handed to a
     /// worker (or waits for one) and its output comes from [`ready`](Self::ready).
     pub fn add(&mut self, batch: SampleBatch) -> Result<Vec<SampleBatch>> {
+        let _building = span(Activity::BatchBuild);
         self.num_added += batch.env_steps();
         let mut done = Vec::new();
         match &mut self.mixin {
@@ -124,6 +126,7 @@ impl TrainBatchBuilder {
 
     /// Appends replay output to the batch being built; concatenates it once it is full.
     fn append(&mut self, parts: Vec<Arc<SampleBatch>>, done: &mut Vec<SampleBatch>) -> Result<()> {
+        let _building = span(Activity::BatchBuild);
         for part in parts {
             self.steps_being_built += part.env_steps();
             self.batch_being_built.push(part);

@@ -2,6 +2,7 @@
 //! runner seam ([`EnvRunnerLauncher`]), in-flight caps, collection with a timeout, health,
 //! restarts and weight sync.
 
+use impala_profile::{span, Activity};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
@@ -327,6 +328,7 @@ impl EnvRunnerGroup {
                     if !self.members.iter().any(|m| m.healthy && m.in_flight > 0) {
                         break;
                     }
+                    let _waiting = span(Activity::DriverWait);
                     match receive_until(&self.replies_rx, deadline) {
                         Some(msg) => msg,
                         None => break,
@@ -492,6 +494,7 @@ impl EnvRunnerGroup {
     /// Sends the newest weights (if any) to each listed runner (0 = local).
     pub fn send_latest_weights(&mut self, runner_ids: &[usize]) {
         let Some(weights) = self.latest_weights.clone() else { return };
+        let _sending = span(Activity::WeightBroadcast);
         self.broadcast_version = Some(weights.version);
         for &id in runner_ids {
             if id == 0 {

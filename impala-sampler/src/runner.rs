@@ -1,5 +1,6 @@
 //! One env runner: `num_envs_per_env_runner` environments and one policy copy, stepped together.
 
+use impala_profile::{span, Activity};
 use std::sync::Arc;
 
 use impala_core::{
@@ -217,7 +218,9 @@ impl EnvRunner {
 
     /// Steps every env `rollout_fragment_length` times and returns the fragment.
     pub fn sample(&mut self) -> Result<Fragment> {
+        let _building = span(Activity::FragmentBuild);
         if !self.started {
+            let _stepping = span(Activity::EnvStep);
             for group in &mut self.groups {
                 group.envs.reset()?;
             }
@@ -265,15 +268,18 @@ impl EnvRunner {
             state: &self.state[first * sd..(first + n) * sd],
             explore: self.explore,
         };
-        self.policy.compute_actions(&input, &mut group.out)?;
+        {
+            let _inferring = span(Activity::Inference);
+            self.policy.compute_actions(&input, &mut group.out)?;
+        }
         group.check_output(&self.spec, sd)?;
         let row = t * self.num_envs + first;
-        let span = |w: usize| row * w..(row + n) * w;
+        let rows = |w: usize| row * w..(row + n) * w;
         batch.obs.write(row * od, group.envs.obs());
-        batch.actions[span(ad)].copy_from_slice(&group.out.actions);
-        batch.action_logp[span(1)].copy_from_slice(&group.out.action_logp);
-        batch.action_dist_inputs[span(dd)].copy_from_slice(&group.out.action_dist_inputs);
-        batch.vf_preds[span(1)].copy_from_slice(&group.out.vf_preds);
+        batch.actions[rows(ad)].copy_from_slice(&group.out.actions);
+        batch.action_logp[rows(1)].copy_from_slice(&group.out.action_logp);
+        batch.action_dist_inputs[rows(dd)].copy_from_slice(&group.out.action_dist_inputs);
+        batch.vf_preds[rows(1)].copy_from_slice(&group.out.vf_preds);
         let actions = match (&self.spec.action_space, self.clip_actions) {
             (Space::Box { low, high, .. }, true) => {
                 for (i, (clipped, a)) in
@@ -285,6 +291,7 @@ impl EnvRunner {
             }
             _ => &group.out.actions,
         };
+        let _stepping = span(Activity::EnvStep);
         group.envs.begin_step(actions)?;
         Ok(())
     }
@@ -302,7 +309,10 @@ impl EnvRunner {
         let group = &mut self.groups[g];
         let (n, first) = (group.envs.num_envs(), group.first_row);
         let row = t * self.num_envs + first;
-        let step = group.envs.finish_step()?;
+        let step = {
+            let _stepping = span(Activity::EnvStep);
+            group.envs.finish_step()?
+        };
         self.truncated_rows.clear();
         for b in 0..n {
             let i = row + b;
@@ -332,6 +342,7 @@ impl EnvRunner {
         }
         if !self.truncated_rows.is_empty() {
             let k = self.truncated_rows.len();
+            let _inferring = span(Activity::Inference);
             let values = self.policy.compute_values(
                 &self.final_obs[..k * od],
                 k,

@@ -6,6 +6,7 @@
 //! [`EnvRunnerGroup::with_launcher`](crate::EnvRunnerGroup::with_launcher), leaving in-flight
 //! caps, weight broadcast, fault tolerance and counting to the group.
 
+use impala_profile::{span, Activity};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -223,6 +224,7 @@ pub fn serve(mut runner: EnvRunner, inbox: &Receiver<RunnerRequest>, replies: &R
     let mut pending = Pending::default();
     loop {
         if pending.samples == 0 {
+            let _idle = span(Activity::RunnerIdle);
             match inbox.recv() {
                 Ok(request) => pending.take(request),
                 Err(_) => return,
@@ -239,6 +241,7 @@ pub fn serve(mut runner: EnvRunner, inbox: &Receiver<RunnerRequest>, replies: &R
         }
         let step = catch_unwind(AssertUnwindSafe(|| -> Result<Fragment> {
             if let Some((weights, sent)) = pending.weights.take() {
+                let _applying = span(Activity::WeightApply);
                 runner.set_weights(&weights)?;
                 replies.send(RunnerReply::WeightsApplied { latency: sent.elapsed() });
             }

@@ -12,6 +12,7 @@ use impala_config::ValidatedConfig;
 use impala_core::{EnvSpec, SampleBatch, Weights};
 use impala_envs::{MeanStdFilter, SharedMeanStdFilter};
 use impala_learner::{Learner, LearnerError, LearnerHandle, LearnerStats, LearnerThreadSettings};
+use impala_profile::{span, Activity};
 use impala_sampler::{
     EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings, Fragment, SamplerError, SamplerMetrics,
     TrainBatchBuilder, WeightBroadcaster,
@@ -273,6 +274,7 @@ impl Impala {
         let mut evaluation = None;
         let mut stats = StatsMean::default();
         let mut num_episodes = 0u64;
+        let _driving = span(Activity::DriverLoop);
         loop {
             let activity = self.training_step(&mut stats)?;
             num_episodes += activity.episodes;
@@ -289,6 +291,7 @@ impl Impala {
                 break;
             }
             if activity.fragments == 0 && activity.placed == 0 && activity.trained == 0 {
+                let _waiting = span(Activity::DriverWait);
                 std::thread::sleep(IDLE_SLEEP);
             }
         }

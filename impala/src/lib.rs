@@ -96,6 +96,8 @@ pub use impala_core as core;
 pub use impala_envs as envs;
 /// Models, the V-trace loss and the learner threads (libtorch).
 pub use impala_learner as learner;
+/// Where the time goes: wall time per thread and activity (`impala train --profile`).
+pub use impala_profile as profile;
 /// RLlib's mix-in replay buffer.
 pub use impala_replay as replay;
 /// Env runners, the runner seam, weight broadcast and the batching stage.
