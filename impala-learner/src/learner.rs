@@ -11,7 +11,7 @@ use tch::{nn, Device, Kind, Tensor};
 
 use crate::batch::{BatchLoader, LoadedBatch, Shard};
 use crate::model::{is_vf_param, ActorCritic, Unroll};
-use crate::optim::{clip_grads, global_norm, Optimizer, OptimizerKind};
+use crate::optim::{clip_grad, Optimizer, OptimizerKind, Proposal};
 use crate::settings::{LearnerSettings, LossSettings, OptimizerSettings};
 use crate::{LearnerError, Result};
 
@@ -295,24 +295,29 @@ impl Learner {
         })?;
         let sums = sums.ok_or_else(|| LearnerError::Config { reason: "no towers".into() })?;
 
-        // Each optimizer's gradients and their global norm (RLlib clips per optimizer).
-        let mut group_grads: Vec<Vec<Tensor>> = Vec::with_capacity(self.optimizers.len());
+        // Each optimizer's gradients and weights, flat, and their global norms (RLlib clips
+        // per optimizer).
         let _guard = tch::no_grad_guard();
-        let weights: Vec<Tensor> =
-            self.towers[0].params.iter().map(|(_, p)| p.shallow_clone()).collect();
-        let mut readback = vec![sums, global_norm(&weights)?.f_unsqueeze(0)?];
-        for (_, idx) in &self.optimizers {
+        let mut flat_grads = Vec::with_capacity(self.optimizers.len());
+        let mut flat_params = Vec::with_capacity(self.optimizers.len());
+        let mut readback = vec![sums];
+        for (opt, idx) in &self.optimizers {
             let g: Vec<Tensor> =
                 idx.iter().map(|&i| std::mem::replace(&mut grads[i], Tensor::new())).collect();
-            readback.push(global_norm(&g)?.f_unsqueeze(0)?);
-            group_grads.push(g);
+            let g = opt.flatten(&g)?;
+            let p = opt.flat_params()?;
+            readback.push(g.f_norm()?.f_unsqueeze(0)?);
+            readback.push(p.f_norm()?.f_unsqueeze(0)?);
+            flat_grads.push(g);
+            flat_params.push(p);
         }
         // One host sync for every statistic.
         let values = Vec::<f64>::try_from(
             Tensor::f_cat(&readback, 0)?.f_to_kind(Kind::Double)?.f_to_device(Device::Cpu)?,
         )?;
-        let (pi_sum, vf_sum, ent_sum, var_gnorm) = (values[0], values[1], values[2], values[3]);
-        let group_norms = &values[4..];
+        let (pi_sum, vf_sum, ent_sum) = (values[0], values[1], values[2]);
+        let group_norms: Vec<f64> = values[3..].iter().step_by(2).copied().collect();
+        let var_gnorm = values[4..].iter().step_by(2).map(|n| n * n).sum::<f64>().sqrt();
         let policy_loss = pi_sum * scale;
         let vf_loss = vf_sum * scale;
         let total_loss = policy_loss - entropy_coeff * ent_sum * scale + s.vf_loss_coeff * vf_loss;
@@ -330,29 +335,32 @@ impl Learner {
         }
         drop(grad_span);
         let _optimizer_span = span(Activity::LearnerOptimizer);
-        for (g, &norm) in group_grads.iter_mut().zip(group_norms) {
-            clip_grads(g, norm, o.grad_clip)?;
-        }
         // A finite gradient can still make the weights or the optimizer state overflow (a huge
-        // learning rate without clipping): keep what the step changes, and undo a step that
-        // leaves anything non-finite, so the learner always holds its last good weights.
-        let backup = self.backup()?;
+        // learning rate without clipping): every group's step is worked out first and applied
+        // only if everything it would write is finite, so the learner always holds its last
+        // good weights.
         let lrs = if o.separate_vf_optimizer { vec![cur_lr, o.lr_vf] } else { vec![cur_lr] };
-        let mut stepped = Ok(());
-        for (((opt, _), g), lr) in self.optimizers.iter_mut().zip(&group_grads).zip(lrs) {
-            stepped = opt.step(g, lr);
-            if stepped.is_err() {
-                break;
+        let mut proposals = Vec::with_capacity(self.optimizers.len());
+        for ((((opt, _), mut g), p), (&norm, lr)) in self
+            .optimizers
+            .iter()
+            .zip(flat_grads)
+            .zip(&flat_params)
+            .zip(group_norms.iter().zip(lrs))
+        {
+            clip_grad(&mut g, norm, o.grad_clip)?;
+            proposals.push(opt.propose(p, &g, lr)?);
+        }
+        let flags = proposals.iter().map(Proposal::finite).collect::<Result<Vec<_>>>()?;
+        if !bool::try_from(Tensor::f_cat(&flags, 0)?.f_all()?)? {
+            for (i, ((opt, _), proposal)) in self.optimizers.iter().zip(&proposals).enumerate() {
+                if let Some(tensor) = opt.first_non_finite(proposal, &format!("optimizer{i}"))? {
+                    return Err(LearnerError::NonFiniteWeights { tensor });
+                }
             }
         }
-        let checked = stepped.and_then(|()| self.first_non_finite());
-        if !matches!(checked, Ok(None)) {
-            self.restore(&backup)?;
-            return Err(match checked {
-                Ok(Some(tensor)) => LearnerError::NonFiniteWeights { tensor },
-                Ok(None) => LearnerError::Config { reason: "unreachable".into() },
-                Err(e) => e,
-            });
+        for ((opt, _), proposal) in self.optimizers.iter_mut().zip(proposals) {
+            opt.commit(proposal)?;
         }
         let (first, rest) = self.towers.split_at_mut(1);
         for tower in rest {
@@ -469,75 +477,6 @@ impl Learner {
         }
         Ok(())
     }
-
-    /// What an optimizer step changes, by name: the first tower's weights, then every
-    /// optimizer's slots (shallow handles; all on the first device, in `Float`).
-    fn stepped_tensors(&self) -> Vec<(String, Tensor)> {
-        let mut named: Vec<(String, Tensor)> =
-            self.towers[0].params.iter().map(|(n, p)| (n.clone(), p.shallow_clone())).collect();
-        for (i, (opt, _)) in self.optimizers.iter().enumerate() {
-            named.extend(
-                opt.named_slots(&format!("optimizer{i}"))
-                    .into_iter()
-                    .map(|(n, t)| (n, t.shallow_clone())),
-            );
-        }
-        named
-    }
-
-    /// All of [`Learner::stepped_tensors`] in one flat tensor (one copy, one kernel).
-    fn flat(tensors: &[(String, Tensor)]) -> Result<Tensor> {
-        let views =
-            tensors.iter().map(|(_, t)| Ok(t.f_reshape([-1])?)).collect::<Result<Vec<_>>>()?;
-        Ok(Tensor::f_cat(&views, 0)?)
-    }
-
-    /// A copy of what an optimizer step changes, and the optimizers' step counts.
-    fn backup(&self) -> Result<Backup> {
-        let _guard = tch::no_grad_guard();
-        let flat = Self::flat(&self.stepped_tensors())?;
-        let steps = self.optimizers.iter().map(|(opt, _)| opt.step_count()).collect();
-        Ok(Backup { flat, steps })
-    }
-
-    /// Puts a [`Learner::backup`] back (the other towers are copied from the first only after
-    /// a good step, so they still hold these weights).
-    fn restore(&mut self, backup: &Backup) -> Result<()> {
-        let _guard = tch::no_grad_guard();
-        let mut offset = 0;
-        for (_, mut t) in self.stepped_tensors() {
-            let n = t.numel() as i64;
-            let saved = backup.flat.f_narrow(0, offset, n)?.f_view(t.size().as_slice())?;
-            t.f_copy_(&saved)?;
-            offset += n;
-        }
-        for ((opt, _), &steps) in self.optimizers.iter_mut().zip(&backup.steps) {
-            opt.set_step_count(steps);
-        }
-        Ok(())
-    }
-
-    /// The name of the first weight or optimizer-state tensor holding NaN or inf, if any: one
-    /// check over all of them (one host sync), then a search only when it fails.
-    fn first_non_finite(&self) -> Result<Option<String>> {
-        let _guard = tch::no_grad_guard();
-        let tensors = self.stepped_tensors();
-        if bool::try_from(Self::flat(&tensors)?.f_isfinite()?.f_all()?)? {
-            return Ok(None);
-        }
-        for (name, t) in &tensors {
-            if !bool::try_from(t.f_isfinite()?.f_all()?)? {
-                return Ok(Some(name.clone()));
-            }
-        }
-        Ok(None)
-    }
-}
-
-/// What [`Learner::backup`] keeps.
-struct Backup {
-    flat: Tensor,
-    steps: Vec<u64>,
 }
 
 /// Reads the weights of a [`Learner::save`] checkpoint folder (`dir/model.safetensors`) as a

@@ -29,118 +29,180 @@ pub(crate) enum OptimizerKind {
     },
 }
 
-/// An optimizer's step count and slot tensors, read from a checkpoint.
+/// An optimizer's step count and slot tensors (flat, as [`Optimizer`] keeps them), read from
+/// a checkpoint.
 #[derive(Debug)]
 pub(crate) struct OptimizerState {
     step: u64,
-    state: Vec<[Tensor; 2]>,
+    state: [Tensor; 2],
 }
 
-/// One optimizer over a group of parameters.
+/// Where one parameter lives in an [`Optimizer`]'s flat tensors.
+#[derive(Debug, Clone)]
+struct Segment {
+    name: String,
+    offset: i64,
+    numel: i64,
+    shape: Vec<i64>,
+}
+
+/// One optimizer over a group of parameters. Its slots are two flat tensors over every
+/// parameter of the group, so a step is a handful of kernels over one buffer (torch's
+/// `foreach` idea) instead of several per parameter.
 #[derive(Debug)]
 pub(crate) struct Optimizer {
     kind: OptimizerKind,
     /// Steps taken (torch's per-parameter `step`, equal for every parameter here).
     step: u64,
-    names: Vec<String>,
+    segments: Vec<Segment>,
     params: Vec<Tensor>,
-    /// Per parameter: Adam `[exp_avg, exp_avg_sq]`; RMSprop `[square_avg, momentum_buffer]`.
-    state: Vec<[Tensor; 2]>,
+    /// Adam `[exp_avg, exp_avg_sq]`; RMSprop `[square_avg, momentum_buffer]`; flat.
+    state: [Tensor; 2],
+}
+
+/// A step worked out but not applied: the new flat weights and slots
+/// ([`Optimizer::propose`], then [`Optimizer::commit`] once every group is finite).
+#[derive(Debug)]
+pub(crate) struct Proposal {
+    params: Tensor,
+    state: [Tensor; 2],
+}
+
+impl Proposal {
+    /// `[params, slot 0, slot 1]` all finite, as three booleans on the device (no host sync).
+    pub(crate) fn finite(&self) -> Result<Tensor> {
+        let flags = [&self.params, &self.state[0], &self.state[1]]
+            .iter()
+            .map(|t| Ok(t.f_isfinite()?.f_all()?))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Tensor::f_stack(&flags, 0)?)
+    }
 }
 
 impl Optimizer {
     pub(crate) fn new(kind: OptimizerKind, named: Vec<(String, Tensor)>) -> Result<Self> {
-        let mut names = Vec::with_capacity(named.len());
+        let mut segments = Vec::with_capacity(named.len());
         let mut params = Vec::with_capacity(named.len());
-        let mut state = Vec::with_capacity(named.len());
+        let mut offset = 0;
         for (name, p) in named {
-            state.push([p.f_zeros_like()?, p.f_zeros_like()?]);
-            names.push(name);
+            let numel = p.numel() as i64;
+            segments.push(Segment { name, offset, numel, shape: p.size() });
+            offset += numel;
             params.push(p);
         }
-        Ok(Optimizer { kind, step: 0, names, params, state })
+        let first = params.first().ok_or_else(|| LearnerError::Config {
+            reason: "an optimizer needs at least one parameter".into(),
+        })?;
+        let zeros = || first.f_new_zeros([offset], (first.kind(), first.device()));
+        let state = [zeros()?, zeros()?];
+        Ok(Optimizer { kind, step: 0, segments, params, state })
     }
 
-    /// Applies one update with `grads` (one per parameter, same order) at learning rate `lr`.
-    pub(crate) fn step(&mut self, grads: &[Tensor], lr: f64) -> Result<()> {
-        if grads.len() != self.params.len() {
+    /// `tensors` (one per parameter, same order and shapes) as one flat tensor.
+    pub(crate) fn flatten(&self, tensors: &[Tensor]) -> Result<Tensor> {
+        if tensors.len() != self.params.len() {
             return Err(LearnerError::Batch {
-                reason: format!("{} gradients for {} parameters", grads.len(), self.params.len()),
+                reason: format!("{} tensors for {} parameters", tensors.len(), self.params.len()),
             });
         }
+        let views = tensors.iter().map(|t| Ok(t.f_reshape([-1])?)).collect::<Result<Vec<_>>>()?;
+        Ok(Tensor::f_cat(&views, 0)?)
+    }
+
+    /// The group's weights, flat (a copy).
+    pub(crate) fn flat_params(&self) -> Result<Tensor> {
+        self.flatten(&self.params)
+    }
+
+    /// Works out one update of the flat `params` (from [`Optimizer::flat_params`]) with the
+    /// flat gradient `grad` at learning rate `lr`, changing nothing.
+    pub(crate) fn propose(&self, params: &Tensor, grad: &Tensor, lr: f64) -> Result<Proposal> {
         let _guard = tch::no_grad_guard();
-        self.step += 1;
-        let step = self.step as i32;
-        for ((p, g), [s0, s1]) in self.params.iter_mut().zip(grads).zip(self.state.iter_mut()) {
-            match self.kind {
-                OptimizerKind::Adam => {
-                    // exp_avg.lerp_(g, 1 - b1); exp_avg_sq = b2 * exp_avg_sq + (1 - b2) * g^2;
-                    // p -= lr / bias1 * exp_avg / (sqrt(exp_avg_sq) / sqrt(bias2) + eps).
-                    let (b1, b2) = ADAM_BETAS;
-                    let _ = s0.f_lerp_(g, 1.0 - b1)?;
-                    let _ = s1.f_lerp_(&g.f_square()?, 1.0 - b2)?;
-                    let bias1 = 1.0 - b1.powi(step);
-                    let bias2_sqrt = (1.0 - b2.powi(step)).sqrt();
-                    let mut denom = s1.f_sqrt()?;
-                    let _ = denom.f_div_scalar_(bias2_sqrt)?;
-                    let _ = denom.f_add_scalar_(ADAM_EPS)?;
-                    // Folding -step_size into the denominator saves a temporary.
-                    let _ = denom.f_mul_scalar_(-bias1 / lr)?;
-                    let _ = p.f_addcdiv_(s0, &denom)?;
-                }
-                OptimizerKind::RmsProp { eps, alpha, momentum } => {
-                    let _ = s0.f_mul_scalar_(alpha)?;
-                    let _ = s0.f_addcmul_(&g.f_mul_scalar(1.0 - alpha)?, g)?;
-                    let avg = s0.f_sqrt()?.f_add_scalar(eps)?;
-                    if momentum > 0.0 {
-                        let _ = s1.f_mul_scalar_(momentum)?;
-                        let _ = s1.f_addcdiv_(g, &avg)?;
-                        let _ = p.f_add_(&s1.f_mul_scalar(-lr)?)?;
-                    } else {
-                        let _ = p.f_addcdiv_(&g.f_mul_scalar(-lr)?, &avg)?;
-                    }
+        let [s0, s1] = &self.state;
+        match self.kind {
+            OptimizerKind::Adam => {
+                // exp_avg.lerp_(g, 1 - b1); exp_avg_sq = b2 * exp_avg_sq + (1 - b2) * g^2;
+                // p -= lr / bias1 * exp_avg / (sqrt(exp_avg_sq) / sqrt(bias2) + eps).
+                let (b1, b2) = ADAM_BETAS;
+                let step = (self.step + 1) as i32;
+                let m = s0.f_lerp(grad, 1.0 - b1)?;
+                let v = s1.f_lerp(&grad.f_square()?, 1.0 - b2)?;
+                let bias1 = 1.0 - b1.powi(step);
+                let bias2_sqrt = (1.0 - b2.powi(step)).sqrt();
+                let mut denom = v.f_sqrt()?;
+                let _ = denom.f_div_scalar_(bias2_sqrt)?;
+                let _ = denom.f_add_scalar_(ADAM_EPS)?;
+                // Folding -step_size into the denominator saves a temporary.
+                let _ = denom.f_mul_scalar_(-bias1 / lr)?;
+                Ok(Proposal { params: params.f_addcdiv(&m, &denom)?, state: [m, v] })
+            }
+            OptimizerKind::RmsProp { eps, alpha, momentum } => {
+                let square_avg =
+                    s0.f_mul_scalar(alpha)?.f_addcmul(&grad.f_mul_scalar(1.0 - alpha)?, grad)?;
+                let avg = square_avg.f_sqrt()?.f_add_scalar(eps)?;
+                if momentum > 0.0 {
+                    let buf = s1.f_mul_scalar(momentum)?.f_addcdiv(grad, &avg)?;
+                    let params = params.f_add(&buf.f_mul_scalar(-lr)?)?;
+                    Ok(Proposal { params, state: [square_avg, buf] })
+                } else {
+                    let params = params.f_addcdiv(&grad.f_mul_scalar(-lr)?, &avg)?;
+                    Ok(Proposal { params, state: [square_avg, s1.shallow_clone()] })
                 }
             }
         }
+    }
+
+    /// Applies a [`Optimizer::propose`]d step.
+    pub(crate) fn commit(&mut self, proposal: Proposal) -> Result<()> {
+        let _guard = tch::no_grad_guard();
+        for (p, seg) in self.params.iter_mut().zip(&self.segments) {
+            p.f_copy_(
+                &proposal
+                    .params
+                    .f_narrow(0, seg.offset, seg.numel)?
+                    .f_view(seg.shape.as_slice())?,
+            )?;
+        }
+        self.state = proposal.state;
+        self.step += 1;
         Ok(())
     }
 
-    /// Steps taken (the bias corrections depend on it).
-    pub(crate) fn step_count(&self) -> u64 {
-        self.step
-    }
-
-    /// Sets the steps taken (undoing a step).
-    pub(crate) fn set_step_count(&mut self, step: u64) {
-        self.step = step;
-    }
-
-    /// Puts back a state from [`Optimizer::read_state`]. The slots are the optimizer's own
-    /// tensors (nothing else holds them), so they are swapped in.
-    pub(crate) fn restore(&mut self, state: OptimizerState) {
-        self.step = state.step;
-        self.state = state.state;
-    }
-
-    /// The slot tensors with their checkpoint names (`{prefix}.<slot>.<param>`).
-    pub(crate) fn named_slots(&self, prefix: &str) -> Vec<(String, &Tensor)> {
+    /// The name of the first weight or slot of `proposal` holding NaN or inf (the checkpoint
+    /// names: the weight's own, or `{prefix}.<slot>.<param>`), if any.
+    pub(crate) fn first_non_finite(
+        &self,
+        proposal: &Proposal,
+        prefix: &str,
+    ) -> Result<Option<String>> {
         let slots = self.slot_names();
-        let mut out = Vec::with_capacity(2 * self.names.len());
-        for (name, state) in self.names.iter().zip(&self.state) {
-            for (slot, t) in slots.iter().zip(state) {
-                out.push((format!("{prefix}.{slot}.{name}"), t));
+        let flat = [
+            (None, &proposal.params),
+            (Some(slots[0]), &proposal.state[0]),
+            (Some(slots[1]), &proposal.state[1]),
+        ];
+        for (slot, t) in flat {
+            for seg in &self.segments {
+                if !bool::try_from(t.f_narrow(0, seg.offset, seg.numel)?.f_isfinite()?.f_all()?)? {
+                    return Ok(Some(match slot {
+                        None => seg.name.clone(),
+                        Some(slot) => format!("{prefix}.{slot}.{}", seg.name),
+                    }));
+                }
             }
         }
-        out
+        Ok(None)
     }
 
-    /// The state as named tensors for a checkpoint (`{prefix}.step`, `{prefix}.<slot>.<param>`).
+    /// The state as named tensors for a checkpoint (`{prefix}.step`, `{prefix}.<slot>.<param>`,
+    /// each slot shaped as its parameter).
     pub(crate) fn state_tensors(&self, prefix: &str) -> Result<Vec<(String, Tensor)>> {
         let slots = self.slot_names();
         let mut out = vec![(format!("{prefix}.step"), Tensor::f_from_slice(&[self.step as i64])?)];
-        for (name, state) in self.names.iter().zip(&self.state) {
-            for (slot, t) in slots.iter().zip(state) {
-                out.push((format!("{prefix}.{slot}.{name}"), t.shallow_clone()));
+        for seg in &self.segments {
+            for (slot, t) in slots.iter().zip(&self.state) {
+                let view = t.f_narrow(0, seg.offset, seg.numel)?.f_view(seg.shape.as_slice())?;
+                out.push((format!("{prefix}.{slot}.{}", seg.name), view));
             }
         }
         Ok(out)
@@ -153,17 +215,22 @@ impl Optimizer {
         prefix: &str,
         lookup: &mut dyn FnMut(&str, &Tensor) -> Result<Tensor>,
     ) -> Result<OptimizerState> {
-        let slots = self.slot_names();
         let step = lookup(&format!("{prefix}.step"), &Tensor::f_from_slice(&[0i64])?)?;
         let steps = Vec::<i64>::try_from(&step)?;
         let step = steps.first().map_or(0, |&s| s.max(0) as u64);
-        let mut state = Vec::with_capacity(self.state.len());
-        for (name, [a, b]) in self.names.iter().zip(&self.state) {
-            let a = lookup(&format!("{prefix}.{}.{name}", slots[0]), a)?;
-            let b = lookup(&format!("{prefix}.{}.{name}", slots[1]), b)?;
-            state.push([a, b]);
+        let like = self.state_tensors(prefix)?;
+        let mut read: [Vec<Tensor>; 2] = [Vec::new(), Vec::new()];
+        for (i, (name, t)) in like.iter().skip(1).enumerate() {
+            read[i % 2].push(lookup(name, t)?.f_to(t.device())?);
         }
-        Ok(OptimizerState { step, state })
+        let [a, b] = read;
+        Ok(OptimizerState { step, state: [self.flatten(&a)?, self.flatten(&b)?] })
+    }
+
+    /// Puts back a state from [`Optimizer::read_state`].
+    pub(crate) fn restore(&mut self, state: OptimizerState) {
+        self.step = state.step;
+        self.state = state.state;
     }
 
     fn slot_names(&self) -> [&'static str; 2] {
@@ -174,26 +241,14 @@ impl Optimizer {
     }
 }
 
-/// The global L2 norm of `tensors` as a scalar tensor (no host sync).
-pub(crate) fn global_norm(tensors: &[Tensor]) -> Result<Tensor> {
-    // Per-tensor norms (no temporaries), then the norm of the norms, as clip_grad_norm_.
-    let norms = tensors.iter().map(|t| Ok(t.f_norm()?)).collect::<Result<Vec<_>>>()?;
-    if norms.is_empty() {
-        return Ok(Tensor::f_from_slice(&[0.0f32])?.f_squeeze()?);
-    }
-    Ok(Tensor::f_stack(&norms, 0)?.f_norm()?)
-}
-
-/// torch's `clip_grad_norm_(grads, max_norm)` once the global `norm` is known (the learner
-/// reads it back with its other statistics): scales every gradient in place by
-/// `max_norm / (norm + 1e-6)` when that is below 1.
-pub(crate) fn clip_grads(grads: &mut [Tensor], norm: f64, max_norm: Option<f64>) -> Result<()> {
+/// torch's `clip_grad_norm_` on a flat gradient once its global `norm` is known (the learner
+/// reads it back with its other statistics): scales it in place by `max_norm / (norm + 1e-6)`
+/// when that is below 1.
+pub(crate) fn clip_grad(grad: &mut Tensor, norm: f64, max_norm: Option<f64>) -> Result<()> {
     let Some(max) = max_norm else { return Ok(()) };
     let coef = max / (norm + 1e-6);
     if coef < 1.0 {
-        for g in grads.iter_mut() {
-            let _ = g.f_mul_scalar_(coef)?;
-        }
+        let _ = grad.f_mul_scalar_(coef)?;
     }
     Ok(())
 }
