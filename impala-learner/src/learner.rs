@@ -11,7 +11,7 @@ use tch::{nn, Device, Kind, Tensor};
 
 use crate::batch::{BatchLoader, LoadedBatch, Shard};
 use crate::model::{is_vf_param, ActorCritic, Unroll};
-use crate::optim::{clip_grad, Optimizer, OptimizerKind, Proposal};
+use crate::optim::{clip_grad, Optimizer, OptimizerKind};
 use crate::settings::{LearnerSettings, LossSettings, OptimizerSettings};
 use crate::{LearnerError, Result};
 
@@ -299,17 +299,14 @@ impl Learner {
         // per optimizer).
         let _guard = tch::no_grad_guard();
         let mut flat_grads = Vec::with_capacity(self.optimizers.len());
-        let mut flat_params = Vec::with_capacity(self.optimizers.len());
         let mut readback = vec![sums];
-        for (opt, idx) in &self.optimizers {
+        for (opt, idx) in &mut self.optimizers {
             let g: Vec<Tensor> =
                 idx.iter().map(|&i| std::mem::replace(&mut grads[i], Tensor::new())).collect();
-            let g = opt.flatten(&g)?;
-            let p = opt.flat_params()?;
+            let g = opt.gather_grads(&g)?;
             readback.push(g.f_norm()?.f_unsqueeze(0)?);
-            readback.push(p.f_norm()?.f_unsqueeze(0)?);
+            readback.push(opt.gather_params()?.f_norm()?.f_unsqueeze(0)?);
             flat_grads.push(g);
-            flat_params.push(p);
         }
         // One host sync for every statistic.
         let values = Vec::<f64>::try_from(
@@ -340,27 +337,23 @@ impl Learner {
         // only if everything it would write is finite, so the learner always holds its last
         // good weights.
         let lrs = if o.separate_vf_optimizer { vec![cur_lr, o.lr_vf] } else { vec![cur_lr] };
-        let mut proposals = Vec::with_capacity(self.optimizers.len());
-        for ((((opt, _), mut g), p), (&norm, lr)) in self
-            .optimizers
-            .iter()
-            .zip(flat_grads)
-            .zip(&flat_params)
-            .zip(group_norms.iter().zip(lrs))
+        let mut flags = Vec::with_capacity(self.optimizers.len());
+        for (((opt, _), mut g), (&norm, lr)) in
+            self.optimizers.iter_mut().zip(flat_grads).zip(group_norms.iter().zip(lrs))
         {
             clip_grad(&mut g, norm, o.grad_clip)?;
-            proposals.push(opt.propose(p, &g, lr)?);
+            opt.propose(lr)?;
+            flags.push(opt.proposal_finite()?);
         }
-        let flags = proposals.iter().map(Proposal::finite).collect::<Result<Vec<_>>>()?;
         if !bool::try_from(Tensor::f_cat(&flags, 0)?.f_all()?)? {
-            for (i, ((opt, _), proposal)) in self.optimizers.iter().zip(&proposals).enumerate() {
-                if let Some(tensor) = opt.first_non_finite(proposal, &format!("optimizer{i}"))? {
+            for (i, (opt, _)) in self.optimizers.iter().enumerate() {
+                if let Some(tensor) = opt.first_non_finite(&format!("optimizer{i}"))? {
                     return Err(LearnerError::NonFiniteWeights { tensor });
                 }
             }
         }
-        for ((opt, _), proposal) in self.optimizers.iter_mut().zip(proposals) {
-            opt.commit(proposal)?;
+        for (opt, _) in &mut self.optimizers {
+            opt.commit()?;
         }
         let (first, rest) = self.towers.split_at_mut(1);
         for tower in rest {

@@ -48,7 +48,9 @@ struct Segment {
 
 /// One optimizer over a group of parameters. Its slots are two flat tensors over every
 /// parameter of the group, so a step is a handful of kernels over one buffer (torch's
-/// `foreach` idea) instead of several per parameter.
+/// `foreach` idea) instead of several per parameter. A step is worked out into a second set of
+/// buffers ([`Optimizer::propose`]) and applied only once it is known to be finite
+/// ([`Optimizer::commit`] swaps the buffers), so nothing is allocated or undone per step.
 #[derive(Debug)]
 pub(crate) struct Optimizer {
     kind: OptimizerKind,
@@ -58,25 +60,21 @@ pub(crate) struct Optimizer {
     params: Vec<Tensor>,
     /// Adam `[exp_avg, exp_avg_sq]`; RMSprop `[square_avg, momentum_buffer]`; flat.
     state: [Tensor; 2],
+    next: Next,
 }
 
-/// A step worked out but not applied: the new flat weights and slots
-/// ([`Optimizer::propose`], then [`Optimizer::commit`] once every group is finite).
+/// The buffers a step is worked out in.
 #[derive(Debug)]
-pub(crate) struct Proposal {
-    params: Tensor,
+struct Next {
+    /// The slots after the step.
     state: [Tensor; 2],
-}
-
-impl Proposal {
-    /// `[params, slot 0, slot 1]` all finite, as three booleans on the device (no host sync).
-    pub(crate) fn finite(&self) -> Result<Tensor> {
-        let flags = [&self.params, &self.state[0], &self.state[1]]
-            .iter()
-            .map(|t| Ok(t.f_isfinite()?.f_all()?))
-            .collect::<Result<Vec<_>>>()?;
-        Ok(Tensor::f_stack(&flags, 0)?)
-    }
+    /// The weights: a copy before the step ([`Optimizer::gather_params`]), after it once
+    /// proposed.
+    params: Tensor,
+    /// The flat gradient ([`Optimizer::gather_grads`]).
+    grad: Tensor,
+    /// Adam's squared gradient, then its denominator.
+    scratch: Tensor,
 }
 
 impl Optimizer {
@@ -95,11 +93,17 @@ impl Optimizer {
         })?;
         let zeros = || first.f_new_zeros([offset], (first.kind(), first.device()));
         let state = [zeros()?, zeros()?];
-        Ok(Optimizer { kind, step: 0, segments, params, state })
+        let next = Next {
+            state: [zeros()?, zeros()?],
+            params: zeros()?,
+            grad: zeros()?,
+            scratch: zeros()?,
+        };
+        Ok(Optimizer { kind, step: 0, segments, params, state, next })
     }
 
     /// `tensors` (one per parameter, same order and shapes) as one flat tensor.
-    pub(crate) fn flatten(&self, tensors: &[Tensor]) -> Result<Tensor> {
+    fn flatten(&self, tensors: &[Tensor]) -> Result<Tensor> {
         if tensors.len() != self.params.len() {
             return Err(LearnerError::Batch {
                 reason: format!("{} tensors for {} parameters", tensors.len(), self.params.len()),
@@ -109,78 +113,91 @@ impl Optimizer {
         Ok(Tensor::f_cat(&views, 0)?)
     }
 
-    /// The group's weights, flat (a copy).
-    pub(crate) fn flat_params(&self) -> Result<Tensor> {
-        self.flatten(&self.params)
+    /// Copies `grads` (one per parameter) into the flat gradient buffer and returns it (a
+    /// handle: clip it in place before [`Optimizer::propose`]).
+    pub(crate) fn gather_grads(&mut self, grads: &[Tensor]) -> Result<Tensor> {
+        gather_into(&self.next.grad, grads, &self.segments)?;
+        Ok(self.next.grad.shallow_clone())
     }
 
-    /// Works out one update of the flat `params` (from [`Optimizer::flat_params`]) with the
-    /// flat gradient `grad` at learning rate `lr`, changing nothing.
-    pub(crate) fn propose(&self, params: &Tensor, grad: &Tensor, lr: f64) -> Result<Proposal> {
+    /// Copies the group's weights into the flat weights buffer and returns it (a handle).
+    pub(crate) fn gather_params(&mut self) -> Result<Tensor> {
+        gather_into(&self.next.params, &self.params, &self.segments)?;
+        Ok(self.next.params.shallow_clone())
+    }
+
+    /// Works out one update at learning rate `lr` from the gathered weights and gradient into
+    /// the second buffers, changing neither the weights nor the slots.
+    pub(crate) fn propose(&mut self, lr: f64) -> Result<()> {
         let _guard = tch::no_grad_guard();
         let [s0, s1] = &self.state;
+        let Next { state: [m, v], params, grad, scratch } = &mut self.next;
         match self.kind {
             OptimizerKind::Adam => {
                 // exp_avg.lerp_(g, 1 - b1); exp_avg_sq = b2 * exp_avg_sq + (1 - b2) * g^2;
                 // p -= lr / bias1 * exp_avg / (sqrt(exp_avg_sq) / sqrt(bias2) + eps).
                 let (b1, b2) = ADAM_BETAS;
                 let step = (self.step + 1) as i32;
-                let m = s0.f_lerp(grad, 1.0 - b1)?;
-                let v = s1.f_lerp(&grad.f_square()?, 1.0 - b2)?;
+                let _ = s0.f_lerp_scalar_out(m, grad, 1.0 - b1)?;
+                let _ = grad.f_square_out(scratch)?;
+                let _ = s1.f_lerp_scalar_out(v, scratch, 1.0 - b2)?;
                 let bias1 = 1.0 - b1.powi(step);
                 let bias2_sqrt = (1.0 - b2.powi(step)).sqrt();
-                let mut denom = v.f_sqrt()?;
-                let _ = denom.f_div_scalar_(bias2_sqrt)?;
-                let _ = denom.f_add_scalar_(ADAM_EPS)?;
+                let _ = v.f_sqrt_out(scratch)?;
+                let _ = scratch.f_div_scalar_(bias2_sqrt)?;
+                let _ = scratch.f_add_scalar_(ADAM_EPS)?;
                 // Folding -step_size into the denominator saves a temporary.
-                let _ = denom.f_mul_scalar_(-bias1 / lr)?;
-                Ok(Proposal { params: params.f_addcdiv(&m, &denom)?, state: [m, v] })
+                let _ = scratch.f_mul_scalar_(-bias1 / lr)?;
+                let _ = params.f_addcdiv_(m, scratch)?;
             }
             OptimizerKind::RmsProp { eps, alpha, momentum } => {
-                let square_avg =
-                    s0.f_mul_scalar(alpha)?.f_addcmul(&grad.f_mul_scalar(1.0 - alpha)?, grad)?;
-                let avg = square_avg.f_sqrt()?.f_add_scalar(eps)?;
+                m.f_copy_(s0)?;
+                let _ = m.f_mul_scalar_(alpha)?;
+                let _ = m.f_addcmul_(&grad.f_mul_scalar(1.0 - alpha)?, grad)?;
+                let avg = m.f_sqrt()?.f_add_scalar(eps)?;
+                v.f_copy_(s1)?;
                 if momentum > 0.0 {
-                    let buf = s1.f_mul_scalar(momentum)?.f_addcdiv(grad, &avg)?;
-                    let params = params.f_add(&buf.f_mul_scalar(-lr)?)?;
-                    Ok(Proposal { params, state: [square_avg, buf] })
+                    let _ = v.f_mul_scalar_(momentum)?;
+                    let _ = v.f_addcdiv_(grad, &avg)?;
+                    let _ = params.f_add_(&v.f_mul_scalar(-lr)?)?;
                 } else {
-                    let params = params.f_addcdiv(&grad.f_mul_scalar(-lr)?, &avg)?;
-                    Ok(Proposal { params, state: [square_avg, s1.shallow_clone()] })
+                    let _ = params.f_addcdiv_(&grad.f_mul_scalar(-lr)?, &avg)?;
                 }
             }
         }
+        Ok(())
     }
 
-    /// Applies a [`Optimizer::propose`]d step.
-    pub(crate) fn commit(&mut self, proposal: Proposal) -> Result<()> {
+    /// Whether the proposed weights and slots are all finite, as three booleans on the
+    /// device (no host sync).
+    pub(crate) fn proposal_finite(&self) -> Result<Tensor> {
+        let n = &self.next;
+        let flags = [&n.params, &n.state[0], &n.state[1]]
+            .iter()
+            .map(|t| Ok(t.f_isfinite()?.f_all()?))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Tensor::f_stack(&flags, 0)?)
+    }
+
+    /// Applies the [`Optimizer::propose`]d step.
+    pub(crate) fn commit(&mut self) -> Result<()> {
         let _guard = tch::no_grad_guard();
         for (p, seg) in self.params.iter_mut().zip(&self.segments) {
-            p.f_copy_(
-                &proposal
-                    .params
-                    .f_narrow(0, seg.offset, seg.numel)?
-                    .f_view(seg.shape.as_slice())?,
-            )?;
+            let new = self.next.params.f_narrow(0, seg.offset, seg.numel)?;
+            p.f_copy_(&new.f_view(seg.shape.as_slice())?)?;
         }
-        self.state = proposal.state;
+        std::mem::swap(&mut self.state, &mut self.next.state);
         self.step += 1;
         Ok(())
     }
 
-    /// The name of the first weight or slot of `proposal` holding NaN or inf (the checkpoint
+    /// The name of the first proposed weight or slot holding NaN or inf (the checkpoint
     /// names: the weight's own, or `{prefix}.<slot>.<param>`), if any.
-    pub(crate) fn first_non_finite(
-        &self,
-        proposal: &Proposal,
-        prefix: &str,
-    ) -> Result<Option<String>> {
+    pub(crate) fn first_non_finite(&self, prefix: &str) -> Result<Option<String>> {
         let slots = self.slot_names();
-        let flat = [
-            (None, &proposal.params),
-            (Some(slots[0]), &proposal.state[0]),
-            (Some(slots[1]), &proposal.state[1]),
-        ];
+        let n = &self.next;
+        let flat =
+            [(None, &n.params), (Some(slots[0]), &n.state[0]), (Some(slots[1]), &n.state[1])];
         for (slot, t) in flat {
             for seg in &self.segments {
                 if !bool::try_from(t.f_narrow(0, seg.offset, seg.numel)?.f_isfinite()?.f_all()?)? {
@@ -239,6 +256,20 @@ impl Optimizer {
             OptimizerKind::RmsProp { .. } => ["square_avg", "momentum_buffer"],
         }
     }
+}
+
+/// Copies `tensors` (one per segment) into the flat `dst`.
+fn gather_into(dst: &Tensor, tensors: &[Tensor], segments: &[Segment]) -> Result<()> {
+    if tensors.len() != segments.len() {
+        return Err(LearnerError::Batch {
+            reason: format!("{} tensors for {} parameters", tensors.len(), segments.len()),
+        });
+    }
+    let _guard = tch::no_grad_guard();
+    for (t, seg) in tensors.iter().zip(segments) {
+        dst.f_narrow(0, seg.offset, seg.numel)?.f_copy_(&t.f_reshape([-1])?)?;
+    }
+    Ok(())
 }
 
 /// torch's `clip_grad_norm_` on a flat gradient once its global `norm` is known (the learner
