@@ -38,7 +38,7 @@ pub(crate) struct OptimizerState {
 }
 
 /// Where one parameter lives in an [`Optimizer`]'s flat tensors.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct Segment {
     name: String,
     offset: i64,
@@ -100,17 +100,6 @@ impl Optimizer {
             scratch: zeros()?,
         };
         Ok(Optimizer { kind, step: 0, segments, params, state, next })
-    }
-
-    /// `tensors` (one per parameter, same order and shapes) as one flat tensor.
-    fn flatten(&self, tensors: &[Tensor]) -> Result<Tensor> {
-        if tensors.len() != self.params.len() {
-            return Err(LearnerError::Batch {
-                reason: format!("{} tensors for {} parameters", tensors.len(), self.params.len()),
-            });
-        }
-        let views = tensors.iter().map(|t| Ok(t.f_reshape([-1])?)).collect::<Result<Vec<_>>>()?;
-        Ok(Tensor::f_cat(&views, 0)?)
     }
 
     /// Copies `grads` (one per parameter) into the flat gradient buffer and returns it (a
@@ -240,8 +229,12 @@ impl Optimizer {
         for (i, (name, t)) in like.iter().skip(1).enumerate() {
             read[i % 2].push(lookup(name, t)?.f_to(t.device())?);
         }
-        let [a, b] = read;
-        Ok(OptimizerState { step, state: [self.flatten(&a)?, self.flatten(&b)?] })
+        let flat = |tensors: &[Tensor]| -> Result<Tensor> {
+            let dst = self.state[0].f_zeros_like()?;
+            gather_into(&dst, tensors, &self.segments)?;
+            Ok(dst)
+        };
+        Ok(OptimizerState { step, state: [flat(&read[0])?, flat(&read[1])?] })
     }
 
     /// Puts back a state from [`Optimizer::read_state`].

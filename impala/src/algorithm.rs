@@ -20,8 +20,8 @@ use impala_sampler::{
 
 use crate::builder::{batching_stage, new_learner, PolicySource, Streams};
 use crate::checkpoint::{
-    checkpoint_name, find_checkpoint, read_checkpoint, save_checkpoint, AlgorithmState, Counters,
-    CHECKPOINT_FORMAT_VERSION, LEARNER_DIR,
+    checkpoint_name, find_checkpoint, put_saved_filter, read_checkpoint, save_checkpoint,
+    AlgorithmState, Counters, CHECKPOINT_FORMAT_VERSION, LEARNER_DIR,
 };
 use crate::evaluation::Evaluator;
 use crate::result::{LearnerQueueInfo, DEFAULT_POLICY_ID};
@@ -573,10 +573,7 @@ impl Impala {
             episodes: self.episodes.clone(),
             base_seed: self.base_seed,
             num_restores: self.num_restores,
-            observation_filter: match &self.observation_filter {
-                Some(filter) => filter.snapshot()?,
-                None => None,
-            },
+            observation_filter: self.observation_filter()?,
         };
         let learner_error =
             |path: &Path, cause| ImpalaError::LearnerCheckpoint { path: path.to_path_buf(), cause };
@@ -625,7 +622,11 @@ impl Impala {
             ));
         }
         // The run's observation filter goes back with the weights that learned on it.
-        let filter_before = self.restore_filter(&dir, state.observation_filter.clone())?;
+        let filter_before = put_saved_filter(
+            self.observation_filter.as_ref(),
+            state.observation_filter.clone(),
+            &dir,
+        )?;
         // The learner loads between SGD steps: take it off its thread (or take the one a
         // failure left behind), load, and start its thread again.
         let was_running = self.learner.is_some();
@@ -689,42 +690,6 @@ impl Impala {
         // New runners, new episodes, the restored weights from their first step.
         self.runners()?;
         Ok(())
-    }
-
-    /// Puts a checkpoint's observation filter in place of the run's; returns the run's filter
-    /// as it was (to put back if the rest of the restore fails).
-    fn restore_filter(
-        &self,
-        dir: &Path,
-        saved: Option<MeanStdFilter>,
-    ) -> Result<Option<MeanStdFilter>> {
-        match (&self.observation_filter, saved) {
-            (Some(run), Some(saved)) => {
-                let before = run.snapshot()?;
-                run.replace(saved).map_err(|e| ImpalaError::CorruptCheckpoint {
-                    path: dir.to_path_buf(),
-                    reason: format!("its observation filter does not fit the env ({e})"),
-                })?;
-                Ok(before)
-            }
-            (Some(_), None) => {
-                tracing::warn!(
-                    checkpoint = %dir.display(),
-                    "the checkpoint keeps no observation filter (it was written before impala-rs kept one, \
-                     or by a run without normalize_observations): observations are normalised from fresh statistics"
-                );
-                Ok(None)
-            }
-            (None, Some(_)) => {
-                tracing::warn!(
-                    checkpoint = %dir.display(),
-                    "the checkpoint's run normalised observations (normalize_observations) and this one does not: \
-                     its policy sees unnormalised observations"
-                );
-                Ok(None)
-            }
-            (None, None) => Ok(None),
-        }
     }
 
     fn spawn_learner(&self, learner: Learner) -> Result<LearnerHandle> {

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Component, Path, PathBuf};
 
-use impala_envs::MeanStdFilter;
+use impala_envs::{MeanStdFilter, SharedMeanStdFilter};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -95,6 +95,44 @@ pub struct AlgorithmState {
     /// Checkpoints written before it was kept read as `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observation_filter: Option<MeanStdFilter>,
+}
+
+/// Puts the observation filter a checkpoint in `dir` saved in place of the run's filter `run`
+/// (a restore, or an evaluation of the checkpoint); returns the run's filter as it was, to put
+/// back if the rest of a restore fails. A checkpoint without one (or a run that does not
+/// normalise) is warned about, not refused.
+pub(crate) fn put_saved_filter(
+    run: Option<&SharedMeanStdFilter>,
+    saved: Option<MeanStdFilter>,
+    dir: &Path,
+) -> Result<Option<MeanStdFilter>> {
+    match (run, saved) {
+        (Some(run), Some(saved)) => {
+            let before = run.snapshot()?;
+            run.replace(saved).map_err(|e| ImpalaError::CorruptCheckpoint {
+                path: dir.to_path_buf(),
+                reason: format!("its observation filter does not fit the env ({e})"),
+            })?;
+            Ok(before)
+        }
+        (Some(_), None) => {
+            tracing::warn!(
+                checkpoint = %dir.display(),
+                "the checkpoint keeps no observation filter (it was written before impala-rs kept one, \
+                 or by a run without normalize_observations): observations are normalised from fresh statistics"
+            );
+            Ok(None)
+        }
+        (None, Some(_)) => {
+            tracing::warn!(
+                checkpoint = %dir.display(),
+                "the checkpoint's run normalised observations (normalize_observations) and this one does not: \
+                 its policy sees unnormalised observations"
+            );
+            Ok(None)
+        }
+        (None, None) => Ok(None),
+    }
 }
 
 /// The folder name of the checkpoint taken after `iteration`.

@@ -12,7 +12,7 @@ use impala_core::{EpisodeStats, Weights};
 use impala_sampler::{EnvContext, EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings};
 
 use crate::builder::{env_spec, run_envs, stream_seed, PolicySource, Streams};
-use crate::checkpoint::{find_checkpoint, read_checkpoint, LEARNER_DIR};
+use crate::checkpoint::{find_checkpoint, put_saved_filter, read_checkpoint, LEARNER_DIR};
 use crate::{EpisodeWindow, EvaluationResult, ImpalaError, Result};
 
 /// Evaluation env seeds start this far from the sampling runners' (whose envs are seeded
@@ -177,15 +177,7 @@ fn evaluate(
     let corrupt = |reason: String| ImpalaError::CorruptCheckpoint { path: dir.clone(), reason };
     let envs = run_envs(&config, env_factory)?;
     // The policy sees observations normalised as in training: with the run's saved filter.
-    if let (Some(run), Some(saved)) = (&envs.filter, state.observation_filter) {
-        run.replace(saved)?;
-    } else if envs.filter.is_some() {
-        tracing::warn!(
-            checkpoint = %dir.display(),
-            "the checkpoint keeps no observation filter (written before impala-rs kept one): \
-             evaluation normalises observations from fresh statistics"
-        );
-    }
+    put_saved_filter(envs.filter.as_ref(), state.observation_filter, &dir)?;
     let env_factory = envs.evaluation;
     let spec = env_spec(&config, &env_factory)?;
     let weights =
