@@ -1,11 +1,12 @@
-//! The `impala` command line: `train`, `evaluate`, `config`, `envs` and `bench-cartpole`.
+//! The `impala` command line: `train`, `env-runner`, `evaluate`, `config`, `envs` and the benches.
 //! Argument parsing, signals and printing only; the algorithm is the `impala` library.
 
 use std::ffi::OsString;
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Instant;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
@@ -13,6 +14,10 @@ use impala::checkpoint::{find_checkpoint, read_checkpoint};
 use impala::config::{ImpalaConfig, ValidatedConfig};
 use impala::run::{
     BestCheckpoint, CheckpointPolicy, Opened, RunDir, RunEvent, RunOptions, RunTarget, ScoreOrder,
+};
+use impala::remote::{
+    read_pem, serve_env_runner, ClientSettings, ClientTls, RunnerServer, ServerSettings, ServerTls,
+    Token,
 };
 use impala::{peak_rss_mib, Impala, ImpalaError, StopCriteria};
 
@@ -56,6 +61,11 @@ pub enum Command {
     /// Train with 10 ms iterations for a while and print the growth of resident memory as
     /// JSON (a soak test of the per-iteration bookkeeping; target: < 5 MiB over 30 minutes).
     BenchMemory(MemoryArgs),
+    /// Run one env runner for a driver started with `impala train --listen`, on this or another
+    /// host: it gets the config, env spec and weights from the driver, steps its envs with its
+    /// own CPU policy copy and streams fragments back. It reconnects when the driver goes away
+    /// (exiting after --reconnect-timeout-s) and exits when the driver's run is over.
+    EnvRunner(EnvRunnerArgs),
     /// Draw a run folder's episode_return_mean (and evaluation return) against env steps and
     /// training time into RUN/episode_return_mean.png.
     Plot(PlotArgs),
@@ -139,6 +149,82 @@ pub struct TrainArgs {
     /// printed as a table, and added to the --summary-json line.
     #[arg(long)]
     pub profile: bool,
+    /// Serve env runners in other processes or on other hosts on HOST:PORT (e.g.
+    /// 0.0.0.0:50051): `num_env_runners` then counts the `impala env-runner --connect`
+    /// processes to wait for (up to `env_runner_connect_timeout_s`).
+    #[arg(long, value_name = "HOST:PORT", requires = "token_file")]
+    pub listen: Option<String>,
+    /// The file holding the shared secret remote env runners must present (e.g. made with
+    /// `openssl rand -hex 32 > token`).
+    #[arg(long, value_name = "FILE", requires = "listen")]
+    pub token_file: Option<PathBuf>,
+    /// Serve TLS with this certificate chain (PEM), with --tls-key.
+    #[arg(long, value_name = "PEM", requires_all = ["tls_key", "listen"])]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "PEM", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// `impala env-runner`.
+#[derive(Debug, Clone, Args)]
+pub struct EnvRunnerArgs {
+    /// The driver's HOST:PORT (its `impala train --listen`).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub connect: String,
+    /// The file holding the driver's shared secret.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: PathBuf,
+    /// Connect with TLS, trusting the driver's certificate by this CA certificate (PEM).
+    #[arg(long, value_name = "PEM")]
+    pub tls_ca: Option<PathBuf>,
+    /// The name to check the driver's certificate for (default: the host of --connect).
+    #[arg(long, value_name = "NAME", requires = "tls_ca")]
+    pub tls_domain: Option<String>,
+    /// Refuse to serve a driver that trains another env.
+    #[arg(long, value_name = "ENV")]
+    pub expect_env: Option<String>,
+    /// Seconds to keep trying to reach the driver (at start and after losing it) before
+    /// exiting with an error.
+    #[arg(long, default_value_t = 60.0, value_parser = positive)]
+    pub reconnect_timeout_s: f64,
+    /// Log level (`error`, `warn`, `info`, `debug`, `trace`).
+    #[arg(long, default_value = "info")]
+    pub log_level: String,
+}
+
+/// The server remote env runners connect to (`train --listen`).
+fn runner_server(
+    args: &TrainArgs,
+    listen: &str,
+    config: &ValidatedConfig,
+) -> anyhow::Result<Arc<RunnerServer>> {
+    let token_file = args.token_file.as_deref().context("--listen needs --token-file")?;
+    let mut settings = ServerSettings::new(listen, Token::from_file(token_file)?);
+    settings.stall_timeout = Duration::try_from_secs_f64(config.sample_timeout_s)
+        .unwrap_or(Duration::MAX);
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        settings.tls = Some(ServerTls {
+            cert_pem: read_pem("TLS certificate", cert)?,
+            key_pem: read_pem("TLS key", key)?,
+        });
+    }
+    Ok(Arc::new(RunnerServer::bind(settings)?))
+}
+
+/// `impala env-runner`.
+fn env_runner(args: &EnvRunnerArgs) -> anyhow::Result<ExitCode> {
+    crate::logging::init(&args.log_level);
+    let mut settings = ClientSettings::new(&args.connect, Token::from_file(&args.token_file)?);
+    settings.expect_env = args.expect_env.clone();
+    settings.reconnect_timeout = Duration::from_secs_f64(args.reconnect_timeout_s);
+    if let Some(ca) = &args.tls_ca {
+        settings.tls =
+            Some(ClientTls { ca_pem: read_pem("TLS CA certificate", ca)?, domain: args.tls_domain.clone() });
+    }
+    let reason = serve_env_runner(&settings)?;
+    println!("the driver's run is over ({reason}); exiting");
+    Ok(ExitCode::SUCCESS)
 }
 
 /// `--num-to-keep`: a count, or `None` for all.
@@ -282,6 +368,7 @@ where
         Command::Envs => list_envs(),
         Command::BenchCartpole(args) => crate::bench::bench_cartpole(&args),
         Command::BenchMemory(args) => crate::soak::bench_memory(&args),
+        Command::EnvRunner(args) => env_runner(&args),
         Command::Plot(args) => {
             println!("{}", crate::plot::plot_run(&args.run)?.display());
             Ok(ExitCode::SUCCESS)
@@ -452,7 +539,15 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     if args.profile {
         impala::profile::enable();
     }
-    let mut algo = Impala::new(config)?;
+    let server = args.listen.as_ref().map(|listen| runner_server(args, listen, &config)).transpose()?;
+    let mut builder = Impala::builder(config);
+    if let Some(server) = &server {
+        builder = builder.remote_env_runners(Arc::clone(server));
+        if !args.quiet {
+            println!("serving env runners on {}", server.local_addr());
+        }
+    }
+    let mut algo = builder.build()?;
     if let Some(ckpt) = &checkpoint {
         algo.restore(ckpt)?;
     }
@@ -484,6 +579,12 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     })?;
     // Read while every thread still runs (their CPU times come from /proc).
     let profile = args.profile.then(impala::profile::report);
+    if let Some(server) = &server {
+        // An interrupted run may be resumed: its runners keep trying to reconnect.
+        if !summary.interrupted {
+            server.finish(format!("the run stopped: {}", summary.stop_reason));
+        }
+    }
     algo.stop()?;
     let run_path = run_dir.path().to_path_buf();
     if let Some(profile) = &profile {

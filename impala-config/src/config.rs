@@ -237,6 +237,12 @@ pub struct ImpalaConfig {
     /// Seconds an env worker may take to start, reset or step before it is killed and its
     /// runner fails (RLlib's `sample_timeout_s`).
     pub sample_timeout_s: f64,
+    /// LZ4-compress uint8 observations in fragments sent by remote env runners (RLlib's
+    /// `compress_observations`); only with `impala train --listen`.
+    pub compress_observations: bool,
+    /// With `impala train --listen`: seconds the driver waits for its `num_env_runners`
+    /// remote env runners to connect before it fails (none came) or trains with those it has.
+    pub env_runner_connect_timeout_s: f64,
     /// Recreate env runners that failed (old name `recreate_failed_workers`).
     #[serde(alias = "recreate_failed_workers")]
     pub restart_failed_env_runners: bool,
@@ -384,6 +390,8 @@ impl Default for ImpalaConfig {
             num_envs_per_env_worker: None,
             remote_worker_envs: false,
             sample_timeout_s: 60.0,
+            compress_observations: false,
+            env_runner_connect_timeout_s: 120.0,
             restart_failed_env_runners: true,
             restart_failed_sub_environments: false,
             max_num_env_runner_restarts: 1000,

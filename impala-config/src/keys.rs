@@ -337,6 +337,8 @@ groups! {
         num_envs_per_env_worker: Option<usize>,
         remote_worker_envs: bool,
         sample_timeout_s: f64,
+        compress_observations: bool,
+        env_runner_connect_timeout_s: f64,
         num_cpus_per_env_runner: f64,
         num_gpus_per_env_runner: f64,
         custom_resources_per_env_runner: BTreeMap<String, f64>,

@@ -71,7 +71,9 @@ pub struct ReplySender {
 }
 
 impl ReplySender {
-    pub(crate) fn new(runner_id: usize, incarnation: u64, tx: Sender<RunnerMessage>) -> Self {
+    /// A sender for incarnation `incarnation` of runner `runner_id` into `tx`. Groups make
+    /// their own; a transport makes one on the far side to run [`serve`] there.
+    pub fn new(runner_id: usize, incarnation: u64, tx: Sender<RunnerMessage>) -> Self {
         ReplySender { runner_id, incarnation, tx }
     }
 

@@ -124,6 +124,8 @@ pub struct Impala {
     pub(crate) last_evaluation: Option<EvaluationResult>,
     /// Learner stalls already reported (to log only new ones).
     pub(crate) stalls_reported: u64,
+    /// Where remote env runners connect, when they sample instead of runner threads.
+    pub(crate) remote: Option<Arc<crate::remote::RunnerServer>>,
 }
 
 impl std::fmt::Debug for Impala {
@@ -219,12 +221,24 @@ impl Impala {
             let streams = self.streams();
             let mut settings = EnvRunnerGroupSettings::from_config(&self.config);
             settings.runner.seed = streams.env_seed;
-            self.runners = Some(self.policies.start_runners(
-                &settings,
-                &self.env_factory,
-                weights,
-                streams.sample_seed,
-            )?);
+            self.runners = Some(match &self.remote {
+                Some(server) => {
+                    let session =
+                        crate::remote::run_session(&self.config, &self.spec, streams, self.base_seed)?;
+                    let launcher = Box::new(server.launcher(session));
+                    let mut group =
+                        EnvRunnerGroup::with_launcher(&settings, launcher, self.spec.clone())?;
+                    let ids: Vec<usize> = (1..=settings.num_env_runners).collect();
+                    group.sync_weights(weights, &ids);
+                    group
+                }
+                None => self.policies.start_runners(
+                    &settings,
+                    &self.env_factory,
+                    weights,
+                    streams.sample_seed,
+                )?,
+            });
         }
         self.runners.as_mut().ok_or(ImpalaError::Stopped)
     }

@@ -20,12 +20,14 @@ use impala_sampler::{
 };
 
 use crate::evaluation::Evaluator;
+use crate::remote::RunnerServer;
 use crate::{EpisodeWindow, Impala, ImpalaError, Result};
 
 /// Builds an [`Impala`] (see [`Impala::builder`]).
 pub struct ImpalaBuilder {
     config: ValidatedConfig,
     env_factory: Option<EnvFactory>,
+    remote: Option<Arc<RunnerServer>>,
 }
 
 impl std::fmt::Debug for ImpalaBuilder {
@@ -33,6 +35,7 @@ impl std::fmt::Debug for ImpalaBuilder {
         f.debug_struct("ImpalaBuilder")
             .field("env", &self.config.env)
             .field("custom_env_factory", &self.env_factory.is_some())
+            .field("remote", &self.remote)
             .finish()
     }
 }
@@ -42,7 +45,7 @@ impl Impala {
     /// ([`impala_config::ImpalaConfig::validate`]). Without [`ImpalaBuilder::env_factory`]
     /// the env is `config.env` from the [`impala_envs`] registry.
     pub fn builder(config: ValidatedConfig) -> ImpalaBuilder {
-        ImpalaBuilder { config, env_factory: None }
+        ImpalaBuilder { config, env_factory: None, remote: None }
     }
 }
 
@@ -65,11 +68,25 @@ impl ImpalaBuilder {
         self.env_factory(Arc::new(make))
     }
 
+    /// Samples with the remote env runners that connect to `server` (`impala train --listen`)
+    /// instead of runner threads: `num_env_runners` of them, waited for up to
+    /// `env_runner_connect_timeout_s` by [`build`](Self::build). Restored and restarted runner
+    /// slots are taken by whichever runner process connects next.
+    #[must_use]
+    pub fn remote_env_runners(mut self, server: Arc<RunnerServer>) -> Self {
+        self.remote = Some(server);
+        self
+    }
+
     /// Builds the learner (and its thread), the env runners and the batching stage. Runners
     /// start sampling at once, with the learner's initial weights; [`Impala::restore`] replaces
     /// them (and drops what they sampled) with runners that act with the restored weights.
     pub fn build(self) -> Result<Impala> {
-        let ImpalaBuilder { config, env_factory } = self;
+        let ImpalaBuilder { config, env_factory, remote } = self;
+        match &remote {
+            Some(_) => crate::remote::check_remote_config(&config)?,
+            None => crate::remote::check_local_config(&config)?,
+        }
         // The driver only builds the model and evaluates; one libtorch thread keeps it from
         // competing with the learner thread (`num_learner_threads`) and the runners (one each).
         tch::set_num_threads(1);
@@ -108,9 +125,25 @@ impl ImpalaBuilder {
             interrupt: None,
             last_evaluation: None,
             stalls_reported: 0,
+            remote,
             config,
         };
         algo.env_runner_group()?;
+        if let Some(server) = &algo.remote {
+            let expected = algo.config.num_env_runners;
+            let timeout = Duration::try_from_secs_f64(algo.config.env_runner_connect_timeout_s)
+                .unwrap_or(Duration::MAX);
+            tracing::info!(addr = %server.local_addr(), expected, "waiting for remote env runners");
+            let ready = server.wait_for_runners(expected, timeout)?;
+            if ready < expected {
+                tracing::warn!(
+                    ready,
+                    expected,
+                    "not every remote env runner connected in time; training with those that \
+                     did (the others take their slots when they connect)"
+                );
+            }
+        }
         Ok(algo)
     }
 }

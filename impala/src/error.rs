@@ -136,6 +136,9 @@ pub enum ImpalaError {
         /// What to do.
         fix: String,
     },
+    /// Serving or reaching remote env runners failed.
+    #[error(transparent)]
+    Remote(#[from] impala_remote::RemoteError),
     /// Sampling failed (env runners beyond their restarts, batch building).
     #[error(transparent)]
     Sampler(#[from] impala_sampler::SamplerError),

@@ -67,6 +67,7 @@ mod error;
 mod evaluation;
 mod logger;
 mod metrics;
+pub mod remote;
 mod result;
 pub mod run;
 mod stop;

@@ -1,0 +1,494 @@
+//! Conversions between the sampler's types and the wire messages. Decoding checks everything a
+//! peer could get wrong or forge (shapes against the env's spec, lengths, finite values, sizes
+//! that would overflow), so nothing malformed reaches the learner.
+
+use impala_core::{EnvSpec, EpisodeStats, NamedTensor, Observations, SampleBatch, Space, Weights};
+use impala_sampler::Fragment;
+
+use crate::proto;
+use crate::RemoteError;
+
+/// Most env steps one fragment may hold (rows x steps); far above any real fragment, low
+/// enough that sizes computed from it cannot overflow.
+const MAX_FRAGMENT_STEPS: u64 = 1 << 24;
+
+fn malformed(reason: impl Into<String>) -> RemoteError {
+    RemoteError::Malformed(reason.into())
+}
+
+fn to_u64s(values: &[usize]) -> Vec<u64> {
+    values.iter().map(|&v| v as u64).collect()
+}
+
+fn to_usizes(values: &[u64], what: &str) -> Result<Vec<usize>, RemoteError> {
+    values
+        .iter()
+        .map(|&v| usize::try_from(v).map_err(|_| malformed(format!("{what} {v} is too large"))))
+        .collect()
+}
+
+fn to_usize(value: u64, what: &str) -> Result<usize, RemoteError> {
+    usize::try_from(value).map_err(|_| malformed(format!("{what} {value} is too large")))
+}
+
+// ---- spaces and specs ----
+
+/// The wire form of a space.
+pub(crate) fn space_to_proto(space: &Space) -> proto::Space {
+    use proto::space::Kind;
+    let kind = match space {
+        Space::Discrete(n) => Kind::Discrete(*n as u64),
+        Space::MultiDiscrete(nvec) => {
+            Kind::MultiDiscrete(proto::MultiDiscrete { nvec: to_u64s(nvec) })
+        }
+        Space::Box { low, high, shape } => Kind::Box(proto::BoxSpace {
+            low: low.clone(),
+            high: high.clone(),
+            shape: to_u64s(shape),
+        }),
+        Space::Bytes { shape } => Kind::Bytes(proto::BytesSpace { shape: to_u64s(shape) }),
+    };
+    proto::Space { kind: Some(kind) }
+}
+
+fn space_from_proto(space: Option<&proto::Space>, what: &str) -> Result<Space, RemoteError> {
+    use proto::space::Kind;
+    let kind = space.and_then(|s| s.kind.as_ref()).ok_or_else(|| malformed(format!("no {what}")))?;
+    Ok(match kind {
+        Kind::Discrete(n) => Space::Discrete(to_usize(*n, what)?),
+        Kind::MultiDiscrete(m) => Space::MultiDiscrete(to_usizes(&m.nvec, what)?),
+        Kind::Box(b) => Space::boxed(b.low.clone(), b.high.clone(), to_usizes(&b.shape, what)?)
+            .map_err(|e| malformed(format!("{what}: {e}")))?,
+        Kind::Bytes(b) => Space::Bytes { shape: to_usizes(&b.shape, what)? },
+    })
+}
+
+/// The wire form of an env spec.
+pub(crate) fn spec_to_proto(spec: &EnvSpec) -> proto::EnvSpec {
+    proto::EnvSpec {
+        id: spec.id.clone(),
+        observation_space: Some(space_to_proto(&spec.observation_space)),
+        action_space: Some(space_to_proto(&spec.action_space)),
+        max_episode_steps: spec.max_episode_steps.map(|s| s as u64),
+    }
+}
+
+/// An env spec from the wire.
+pub(crate) fn spec_from_proto(spec: Option<&proto::EnvSpec>) -> Result<EnvSpec, RemoteError> {
+    let spec = spec.ok_or_else(|| malformed("the welcome has no env spec"))?;
+    Ok(EnvSpec {
+        id: spec.id.clone(),
+        observation_space: space_from_proto(spec.observation_space.as_ref(), "observation space")?,
+        action_space: space_from_proto(spec.action_space.as_ref(), "action space")?,
+        max_episode_steps: spec
+            .max_episode_steps
+            .map(|s| to_usize(s, "max_episode_steps"))
+            .transpose()?,
+    })
+}
+
+/// Why two specs differ, in words; `None` when they agree.
+pub(crate) fn spec_difference(driver: &EnvSpec, runner: &EnvSpec) -> Option<String> {
+    if driver.id != runner.id {
+        return Some(format!("the driver trains `{}`, the runner built `{}`", driver.id, runner.id));
+    }
+    if driver.observation_space != runner.observation_space {
+        return Some(format!(
+            "observation spaces differ: the driver's {} vs the runner's {}",
+            driver.observation_space, runner.observation_space
+        ));
+    }
+    if driver.action_space != runner.action_space {
+        return Some(format!(
+            "action spaces differ: the driver's {} vs the runner's {}",
+            driver.action_space, runner.action_space
+        ));
+    }
+    if driver.max_episode_steps != runner.max_episode_steps {
+        return Some(format!(
+            "time limits differ: the driver's {:?} vs the runner's {:?} steps",
+            driver.max_episode_steps, runner.max_episode_steps
+        ));
+    }
+    None
+}
+
+// ---- weights ----
+
+/// The wire form of a weights snapshot.
+pub(crate) fn weights_to_proto(weights: &Weights) -> proto::SetWeights {
+    proto::SetWeights {
+        version: weights.version,
+        tensors: weights
+            .tensors
+            .iter()
+            .map(|t| proto::Tensor {
+                name: t.name.clone(),
+                shape: to_u64s(&t.shape),
+                data: t.data.clone(),
+            })
+            .collect(),
+    }
+}
+
+/// Weights from the wire: every tensor's values fill its shape and are finite.
+pub(crate) fn weights_from_proto(weights: proto::SetWeights) -> Result<Weights, RemoteError> {
+    let mut tensors = Vec::with_capacity(weights.tensors.len());
+    for t in weights.tensors {
+        let shape = to_usizes(&t.shape, "tensor dimension")?;
+        let n = shape.iter().try_fold(1usize, |acc, &d| acc.checked_mul(d));
+        if n != Some(t.data.len()) {
+            return Err(malformed(format!(
+                "weight `{}` has {} values for shape {shape:?}",
+                t.name,
+                t.data.len()
+            )));
+        }
+        if t.data.iter().any(|v| !v.is_finite()) {
+            return Err(malformed(format!("weight `{}` holds non-finite values", t.name)));
+        }
+        tensors.push(NamedTensor { name: t.name, shape, data: t.data });
+    }
+    Ok(Weights::new(weights.version, tensors))
+}
+
+// ---- fragments ----
+
+fn observations_to_proto(obs: &Observations, compress: bool) -> proto::Observations {
+    use proto::observations::Kind;
+    let kind = match obs {
+        Observations::F32(values) => Kind::F32(proto::FloatValues { values: values.clone() }),
+        Observations::Bytes(bytes) if compress => Kind::Bytes(proto::ByteValues {
+            data: lz4_flex::block::compress(bytes),
+            lz4: true,
+            len: bytes.len() as u64,
+        }),
+        Observations::Bytes(bytes) => {
+            Kind::Bytes(proto::ByteValues { data: bytes.clone(), lz4: false, len: bytes.len() as u64 })
+        }
+    };
+    proto::Observations { kind: Some(kind) }
+}
+
+/// Observations from the wire; `expected` is the number of values the batch's shape promises
+/// (checked before decompressing, so a forged length cannot make us allocate).
+fn observations_from_proto(
+    obs: Option<proto::Observations>,
+    expected: usize,
+    what: &str,
+) -> Result<Observations, RemoteError> {
+    use proto::observations::Kind;
+    let kind = obs.and_then(|o| o.kind).ok_or_else(|| malformed(format!("no {what}")))?;
+    match kind {
+        Kind::F32(f) => {
+            if f.values.iter().any(|v| !v.is_finite()) {
+                return Err(malformed(format!("{what} hold non-finite values")));
+            }
+            Ok(Observations::F32(f.values))
+        }
+        Kind::Bytes(b) if b.lz4 => {
+            if b.len != expected as u64 {
+                return Err(malformed(format!(
+                    "{what}: {} bytes announced, the shape holds {expected}",
+                    b.len
+                )));
+            }
+            lz4_flex::block::decompress(&b.data, expected)
+                .map(Observations::Bytes)
+                .map_err(|e| malformed(format!("{what}: bad LZ4 data ({e})")))
+        }
+        Kind::Bytes(b) => Ok(Observations::Bytes(b.data)),
+    }
+}
+
+fn flags_to_bytes(flags: &[bool]) -> Vec<u8> {
+    flags.iter().map(|&f| u8::from(f)).collect()
+}
+
+fn flags_from_bytes(bytes: &[u8], what: &str) -> Result<Vec<bool>, RemoteError> {
+    bytes
+        .iter()
+        .map(|&b| match b {
+            0 => Ok(false),
+            1 => Ok(true),
+            other => Err(malformed(format!("{what} holds {other}; flags are 0 or 1"))),
+        })
+        .collect()
+}
+
+/// The wire form of a fragment; uint8 observations LZ4-compressed when `compress`.
+pub(crate) fn fragment_to_proto(fragment: &Fragment, compress: bool) -> proto::Fragment {
+    let b = &fragment.batch;
+    proto::Fragment {
+        fragment_len: b.fragment_len as u64,
+        num_rows: b.num_rows as u64,
+        obs_shape: to_u64s(&b.obs_shape),
+        action_dim: b.action_dim as u64,
+        dist_inputs_dim: b.dist_inputs_dim as u64,
+        state_dim: b.state_dim as u64,
+        obs: Some(observations_to_proto(&b.obs, compress)),
+        actions: b.actions.clone(),
+        rewards: b.rewards.clone(),
+        terminateds: flags_to_bytes(&b.terminateds),
+        truncateds: flags_to_bytes(&b.truncateds),
+        action_logp: b.action_logp.clone(),
+        action_dist_inputs: b.action_dist_inputs.clone(),
+        vf_preds: b.vf_preds.clone(),
+        truncation_values: b.truncation_values.clone(),
+        bootstrap_obs: Some(observations_to_proto(&b.bootstrap_obs, compress)),
+        state_in: b.state_in.clone(),
+        weights_version: b.weights_version.clone(),
+        episodes: fragment
+            .episodes
+            .iter()
+            .map(|e| proto::Episode {
+                episode_return: e.episode_return,
+                episode_len: e.episode_len,
+                truncated: e.truncated,
+            })
+            .collect(),
+    }
+}
+
+/// A fragment of runner `runner_id` from the wire, checked against the driver's `spec`: the
+/// observation shape and kind, the action widths, every length, finite values, and weights
+/// versions no newer than `newest_version` (the newest the driver sent).
+pub(crate) fn fragment_from_proto(
+    f: proto::Fragment,
+    runner_id: usize,
+    spec: &EnvSpec,
+    newest_version: Option<u64>,
+) -> Result<Fragment, RemoteError> {
+    let obs_shape = to_usizes(&f.obs_shape, "obs_shape")?;
+    if obs_shape != spec.observation_space.shape() {
+        return Err(malformed(format!(
+            "observation shape {obs_shape:?}, the env's is {:?}",
+            spec.observation_space.shape()
+        )));
+    }
+    let expect_dim = |got: u64, want: usize, what: &str| {
+        if got == want as u64 {
+            Ok(want)
+        } else {
+            Err(malformed(format!("{what} is {got}, the env's action space needs {want}")))
+        }
+    };
+    let action_dim = expect_dim(f.action_dim, spec.action_space.flat_dim(), "action_dim")?;
+    let dist_inputs_dim =
+        expect_dim(f.dist_inputs_dim, spec.action_space.dist_inputs_dim(), "dist_inputs_dim")?;
+    let steps = f.fragment_len.checked_mul(f.num_rows).filter(|&n| n <= MAX_FRAGMENT_STEPS);
+    let Some(steps) = steps else {
+        return Err(malformed(format!(
+            "{} rows of {} steps is more than a fragment may hold",
+            f.num_rows, f.fragment_len
+        )));
+    };
+    if f.state_dim > MAX_FRAGMENT_STEPS {
+        return Err(malformed(format!("state_dim {} is too large", f.state_dim)));
+    }
+    let obs_dim: usize = obs_shape.iter().product();
+    let (steps, rows) = (steps as usize, f.num_rows as usize);
+    let obs = observations_from_proto(f.obs, steps * obs_dim, "observations")?;
+    let bootstrap_obs = observations_from_proto(f.bootstrap_obs, rows * obs_dim, "bootstrap_obs")?;
+    let want_bytes = matches!(spec.observation_space, Space::Bytes { .. });
+    if want_bytes != matches!(obs, Observations::Bytes(_)) {
+        return Err(malformed(format!(
+            "observations are {}, the env's observation space is {}",
+            obs.kind(),
+            spec.observation_space
+        )));
+    }
+    let floats: [(&str, &[f32]); 7] = [
+        ("actions", &f.actions),
+        ("rewards", &f.rewards),
+        ("action_logp", &f.action_logp),
+        ("action_dist_inputs", &f.action_dist_inputs),
+        ("vf_preds", &f.vf_preds),
+        ("truncation_values", &f.truncation_values),
+        ("state_in", &f.state_in),
+    ];
+    for (what, values) in floats {
+        if values.iter().any(|v| !v.is_finite()) {
+            return Err(malformed(format!("{what} hold non-finite values")));
+        }
+    }
+    if let Some(&v) = f.weights_version.iter().find(|&&v| newest_version.is_none_or(|n| v > n)) {
+        return Err(malformed(format!(
+            "a row acted with weights version {v}, newer than any the driver sent"
+        )));
+    }
+    let batch = SampleBatch {
+        fragment_len: f.fragment_len as usize,
+        num_rows: rows,
+        obs_shape,
+        action_dim,
+        dist_inputs_dim,
+        state_dim: f.state_dim as usize,
+        obs,
+        actions: f.actions,
+        rewards: f.rewards,
+        terminateds: flags_from_bytes(&f.terminateds, "terminateds")?,
+        truncateds: flags_from_bytes(&f.truncateds, "truncateds")?,
+        action_logp: f.action_logp,
+        action_dist_inputs: f.action_dist_inputs,
+        vf_preds: f.vf_preds,
+        truncation_values: f.truncation_values,
+        bootstrap_obs,
+        state_in: f.state_in,
+        weights_version: f.weights_version,
+    };
+    batch.validate().map_err(|e| malformed(e.to_string()))?;
+    let mut episodes = Vec::with_capacity(f.episodes.len());
+    for e in f.episodes {
+        if !e.episode_return.is_finite() {
+            return Err(malformed("an episode return is not finite"));
+        }
+        episodes.push(EpisodeStats {
+            episode_return: e.episode_return,
+            episode_len: e.episode_len,
+            truncated: e.truncated,
+        });
+    }
+    Ok(Fragment { runner_id, batch, episodes })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(obs: Space) -> EnvSpec {
+        EnvSpec {
+            id: "Test-v0".into(),
+            observation_space: obs,
+            action_space: Space::Discrete(3),
+            max_episode_steps: Some(10),
+        }
+    }
+
+    fn fragment(obs: Observations, bootstrap: Observations, shape: Vec<usize>) -> Fragment {
+        let (t, b) = (2, 3);
+        let n = t * b;
+        Fragment {
+            runner_id: 7,
+            batch: SampleBatch {
+                fragment_len: t,
+                num_rows: b,
+                obs_shape: shape,
+                action_dim: 1,
+                dist_inputs_dim: 3,
+                state_dim: 0,
+                obs,
+                actions: vec![1.0; n],
+                rewards: (0..n).map(|i| i as f32).collect(),
+                terminateds: vec![false, true, false, false, false, false],
+                truncateds: vec![false, false, false, false, true, false],
+                action_logp: vec![-0.5; n],
+                action_dist_inputs: vec![0.1; n * 3],
+                vf_preds: vec![0.25; n],
+                truncation_values: vec![0.0; n],
+                bootstrap_obs: bootstrap,
+                state_in: vec![],
+                weights_version: vec![4, 4, 5],
+            },
+            episodes: vec![EpisodeStats { episode_return: 12.5, episode_len: 9, truncated: true }],
+        }
+    }
+
+    fn image_fragment() -> Fragment {
+        let obs = Observations::Bytes((0..6 * 4).map(|i| (i % 3) as u8).collect());
+        let boot = Observations::Bytes(vec![9; 3 * 4]);
+        fragment(obs, boot, vec![2, 2, 1])
+    }
+
+    #[test]
+    fn fragments_round_trip_with_and_without_compression() -> Result<(), RemoteError> {
+        let s = spec(Space::Bytes { shape: vec![2, 2, 1] });
+        let f = image_fragment();
+        for compress in [false, true] {
+            let back = fragment_from_proto(fragment_to_proto(&f, compress), 2, &s, Some(5))?;
+            assert_eq!(back.batch, f.batch);
+            assert_eq!(back.episodes, f.episodes);
+            assert_eq!(back.runner_id, 2, "the driver names the runner, not the wire");
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn forged_fragments_are_rejected_with_the_reason() {
+        let s = spec(Space::Bytes { shape: vec![2, 2, 1] });
+        let good = fragment_to_proto(&image_fragment(), true);
+        let cases: Vec<(&str, Box<dyn Fn(&mut proto::Fragment)>)> = vec![
+            ("observation shape", Box::new(|f| f.obs_shape = vec![4, 4, 1])),
+            ("action_dim", Box::new(|f| f.action_dim = 2)),
+            ("rewards hold non-finite", Box::new(|f| f.rewards[0] = f32::NAN)),
+            ("more than a fragment may hold", Box::new(|f| f.num_rows = u64::MAX)),
+            ("flags are 0 or 1", Box::new(|f| f.terminateds[0] = 7)),
+            ("newer than any the driver sent", Box::new(|f| f.weights_version[0] = 6)),
+            ("shape mismatch", Box::new(|f| f.rewards.pop().map_or((), drop))),
+            ("bytes announced", Box::new(|f| {
+                if let Some(proto::observations::Kind::Bytes(b)) =
+                    f.obs.as_mut().and_then(|o| o.kind.as_mut())
+                {
+                    b.len = 1 << 40;
+                }
+            })),
+            ("bad LZ4", Box::new(|f| {
+                if let Some(proto::observations::Kind::Bytes(b)) =
+                    f.obs.as_mut().and_then(|o| o.kind.as_mut())
+                {
+                    b.data = vec![0xff; 5];
+                }
+            })),
+        ];
+        for (expected, forge) in cases {
+            let mut f = good.clone();
+            forge(&mut f);
+            match fragment_from_proto(f, 1, &s, Some(5)) {
+                Err(RemoteError::Malformed(reason)) => {
+                    assert!(reason.contains(expected), "{expected}: got {reason}")
+                }
+                other => panic!("{expected}: accepted or wrong error: {other:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn float_observations_must_be_finite_and_of_the_right_kind() {
+        let s = spec(Space::Bytes { shape: vec![2] });
+        let f = fragment(Observations::F32(vec![0.0; 12]), Observations::F32(vec![0.0; 6]), vec![2]);
+        let err = fragment_from_proto(fragment_to_proto(&f, false), 1, &s, Some(5));
+        assert!(matches!(err, Err(RemoteError::Malformed(r)) if r.contains("observation space")));
+        let s = spec(Space::continuous(vec![-1.0; 2], vec![1.0; 2]).expect("space"));
+        let mut obs = vec![0.0; 12];
+        obs[3] = f32::INFINITY;
+        let f = fragment(Observations::F32(obs), Observations::F32(vec![0.0; 6]), vec![2]);
+        let err = fragment_from_proto(fragment_to_proto(&f, false), 1, &s, Some(5));
+        assert!(matches!(err, Err(RemoteError::Malformed(r)) if r.contains("non-finite")));
+    }
+
+    #[test]
+    fn specs_and_weights_round_trip_and_bad_weights_are_refused() -> Result<(), RemoteError> {
+        let s = EnvSpec {
+            id: "X".into(),
+            observation_space: Space::boxed(vec![-1.0; 4], vec![1.0; 4], vec![2, 2])
+                .map_err(|e| RemoteError::Malformed(e.to_string()))?,
+            action_space: Space::MultiDiscrete(vec![2, 3]),
+            max_episode_steps: None,
+        };
+        assert_eq!(spec_from_proto(Some(&spec_to_proto(&s)))?, s);
+        let mut other = s.clone();
+        other.action_space = Space::Discrete(6);
+        assert!(spec_difference(&s, &other).is_some_and(|d| d.contains("action spaces differ")));
+        assert_eq!(spec_difference(&s, &s), None);
+
+        let w = Weights::new(3, vec![NamedTensor { name: "a".into(), shape: vec![2], data: vec![1.0, 2.0] }]);
+        assert_eq!(weights_from_proto(weights_to_proto(&w))?, w);
+        let mut bad = weights_to_proto(&w);
+        bad.tensors[0].data[1] = f32::NAN;
+        assert!(weights_from_proto(bad).is_err());
+        let mut bad = weights_to_proto(&w);
+        bad.tensors[0].shape = vec![u64::MAX, 2];
+        assert!(weights_from_proto(bad).is_err());
+        Ok(())
+    }
+}

@@ -1,0 +1,113 @@
+//! Env runners on other hosts: what RLlib calls remote env runners, over gRPC (tonic + prost;
+//! the schema is `proto/impala_remote_v1.proto`).
+//!
+//! The driver serves a [`RunnerServer`]; each `impala env-runner --connect` process runs
+//! [`run_env_runner`], which opens a session, is welcomed into a free runner slot, builds its
+//! envs and policy for the driver's run and then samples fragments on request. On the driver
+//! the slots are ordinary members of an [`impala_sampler::EnvRunnerGroup`]:
+//! [`RunnerServer::launcher`] is an [`impala_sampler::EnvRunnerLauncher`], so in-flight caps,
+//! weight broadcast (sent once per broadcast per runner), restarts and counting stay the
+//! group's. A lost, silent or misbehaving runner is a failed runner; a runner process that
+//! reconnects (or a new one) takes the slot the group relaunched and gets the current weights.
+//!
+//! Security: every session starts with the shared token (compared in constant time, never
+//! logged), optionally over TLS; the driver checks the protocol version and the env the runner
+//! expects, the runner checks the env it built against the driver's spec, and every fragment
+//! is validated (shapes against the spec, finite values, sizes) before the group sees it.
+//! Messages above [`ServerSettings::max_message_bytes`] are refused by the transport.
+//!
+//! The crate has no libtorch: the runner's env runner (envs and policy) comes from the
+//! caller's [`BuildRunner`].
+#![deny(missing_docs)]
+
+mod client;
+mod codec;
+mod error;
+mod server;
+
+use std::path::Path;
+
+
+pub use client::{run_env_runner, Assignment, BuildRunner, ClientSettings, ClientTls};
+pub use error::RemoteError;
+pub use server::{RemoteLauncher, RunSession, RunnerServer, ServerSettings, ServerTls};
+
+/// The generated protocol types and gRPC stubs (for tools and tests that speak the protocol
+/// directly).
+#[allow(missing_docs, clippy::all, clippy::pedantic, clippy::unwrap_used)]
+pub mod proto {
+    tonic::include_proto!("impala.remote.v1");
+}
+
+/// The protocol version a runner announces; the driver refuses any other.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Largest message either side accepts unless told otherwise: far above a fragment of 8 Atari
+/// envs x 50 steps (11 MB uncompressed) or a large model's weights.
+pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// The shared secret runners authenticate with. Its `Debug` form hides it, so it never
+/// reaches logs or results.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Token(String);
+
+impl std::fmt::Debug for Token {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Token(<hidden>)")
+    }
+}
+
+impl Token {
+    /// A token from its text (surrounding whitespace is ignored); refuses an empty one.
+    ///
+    /// ```
+    /// let t = impala_remote::Token::new("  s3cret\n")?;
+    /// assert!(t.matches("s3cret"));
+    /// assert_eq!(format!("{t:?}"), "Token(<hidden>)");
+    /// assert!(impala_remote::Token::new(" \n").is_err());
+    /// # Ok::<(), impala_remote::RemoteError>(())
+    /// ```
+    pub fn new(text: &str) -> Result<Self, RemoteError> {
+        let token = text.trim();
+        if token.is_empty() {
+            return Err(RemoteError::File {
+                what: "token",
+                path: "(given)".into(),
+                reason: "is empty".into(),
+            });
+        }
+        Ok(Token(token.to_string()))
+    }
+
+    /// Reads a token file (one line, e.g. from `openssl rand -hex 32`).
+    pub fn from_file(path: &Path) -> Result<Self, RemoteError> {
+        let file_error = |reason: String| RemoteError::File {
+            what: "token file",
+            path: path.display().to_string(),
+            reason,
+        };
+        let text = std::fs::read_to_string(path).map_err(|e| file_error(e.to_string()))?;
+        Token::new(&text).map_err(|_| file_error("is empty; put the shared secret in it".into()))
+    }
+
+    /// Whether `given` is this token, in time that does not depend on where they differ.
+    pub fn matches(&self, given: &str) -> bool {
+        let (a, b) = (self.0.as_bytes(), given.as_bytes());
+        let differ = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+        a.len() == b.len() && differ == 0
+    }
+
+    fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// Reads a PEM file for TLS.
+pub fn read_pem(what: &'static str, path: &Path) -> Result<Vec<u8>, RemoteError> {
+    std::fs::read(path).map_err(|e| RemoteError::File {
+        what,
+        path: path.display().to_string(),
+        reason: e.to_string(),
+    })
+}
+
