@@ -86,7 +86,8 @@ pub struct RunSession {
     pub compress_observations: bool,
 }
 
-/// Requests the group made of a slot that its session has not forwarded yet.
+/// What the group asked of a slot: samples its session has not forwarded yet, and the newest
+/// weights (each session sends them once, so a runner that takes the slot later gets them).
 #[derive(Default)]
 struct Pending {
     samples: u32,
@@ -481,7 +482,12 @@ impl Session {
         let deadline = tokio::time::Instant::from_std(heard + timeout);
         match tokio::time::timeout_at(deadline, self.inbound.message()).await {
             Err(_) => Err(format!("sent nothing for {:.0} s", timeout.as_secs_f64())),
-            Ok(Err(status)) => Err(format!("connection lost ({})", status.message())),
+            Ok(Err(status)) => {
+                // Tell the runner why (an oversized or undecodable message), if it listens.
+                let reason = format!("connection lost ({})", status.message());
+                let _ = self.tx.try_send(Err(status));
+                Err(reason)
+            }
             Ok(Ok(None)) => Err("closed the connection".into()),
             Ok(Ok(Some(proto::RunnerMessage { kind: None }))) => {
                 Err("sent an empty message".into())
@@ -698,7 +704,7 @@ impl Session {
                 .find(|s| s.runner_id == runner_id && s.incarnation == incarnation)
                 .map(|slot| {
                     let samples = if ready { std::mem::take(&mut slot.pending.samples) } else { 0 };
-                    (slot.pending.weights.take(), samples)
+                    (slot.pending.weights.clone(), samples)
                 })
         };
         let Some((weights, samples)) = taken else {

@@ -1,0 +1,328 @@
+//! The transport end to end over loopback, in one process: a driver's runner group whose
+//! members are remote slots, and runners served by `run_env_runner` on threads (or by a raw
+//! protocol client that misbehaves on purpose).
+
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use impala_core::{CoreError, Env, EnvSpec, Policy, Space, StepOutcome, Weights};
+use impala_remote::proto::{self, env_runner_service_client::EnvRunnerServiceClient};
+use impala_remote::{
+    run_env_runner, Assignment, BuildRunner, ClientSettings, RemoteError, RunSession,
+    RunnerServer, ServerSettings, Token, PROTOCOL_VERSION,
+};
+use impala_sampler::{
+    EnvFactory, EnvRunner, EnvRunnerGroup, EnvRunnerGroupSettings, EnvRunnerSettings, Fragment,
+    RandomPolicy,
+};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const TOKEN: &str = "not-the-real-secret";
+
+/// Ten steps of reward 1 in a corridor of width `width`, then a time-limit truncation.
+struct Walk {
+    spec: EnvSpec,
+    t: usize,
+}
+
+fn walk_spec(width: usize) -> EnvSpec {
+    EnvSpec {
+        id: "Walk-v0".into(),
+        observation_space: Space::continuous(vec![0.0; width], vec![10.0; width])
+            .expect("a valid space"),
+        action_space: Space::Discrete(2),
+        max_episode_steps: Some(10),
+    }
+}
+
+impl Env for Walk {
+    fn spec(&self) -> &EnvSpec {
+        &self.spec
+    }
+    fn reset(&mut self, _: Option<u64>, obs: &mut [f32]) -> Result<(), CoreError> {
+        self.t = 0;
+        obs.fill(0.0);
+        Ok(())
+    }
+    fn step(&mut self, _: &[f32], obs: &mut [f32]) -> Result<StepOutcome, CoreError> {
+        self.t += 1;
+        obs.fill(self.t as f32);
+        Ok(StepOutcome { reward: 1.0, terminated: false, truncated: self.t == 10 })
+    }
+}
+
+/// Builds runners of `Walk` with `width` observations and random policies.
+fn builder(width: usize) -> BuildRunner {
+    Arc::new(move |a: &Assignment, weights: Arc<Weights>| {
+        let spec = walk_spec(width);
+        let envs: EnvFactory = {
+            let spec = spec.clone();
+            Arc::new(move |_| Ok(Box::new(Walk { spec: spec.clone(), t: 0 }) as Box<dyn Env>))
+        };
+        let mut settings = EnvRunnerSettings::default();
+        settings.num_envs = NonZeroUsize::new(2).ok_or("zero")?;
+        settings.rollout_fragment_length = NonZeroUsize::new(5).ok_or("zero")?;
+        EnvRunner::build(&settings, a.runner_id, a.incarnation, &envs, |_| {
+            let mut policy = RandomPolicy::new(&spec, a.runner_id as u64);
+            policy.set_weights(&weights)?;
+            Ok(Box::new(policy) as Box<dyn Policy>)
+        })
+        .map_err(|e| e.to_string())
+    })
+}
+
+fn server(stall: Duration) -> Result<Arc<RunnerServer>, RemoteError> {
+    let mut settings = ServerSettings::new("127.0.0.1:0", Token::new(TOKEN)?);
+    settings.stall_timeout = stall;
+    settings.heartbeat_interval = Duration::from_millis(100);
+    settings.max_message_bytes = 1 << 20;
+    Ok(Arc::new(RunnerServer::bind(settings)?))
+}
+
+fn group(server: &RunnerServer, runners: usize) -> Result<EnvRunnerGroup, Box<dyn std::error::Error>> {
+    let settings = EnvRunnerGroupSettings {
+        num_env_runners: runners,
+        sample_timeout: Some(Duration::from_millis(50)),
+        ..EnvRunnerGroupSettings::default()
+    };
+    let session = RunSession { spec: walk_spec(1), session: b"{}".to_vec(), compress_observations: false };
+    let mut group = EnvRunnerGroup::with_launcher(&settings, Box::new(server.launcher(session)), walk_spec(1))?;
+    let ids: Vec<usize> = (1..=runners).collect();
+    group.sync_weights(Arc::new(Weights::new(1, vec![])), &ids);
+    Ok(group)
+}
+
+fn client(server: &RunnerServer, token: &str) -> Result<ClientSettings, RemoteError> {
+    let mut settings = ClientSettings::new(server.local_addr().to_string(), Token::new(token)?);
+    settings.reconnect_timeout = Duration::from_secs(3);
+    Ok(settings)
+}
+
+fn spawn_runner(settings: ClientSettings, width: usize) -> JoinHandle<Result<String, RemoteError>> {
+    std::thread::spawn(move || run_env_runner(&settings, builder(width)))
+}
+
+/// Samples until `done` holds for the fragments so far, or fails after `within`.
+fn sample_until(
+    group: &mut EnvRunnerGroup,
+    within: Duration,
+    mut done: impl FnMut(&[Fragment]) -> bool,
+) -> Result<Vec<Fragment>, Box<dyn std::error::Error>> {
+    let deadline = Instant::now() + within;
+    let mut all = Vec::new();
+    while !done(&all) {
+        if Instant::now() > deadline {
+            return Err(format!("gave up after {} fragments: {:?}", all.len(), group.metrics()).into());
+        }
+        all.extend(group.sample()?);
+    }
+    Ok(all)
+}
+
+#[test]
+fn remote_runners_sample_for_the_group_and_act_with_the_broadcast_weights() -> TestResult {
+    let server = server(Duration::from_secs(10))?;
+    let mut group = group(&server, 2)?;
+    let runners: Vec<_> = (0..2).map(|_| client(&server, TOKEN).map(|c| spawn_runner(c, 1))).collect::<Result<_, _>>()?;
+    assert_eq!(server.wait_for_runners(2, Duration::from_secs(10))?, 2);
+    let first = sample_until(&mut group, Duration::from_secs(10), |f| {
+        [1, 2].iter().all(|id| f.iter().any(|x| x.runner_id == *id))
+    })?;
+    assert!(first.iter().all(|f| f.batch.weights_version == vec![1, 1]));
+    assert!(first.iter().all(|f| f.batch.env_steps() == 10 && f.batch.obs.len() == 10));
+    group.sync_weights(Arc::new(Weights::new(2, vec![])), &[1, 2]);
+    sample_until(&mut group, Duration::from_secs(10), |f| {
+        [1, 2].iter().all(|id| f.iter().any(|x| x.runner_id == *id && x.batch.weights_version[0] == 2))
+    })?;
+    let metrics = group.metrics();
+    assert_eq!(metrics.num_healthy_env_runners, 2);
+    assert_eq!(metrics.num_weight_syncs_applied, 2, "version 2 applied once per runner: {metrics:?}");
+    server.finish("the test is over");
+    for runner in runners {
+        assert_eq!(runner.join().map_err(|_| "runner panicked")??, "the test is over");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_wrong_token_or_another_env_is_refused_and_the_runner_gives_up() -> TestResult {
+    let server = server(Duration::from_secs(10))?;
+    let _group = group(&server, 1)?;
+    let wrong = spawn_runner(client(&server, "guessed")?, 1).join().map_err(|_| "panicked")?;
+    match wrong {
+        Err(RemoteError::Refused { reason, .. }) => assert!(reason.contains("wrong token"), "{reason}"),
+        other => panic!("a wrong token was not refused: {other:?}"),
+    }
+    let mut settings = client(&server, TOKEN)?;
+    settings.expect_env = Some("Pong-v5".into());
+    match spawn_runner(settings, 1).join().map_err(|_| "panicked")? {
+        Err(RemoteError::Refused { reason, .. }) => {
+            assert!(reason.contains("expects env `Pong-v5`") && reason.contains("Walk-v0"), "{reason}")
+        }
+        other => panic!("a runner expecting another env was not refused: {other:?}"),
+    }
+    assert_eq!(server.num_ready(), 0);
+    Ok(())
+}
+
+#[test]
+fn a_runner_whose_env_differs_rejects_the_run_and_leaves_the_slot_to_the_next() -> TestResult {
+    let server = server(Duration::from_secs(10))?;
+    let mut group = group(&server, 1)?;
+    match spawn_runner(client(&server, TOKEN)?, 3).join().map_err(|_| "panicked")? {
+        Err(RemoteError::Rejected { reason, .. }) => {
+            assert!(reason.contains("observation spaces differ"), "{reason}")
+        }
+        other => panic!("a mismatched env was not rejected: {other:?}"),
+    }
+    let good = spawn_runner(client(&server, TOKEN)?, 1);
+    sample_until(&mut group, Duration::from_secs(10), |f| !f.is_empty())?;
+    assert_eq!(group.metrics().num_env_runner_failures, 0, "a rejection is not a runner failure");
+    server.finish("done");
+    good.join().map_err(|_| "panicked")??;
+    Ok(())
+}
+
+/// A raw protocol client: says hello with `token`, and returns the stream's two ends.
+async fn raw_session(
+    addr: String,
+    token: String,
+) -> Result<
+    (tokio::sync::mpsc::Sender<proto::RunnerMessage>, tonic::Streaming<proto::DriverMessage>),
+    Box<dyn std::error::Error>,
+> {
+    let mut client = EnvRunnerServiceClient::connect(format!("http://{addr}")).await?;
+    let (tx, rx) = tokio::sync::mpsc::channel(4);
+    let hello = proto::Hello { protocol_version: PROTOCOL_VERSION, token, ..Default::default() };
+    tx.send(proto::RunnerMessage { kind: Some(proto::runner_message::Kind::Hello(hello)) }).await?;
+    let inbound = client.session(tokio_stream::wrappers::ReceiverStream::new(rx)).await?.into_inner();
+    Ok((tx, inbound))
+}
+
+fn ready() -> proto::RunnerMessage {
+    proto::RunnerMessage { kind: Some(proto::runner_message::Kind::Ready(proto::Ready {})) }
+}
+
+#[test]
+fn garbage_oversized_and_forged_messages_are_refused_and_the_driver_keeps_serving() -> TestResult {
+    use std::io::Write;
+    let server = server(Duration::from_secs(10))?;
+    let mut group = group(&server, 1)?;
+    let addr = server.local_addr().to_string();
+    // Bytes that are not HTTP/2 at all.
+    let mut tcp = std::net::TcpStream::connect(&addr)?;
+    tcp.write_all(&[0xde, 0xad, 0xbe, 0xef].repeat(1000))?;
+    drop(tcp);
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        // A hello bigger than the 1 MiB limit.
+        let huge = "x".repeat(2 << 20);
+        let outcome = match raw_session(addr.clone(), huge).await {
+            Ok((_tx, mut inbound)) => inbound.message().await.map(|_| ()),
+            Err(e) => return Err::<(), Box<dyn std::error::Error>>(e),
+        };
+        let status = outcome.err().ok_or("an oversized message was accepted")?;
+        assert!(status.message().contains("too large"), "{status:?}");
+        // A welcomed runner that sends a forged fragment is failed, not trusted.
+        let (tx, mut inbound) = raw_session(addr.clone(), TOKEN.into()).await?;
+        let welcome = inbound.message().await?.ok_or("no welcome")?;
+        assert!(matches!(welcome.kind, Some(proto::driver_message::Kind::Welcome(_))));
+        tx.send(ready()).await?;
+        let forged = proto::Fragment { fragment_len: 5, num_rows: 2, obs_shape: vec![1], action_dim: 1, dist_inputs_dim: 2, ..Default::default() };
+        tx.send(proto::RunnerMessage { kind: Some(proto::runner_message::Kind::Fragment(forged)) }).await?;
+        // The session ends; drain it.
+        while let Ok(Some(_)) = inbound.message().await {}
+        Ok(())
+    })?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while group.metrics().num_env_runner_failures == 0 && Instant::now() < deadline {
+        group.sample()?;
+    }
+    let state = &group.runner_states()[0];
+    assert!(
+        state.last_error.as_deref().is_some_and(|e| e.contains("malformed") && e.contains("no observations")),
+        "{state:?}"
+    );
+    // The group relaunched the slot; a good runner takes it.
+    let good = spawn_runner(client(&server, TOKEN)?, 1);
+    let fragments = sample_until(&mut group, Duration::from_secs(10), |f| !f.is_empty())?;
+    assert!(fragments.iter().all(|f| f.runner_id == 1));
+    assert_eq!(group.metrics().num_env_runner_restarts, 1);
+    server.finish("done");
+    good.join().map_err(|_| "panicked")??;
+    Ok(())
+}
+
+#[test]
+fn a_runner_that_vanishes_or_goes_silent_fails_and_a_new_one_takes_its_slot() -> TestResult {
+    let server = server(Duration::from_millis(500))?;
+    let mut group = group(&server, 1)?;
+    let addr = server.local_addr().to_string();
+    let rt = tokio::runtime::Runtime::new()?;
+    // Silent: welcomed and ready, then nothing at all (no heartbeats).
+    let silent = rt.block_on(async {
+        let (tx, mut inbound) = raw_session(addr.clone(), TOKEN.into()).await?;
+        inbound.message().await?;
+        tx.send(ready()).await?;
+        Ok::<_, Box<dyn std::error::Error>>((tx, inbound))
+    })?;
+    let started = Instant::now();
+    while group.metrics().num_env_runner_failures == 0 {
+        assert!(started.elapsed() < Duration::from_secs(5), "a silent runner was never failed");
+        group.sample()?;
+    }
+    let reason = group.runner_states()[0].last_error.clone().unwrap_or_default();
+    assert!(reason.contains("sent nothing for"), "{reason}");
+    drop(silent);
+    // Vanishes: ready, then the connection drops.
+    rt.block_on(async {
+        let (tx, mut inbound) = raw_session(addr.clone(), TOKEN.into()).await?;
+        inbound.message().await?;
+        tx.send(ready()).await?;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        Ok::<_, Box<dyn std::error::Error>>(())
+    })?;
+    while group.metrics().num_env_runner_failures < 2 {
+        assert!(started.elapsed() < Duration::from_secs(10), "a vanished runner was never failed");
+        group.sample()?;
+    }
+    let good = spawn_runner(client(&server, TOKEN)?, 1);
+    let fragments = sample_until(&mut group, Duration::from_secs(10), |f| !f.is_empty())?;
+    assert_eq!(group.runner_states()[0].num_restarts, 2);
+    assert!(fragments.iter().all(|f| f.batch.weights_version == vec![1, 1]), "the new runner got the current weights");
+    server.finish("done");
+    good.join().map_err(|_| "panicked")??;
+    Ok(())
+}
+
+#[test]
+fn runners_wait_for_a_restarted_driver_and_give_up_when_none_comes() -> TestResult {
+    let first = server(Duration::from_secs(10))?;
+    let addr = first.local_addr();
+    let mut group1 = group(&first, 1)?;
+    let runner = spawn_runner(client(&first, TOKEN)?, 1);
+    sample_until(&mut group1, Duration::from_secs(10), |f| !f.is_empty())?;
+    // The driver goes away without finishing the run (as when it is killed) ...
+    drop(group1);
+    drop(first);
+    // ... and comes back on the same address: the same runner serves it.
+    let mut settings = ServerSettings::new(addr.to_string(), Token::new(TOKEN)?);
+    settings.heartbeat_interval = Duration::from_millis(100);
+    let second = Arc::new(RunnerServer::bind(settings)?);
+    let mut group2 = group(&second, 1)?;
+    sample_until(&mut group2, Duration::from_secs(10), |f| !f.is_empty())?;
+    assert!(!runner.is_finished());
+    // Gone for good: the runner gives up after its reconnect timeout (3 s).
+    drop(group2);
+    drop(second);
+    let gone = Instant::now();
+    match runner.join().map_err(|_| "panicked")? {
+        Err(RemoteError::DriverLost { .. }) => {}
+        other => panic!("expected the driver to be lost: {other:?}"),
+    }
+    assert!(gone.elapsed() < Duration::from_secs(10), "gave up after {:?}", gone.elapsed());
+    Ok(())
+}
