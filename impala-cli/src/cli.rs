@@ -12,12 +12,12 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use impala::checkpoint::{find_checkpoint, read_checkpoint};
 use impala::config::{ImpalaConfig, ValidatedConfig};
-use impala::run::{
-    BestCheckpoint, CheckpointPolicy, Opened, RunDir, RunEvent, RunOptions, RunTarget, ScoreOrder,
-};
 use impala::remote::{
     read_pem, serve_env_runner, ClientSettings, ClientTls, RunnerServer, ServerSettings, ServerTls,
     Token,
+};
+use impala::run::{
+    BestCheckpoint, CheckpointPolicy, Opened, RunDir, RunEvent, RunOptions, RunTarget, ScoreOrder,
 };
 use impala::{peak_rss_mib, Impala, ImpalaError, StopCriteria};
 
@@ -201,8 +201,8 @@ fn runner_server(
 ) -> anyhow::Result<Arc<RunnerServer>> {
     let token_file = args.token_file.as_deref().context("--listen needs --token-file")?;
     let mut settings = ServerSettings::new(listen, Token::from_file(token_file)?);
-    settings.stall_timeout = Duration::try_from_secs_f64(config.sample_timeout_s)
-        .unwrap_or(Duration::MAX);
+    settings.stall_timeout =
+        Duration::try_from_secs_f64(config.sample_timeout_s).unwrap_or(Duration::MAX);
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         settings.tls = Some(ServerTls {
             cert_pem: read_pem("TLS certificate", cert)?,
@@ -219,8 +219,10 @@ fn env_runner(args: &EnvRunnerArgs) -> anyhow::Result<ExitCode> {
     settings.expect_env = args.expect_env.clone();
     settings.reconnect_timeout = Duration::from_secs_f64(args.reconnect_timeout_s);
     if let Some(ca) = &args.tls_ca {
-        settings.tls =
-            Some(ClientTls { ca_pem: read_pem("TLS CA certificate", ca)?, domain: args.tls_domain.clone() });
+        settings.tls = Some(ClientTls {
+            ca_pem: read_pem("TLS CA certificate", ca)?,
+            domain: args.tls_domain.clone(),
+        });
     }
     let reason = serve_env_runner(&settings)?;
     println!("the driver's run is over ({reason}); exiting");
@@ -539,7 +541,8 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     if args.profile {
         impala::profile::enable();
     }
-    let server = args.listen.as_ref().map(|listen| runner_server(args, listen, &config)).transpose()?;
+    let server =
+        args.listen.as_ref().map(|listen| runner_server(args, listen, &config)).transpose()?;
     let mut builder = Impala::builder(config);
     if let Some(server) = &server {
         builder = builder.remote_env_runners(Arc::clone(server));

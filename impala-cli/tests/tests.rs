@@ -5,5 +5,6 @@ mod bad_input;
 mod common;
 mod faults;
 mod python_envs;
+mod remote;
 mod runs;
 mod train;

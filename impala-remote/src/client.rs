@@ -15,7 +15,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
 use crate::codec::{fragment_to_proto, spec_difference, spec_from_proto, weights_from_proto};
-use crate::proto::{self, driver_message, env_runner_service_client::EnvRunnerServiceClient, runner_message};
+use crate::proto::{
+    self, driver_message, env_runner_service_client::EnvRunnerServiceClient, runner_message,
+};
 use crate::{RemoteError, Token, DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
 /// The CA certificate (PEM) a runner trusts the driver's TLS certificate by, and the name to
@@ -106,7 +108,10 @@ enum Fail {
 /// reason), the driver refuses this runner or its run cannot be served here (an error that
 /// retrying will not fix), or the driver stays unreachable for
 /// [`ClientSettings::reconnect_timeout`].
-pub fn run_env_runner(settings: &ClientSettings, build: BuildRunner) -> Result<String, RemoteError> {
+pub fn run_env_runner(
+    settings: &ClientSettings,
+    build: BuildRunner,
+) -> Result<String, RemoteError> {
     let endpoint = endpoint(settings)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
@@ -177,11 +182,18 @@ fn runner_msg(kind: runner_message::Kind) -> proto::RunnerMessage {
 }
 
 /// Sends a heartbeat every `every` until the session's channel closes.
-fn heartbeats(out: mpsc::Sender<proto::RunnerMessage>, every: Duration) -> tokio::task::JoinHandle<()> {
+fn heartbeats(
+    out: mpsc::Sender<proto::RunnerMessage>,
+    every: Duration,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(every).await;
-            if out.send(runner_msg(runner_message::Kind::Heartbeat(proto::Heartbeat {}))).await.is_err() {
+            if out
+                .send(runner_msg(runner_message::Kind::Heartbeat(proto::Heartbeat {})))
+                .await
+                .is_err()
+            {
                 return;
             }
         }
@@ -233,7 +245,8 @@ async fn session(
         .into_inner();
     let waiting = AbortOnDrop(heartbeats(out.clone(), Duration::from_secs(1)));
     let driver = settings.connect.clone();
-    let refused = |reason: String| Fail::Fatal(RemoteError::Refused { addr: driver.clone(), reason });
+    let refused =
+        |reason: String| Fail::Fatal(RemoteError::Refused { addr: driver.clone(), reason });
 
     let welcome = match next(&mut inbound).await? {
         driver_message::Kind::Welcome(w) => w,
@@ -258,7 +271,9 @@ async fn session(
 }
 
 /// The next message from the driver.
-async fn next(inbound: &mut tonic::Streaming<proto::DriverMessage>) -> Result<driver_message::Kind, Fail> {
+async fn next(
+    inbound: &mut tonic::Streaming<proto::DriverMessage>,
+) -> Result<driver_message::Kind, Fail> {
     match inbound.message().await {
         Ok(Some(proto::DriverMessage { kind: Some(kind) })) => Ok(kind),
         Ok(Some(_)) => Err(Fail::Retry("the driver sent an empty message".into())),
@@ -275,17 +290,25 @@ async fn serve_welcome(
     build: &BuildRunner,
 ) -> Result<End, Fail> {
     let driver = settings.connect.clone();
-    let rejected = |reason: String| Fail::Fatal(RemoteError::Rejected { addr: driver.clone(), reason });
+    let rejected =
+        |reason: String| Fail::Fatal(RemoteError::Rejected { addr: driver.clone(), reason });
     let spec = spec_from_proto(welcome.spec.as_ref()).map_err(|e| rejected(e.to_string()))?;
     let runner_id = usize::try_from(welcome.runner_id).map_err(|e| rejected(e.to_string()))?;
     let incarnation = welcome.incarnation;
     let weights = match next(inbound).await? {
-        driver_message::Kind::SetWeights(w) => weights_from_proto(w).map_err(|e| rejected(e.to_string()))?,
+        driver_message::Kind::SetWeights(w) => {
+            weights_from_proto(w).map_err(|e| rejected(e.to_string()))?
+        }
         driver_message::Kind::Stop(_) => return Ok(End::Stopped),
         driver_message::Kind::Shutdown(s) => return Ok(End::Shutdown(s.reason)),
-        _ => return Err(rejected("the driver broke the protocol (no weights after the welcome)".into())),
+        _ => {
+            return Err(rejected(
+                "the driver broke the protocol (no weights after the welcome)".into(),
+            ))
+        }
     };
-    let assignment = Assignment { runner_id, incarnation, spec: spec.clone(), session: welcome.session };
+    let assignment =
+        Assignment { runner_id, incarnation, spec: spec.clone(), session: welcome.session };
     let builder = Arc::clone(build);
     let built = tokio::task::spawn_blocking(move || builder(&assignment, Arc::new(weights)))
         .await
@@ -306,7 +329,8 @@ async fn serve_welcome(
         return Err(Fail::Retry("the driver closed the connection".into()));
     }
     tracing::info!(driver = %settings.connect, runner_id, incarnation, env = %spec.id, "serving as env runner");
-    let mut serving = Serving::start(runner, runner_id, incarnation, out.clone(), welcome.compress_observations);
+    let mut serving =
+        Serving::start(runner, runner_id, incarnation, out.clone(), welcome.compress_observations);
     let end = loop {
         tokio::select! {
             msg = next(inbound) => match msg {
@@ -359,29 +383,34 @@ impl Serving {
             let _ = done_tx.send(());
         });
         // Encodes replies off the sampling thread, so the next fragment is sampled meanwhile.
-        let send_thread = std::thread::Builder::new().name("env-runner-send".into()).spawn(move || {
-            for msg in reply_rx {
-                let kind = match msg.reply {
-                    RunnerReply::Fragment(f) => runner_message::Kind::Fragment(fragment_to_proto(&f, compress)),
-                    RunnerReply::WeightsApplied { latency } => {
-                        runner_message::Kind::WeightsApplied(proto::WeightsApplied {
-                            version: 0,
-                            latency_s: latency.as_secs_f64(),
-                        })
+        let send_thread =
+            std::thread::Builder::new().name("env-runner-send".into()).spawn(move || {
+                for msg in reply_rx {
+                    let kind = match msg.reply {
+                        RunnerReply::Fragment(f) => {
+                            runner_message::Kind::Fragment(fragment_to_proto(&f, compress))
+                        }
+                        RunnerReply::WeightsApplied { latency } => {
+                            runner_message::Kind::WeightsApplied(proto::WeightsApplied {
+                                version: 0,
+                                latency_s: latency.as_secs_f64(),
+                            })
+                        }
+                        RunnerReply::Failed(reason) => {
+                            tracing::warn!(%reason, "the env runner failed");
+                            runner_message::Kind::Failed(proto::Failed { reason })
+                        }
+                    };
+                    if out.blocking_send(runner_msg(kind)).is_err() {
+                        return;
                     }
-                    RunnerReply::Failed(reason) => {
-                        tracing::warn!(%reason, "the env runner failed");
-                        runner_message::Kind::Failed(proto::Failed { reason })
-                    }
-                };
-                if out.blocking_send(runner_msg(kind)).is_err() {
-                    return;
                 }
-            }
-        });
+            });
         let threads = [serve_thread, send_thread]
             .into_iter()
-            .filter_map(|t| t.map_err(|e| tracing::error!(error = %e, "cannot start a thread")).ok())
+            .filter_map(|t| {
+                t.map_err(|e| tracing::error!(error = %e, "cannot start a thread")).ok()
+            })
             .collect();
         Serving { requests: Some(requests), done, threads }
     }

@@ -53,7 +53,8 @@ pub(crate) fn space_to_proto(space: &Space) -> proto::Space {
 
 fn space_from_proto(space: Option<&proto::Space>, what: &str) -> Result<Space, RemoteError> {
     use proto::space::Kind;
-    let kind = space.and_then(|s| s.kind.as_ref()).ok_or_else(|| malformed(format!("no {what}")))?;
+    let kind =
+        space.and_then(|s| s.kind.as_ref()).ok_or_else(|| malformed(format!("no {what}")))?;
     Ok(match kind {
         Kind::Discrete(n) => Space::Discrete(to_usize(*n, what)?),
         Kind::MultiDiscrete(m) => Space::MultiDiscrete(to_usizes(&m.nvec, what)?),
@@ -90,7 +91,10 @@ pub(crate) fn spec_from_proto(spec: Option<&proto::EnvSpec>) -> Result<EnvSpec, 
 /// Why two specs differ, in words; `None` when they agree.
 pub(crate) fn spec_difference(driver: &EnvSpec, runner: &EnvSpec) -> Option<String> {
     if driver.id != runner.id {
-        return Some(format!("the driver trains `{}`, the runner built `{}`", driver.id, runner.id));
+        return Some(format!(
+            "the driver trains `{}`, the runner built `{}`",
+            driver.id, runner.id
+        ));
     }
     if driver.observation_space != runner.observation_space {
         return Some(format!(
@@ -163,9 +167,11 @@ fn observations_to_proto(obs: &Observations, compress: bool) -> proto::Observati
             lz4: true,
             len: bytes.len() as u64,
         }),
-        Observations::Bytes(bytes) => {
-            Kind::Bytes(proto::ByteValues { data: bytes.clone(), lz4: false, len: bytes.len() as u64 })
-        }
+        Observations::Bytes(bytes) => Kind::Bytes(proto::ByteValues {
+            data: bytes.clone(),
+            lz4: false,
+            len: bytes.len() as u64,
+        }),
     };
     proto::Observations { kind: Some(kind) }
 }
@@ -417,7 +423,8 @@ mod tests {
     fn forged_fragments_are_rejected_with_the_reason() {
         let s = spec(Space::Bytes { shape: vec![2, 2, 1] });
         let good = fragment_to_proto(&image_fragment(), true);
-        let cases: Vec<(&str, Box<dyn Fn(&mut proto::Fragment)>)> = vec![
+        type Forge = Box<dyn Fn(&mut proto::Fragment)>;
+        let cases: Vec<(&str, Forge)> = vec![
             ("observation shape", Box::new(|f| f.obs_shape = vec![4, 4, 1])),
             ("action_dim", Box::new(|f| f.action_dim = 2)),
             ("rewards hold non-finite", Box::new(|f| f.rewards[0] = f32::NAN)),
@@ -425,20 +432,26 @@ mod tests {
             ("flags are 0 or 1", Box::new(|f| f.terminateds[0] = 7)),
             ("newer than any the driver sent", Box::new(|f| f.weights_version[0] = 6)),
             ("shape mismatch", Box::new(|f| f.rewards.pop().map_or((), drop))),
-            ("bytes announced", Box::new(|f| {
-                if let Some(proto::observations::Kind::Bytes(b)) =
-                    f.obs.as_mut().and_then(|o| o.kind.as_mut())
-                {
-                    b.len = 1 << 40;
-                }
-            })),
-            ("bad LZ4", Box::new(|f| {
-                if let Some(proto::observations::Kind::Bytes(b)) =
-                    f.obs.as_mut().and_then(|o| o.kind.as_mut())
-                {
-                    b.data = vec![0xff; 5];
-                }
-            })),
+            (
+                "bytes announced",
+                Box::new(|f| {
+                    if let Some(proto::observations::Kind::Bytes(b)) =
+                        f.obs.as_mut().and_then(|o| o.kind.as_mut())
+                    {
+                        b.len = 1 << 40;
+                    }
+                }),
+            ),
+            (
+                "bad LZ4",
+                Box::new(|f| {
+                    if let Some(proto::observations::Kind::Bytes(b)) =
+                        f.obs.as_mut().and_then(|o| o.kind.as_mut())
+                    {
+                        b.data = vec![0xff; 5];
+                    }
+                }),
+            ),
         ];
         for (expected, forge) in cases {
             let mut f = good.clone();
@@ -455,7 +468,8 @@ mod tests {
     #[test]
     fn float_observations_must_be_finite_and_of_the_right_kind() {
         let s = spec(Space::Bytes { shape: vec![2] });
-        let f = fragment(Observations::F32(vec![0.0; 12]), Observations::F32(vec![0.0; 6]), vec![2]);
+        let f =
+            fragment(Observations::F32(vec![0.0; 12]), Observations::F32(vec![0.0; 6]), vec![2]);
         let err = fragment_from_proto(fragment_to_proto(&f, false), 1, &s, Some(5));
         assert!(matches!(err, Err(RemoteError::Malformed(r)) if r.contains("observation space")));
         let s = spec(Space::continuous(vec![-1.0; 2], vec![1.0; 2]).expect("space"));
@@ -481,7 +495,10 @@ mod tests {
         assert!(spec_difference(&s, &other).is_some_and(|d| d.contains("action spaces differ")));
         assert_eq!(spec_difference(&s, &s), None);
 
-        let w = Weights::new(3, vec![NamedTensor { name: "a".into(), shape: vec![2], data: vec![1.0, 2.0] }]);
+        let w = Weights::new(
+            3,
+            vec![NamedTensor { name: "a".into(), shape: vec![2], data: vec![1.0, 2.0] }],
+        );
         assert_eq!(weights_from_proto(weights_to_proto(&w))?, w);
         let mut bad = weights_to_proto(&w);
         bad.tensors[0].data[1] = f32::NAN;

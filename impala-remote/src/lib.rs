@@ -27,7 +27,6 @@ mod server;
 
 use std::path::Path;
 
-
 pub use client::{run_env_runner, Assignment, BuildRunner, ClientSettings, ClientTls};
 pub use error::RemoteError;
 pub use server::{RemoteLauncher, RunSession, RunnerServer, ServerSettings, ServerTls};
@@ -110,4 +109,3 @@ pub fn read_pem(what: &'static str, path: &Path) -> Result<Vec<u8>, RemoteError>
         reason: e.to_string(),
     })
 }
-

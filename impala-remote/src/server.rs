@@ -18,8 +18,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::codec::{fragment_from_proto, spec_to_proto, weights_to_proto};
-use crate::proto::{self, driver_message, runner_message};
 use crate::proto::env_runner_service_server::{EnvRunnerService, EnvRunnerServiceServer};
+use crate::proto::{self, driver_message, runner_message};
 use crate::{RemoteError, Token, DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
 
 /// A certificate chain and private key (PEM) the driver serves TLS with.
@@ -214,8 +214,8 @@ impl RunnerServer {
         let service = EnvRunnerServiceServer::new(Service { shared: Arc::clone(&shared) })
             .max_decoding_message_size(limit)
             .max_encoding_message_size(limit);
-        let incoming = tonic::transport::server::TcpIncoming::from(listener)
-            .with_nodelay(Some(true));
+        let incoming =
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         let mut stop = shared.shutdown.subscribe();
         let router = builder.add_service(service);
         runtime.spawn(async move {
@@ -251,7 +251,11 @@ impl RunnerServer {
 
     /// Waits until `expected` slots hold ready runners, or `timeout` passes; returns how many
     /// do. Errors (with how to start runners) when none came.
-    pub fn wait_for_runners(&self, expected: usize, timeout: Duration) -> Result<usize, RemoteError> {
+    pub fn wait_for_runners(
+        &self,
+        expected: usize,
+        timeout: Duration,
+    ) -> Result<usize, RemoteError> {
         let deadline = Instant::now() + timeout;
         let mut state = self.shared.lock();
         loop {
@@ -720,7 +724,8 @@ impl Session {
                 }
             }
         }
-        if samples > 0 && !self.send(driver_message::Kind::Sample(proto::Sample { count: samples })).await
+        if samples > 0
+            && !self.send(driver_message::Kind::Sample(proto::Sample { count: samples })).await
         {
             return Err(self.lost(runner_id, incarnation, ready, "connection lost".into()));
         }
@@ -754,9 +759,11 @@ impl Session {
             Kind::Ready(_) if !*ready => {
                 *ready = true;
                 let mut state = self.shared.lock();
-                if let Some(slot) = state.slots.iter_mut().find(|s| {
-                    s.runner_id == runner_id && s.incarnation == incarnation
-                }) {
+                if let Some(slot) = state
+                    .slots
+                    .iter_mut()
+                    .find(|s| s.runner_id == runner_id && s.incarnation == incarnation)
+                {
                     slot.holder = Holder::Held { id: self.id, ready: true };
                     // Samples queued while the runner was building can go now.
                     slot.wake.notify_one();

@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 use impala_core::{CoreError, Env, EnvSpec, Policy, Space, StepOutcome, Weights};
 use impala_remote::proto::{self, env_runner_service_client::EnvRunnerServiceClient};
 use impala_remote::{
-    run_env_runner, Assignment, BuildRunner, ClientSettings, RemoteError, RunSession,
-    RunnerServer, ServerSettings, Token, PROTOCOL_VERSION,
+    run_env_runner, Assignment, BuildRunner, ClientSettings, RemoteError, RunSession, RunnerServer,
+    ServerSettings, Token, PROTOCOL_VERSION,
 };
 use impala_sampler::{
     EnvFactory, EnvRunner, EnvRunnerGroup, EnvRunnerGroupSettings, EnvRunnerSettings, Fragment,
@@ -62,9 +62,11 @@ fn builder(width: usize) -> BuildRunner {
             let spec = spec.clone();
             Arc::new(move |_| Ok(Box::new(Walk { spec: spec.clone(), t: 0 }) as Box<dyn Env>))
         };
-        let mut settings = EnvRunnerSettings::default();
-        settings.num_envs = NonZeroUsize::new(2).ok_or("zero")?;
-        settings.rollout_fragment_length = NonZeroUsize::new(5).ok_or("zero")?;
+        let settings = EnvRunnerSettings {
+            num_envs: NonZeroUsize::new(2).ok_or("zero")?,
+            rollout_fragment_length: NonZeroUsize::new(5).ok_or("zero")?,
+            ..EnvRunnerSettings::default()
+        };
         EnvRunner::build(&settings, a.runner_id, a.incarnation, &envs, |_| {
             let mut policy = RandomPolicy::new(&spec, a.runner_id as u64);
             policy.set_weights(&weights)?;
@@ -82,14 +84,19 @@ fn server(stall: Duration) -> Result<Arc<RunnerServer>, RemoteError> {
     Ok(Arc::new(RunnerServer::bind(settings)?))
 }
 
-fn group(server: &RunnerServer, runners: usize) -> Result<EnvRunnerGroup, Box<dyn std::error::Error>> {
+fn group(
+    server: &RunnerServer,
+    runners: usize,
+) -> Result<EnvRunnerGroup, Box<dyn std::error::Error>> {
     let settings = EnvRunnerGroupSettings {
         num_env_runners: runners,
         sample_timeout: Some(Duration::from_millis(50)),
         ..EnvRunnerGroupSettings::default()
     };
-    let session = RunSession { spec: walk_spec(1), session: b"{}".to_vec(), compress_observations: false };
-    let mut group = EnvRunnerGroup::with_launcher(&settings, Box::new(server.launcher(session)), walk_spec(1))?;
+    let session =
+        RunSession { spec: walk_spec(1), session: b"{}".to_vec(), compress_observations: false };
+    let mut group =
+        EnvRunnerGroup::with_launcher(&settings, Box::new(server.launcher(session)), walk_spec(1))?;
     let ids: Vec<usize> = (1..=runners).collect();
     group.sync_weights(Arc::new(Weights::new(1, vec![])), &ids);
     Ok(group)
@@ -115,7 +122,9 @@ fn sample_until(
     let mut all = Vec::new();
     while !done(&all) {
         if Instant::now() > deadline {
-            return Err(format!("gave up after {} fragments: {:?}", all.len(), group.metrics()).into());
+            return Err(
+                format!("gave up after {} fragments: {:?}", all.len(), group.metrics()).into()
+            );
         }
         all.extend(group.sample()?);
     }
@@ -126,7 +135,9 @@ fn sample_until(
 fn remote_runners_sample_for_the_group_and_act_with_the_broadcast_weights() -> TestResult {
     let server = server(Duration::from_secs(10))?;
     let mut group = group(&server, 2)?;
-    let runners: Vec<_> = (0..2).map(|_| client(&server, TOKEN).map(|c| spawn_runner(c, 1))).collect::<Result<_, _>>()?;
+    let runners: Vec<_> = (0..2)
+        .map(|_| client(&server, TOKEN).map(|c| spawn_runner(c, 1)))
+        .collect::<Result<_, _>>()?;
     assert_eq!(server.wait_for_runners(2, Duration::from_secs(10))?, 2);
     let first = sample_until(&mut group, Duration::from_secs(10), |f| {
         [1, 2].iter().all(|id| f.iter().any(|x| x.runner_id == *id))
@@ -135,11 +146,16 @@ fn remote_runners_sample_for_the_group_and_act_with_the_broadcast_weights() -> T
     assert!(first.iter().all(|f| f.batch.env_steps() == 10 && f.batch.obs.len() == 10));
     group.sync_weights(Arc::new(Weights::new(2, vec![])), &[1, 2]);
     sample_until(&mut group, Duration::from_secs(10), |f| {
-        [1, 2].iter().all(|id| f.iter().any(|x| x.runner_id == *id && x.batch.weights_version[0] == 2))
+        [1, 2]
+            .iter()
+            .all(|id| f.iter().any(|x| x.runner_id == *id && x.batch.weights_version[0] == 2))
     })?;
     let metrics = group.metrics();
     assert_eq!(metrics.num_healthy_env_runners, 2);
-    assert_eq!(metrics.num_weight_syncs_applied, 2, "version 2 applied once per runner: {metrics:?}");
+    assert_eq!(
+        metrics.num_weight_syncs_applied, 2,
+        "version 2 applied once per runner: {metrics:?}"
+    );
     server.finish("the test is over");
     for runner in runners {
         assert_eq!(runner.join().map_err(|_| "runner panicked")??, "the test is over");
@@ -153,14 +169,19 @@ fn a_wrong_token_or_another_env_is_refused_and_the_runner_gives_up() -> TestResu
     let _group = group(&server, 1)?;
     let wrong = spawn_runner(client(&server, "guessed")?, 1).join().map_err(|_| "panicked")?;
     match wrong {
-        Err(RemoteError::Refused { reason, .. }) => assert!(reason.contains("wrong token"), "{reason}"),
+        Err(RemoteError::Refused { reason, .. }) => {
+            assert!(reason.contains("wrong token"), "{reason}")
+        }
         other => panic!("a wrong token was not refused: {other:?}"),
     }
     let mut settings = client(&server, TOKEN)?;
     settings.expect_env = Some("Pong-v5".into());
     match spawn_runner(settings, 1).join().map_err(|_| "panicked")? {
         Err(RemoteError::Refused { reason, .. }) => {
-            assert!(reason.contains("expects env `Pong-v5`") && reason.contains("Walk-v0"), "{reason}")
+            assert!(
+                reason.contains("expects env `Pong-v5`") && reason.contains("Walk-v0"),
+                "{reason}"
+            )
         }
         other => panic!("a runner expecting another env was not refused: {other:?}"),
     }
@@ -198,7 +219,8 @@ async fn raw_session(
     let (tx, rx) = tokio::sync::mpsc::channel(4);
     let hello = proto::Hello { protocol_version: PROTOCOL_VERSION, token, ..Default::default() };
     tx.send(proto::RunnerMessage { kind: Some(proto::runner_message::Kind::Hello(hello)) }).await?;
-    let inbound = client.session(tokio_stream::wrappers::ReceiverStream::new(rx)).await?.into_inner();
+    let inbound =
+        client.session(tokio_stream::wrappers::ReceiverStream::new(rx)).await?.into_inner();
     Ok((tx, inbound))
 }
 
@@ -231,8 +253,16 @@ fn garbage_oversized_and_forged_messages_are_refused_and_the_driver_keeps_servin
         let welcome = inbound.message().await?.ok_or("no welcome")?;
         assert!(matches!(welcome.kind, Some(proto::driver_message::Kind::Welcome(_))));
         tx.send(ready()).await?;
-        let forged = proto::Fragment { fragment_len: 5, num_rows: 2, obs_shape: vec![1], action_dim: 1, dist_inputs_dim: 2, ..Default::default() };
-        tx.send(proto::RunnerMessage { kind: Some(proto::runner_message::Kind::Fragment(forged)) }).await?;
+        let forged = proto::Fragment {
+            fragment_len: 5,
+            num_rows: 2,
+            obs_shape: vec![1],
+            action_dim: 1,
+            dist_inputs_dim: 2,
+            ..Default::default()
+        };
+        tx.send(proto::RunnerMessage { kind: Some(proto::runner_message::Kind::Fragment(forged)) })
+            .await?;
         // The session ends; drain it.
         while let Ok(Some(_)) = inbound.message().await {}
         Ok(())
@@ -243,7 +273,10 @@ fn garbage_oversized_and_forged_messages_are_refused_and_the_driver_keeps_servin
     }
     let state = &group.runner_states()[0];
     assert!(
-        state.last_error.as_deref().is_some_and(|e| e.contains("malformed") && e.contains("no observations")),
+        state
+            .last_error
+            .as_deref()
+            .is_some_and(|e| e.contains("malformed") && e.contains("no observations")),
         "{state:?}"
     );
     // The group relaunched the slot; a good runner takes it.
@@ -292,7 +325,10 @@ fn a_runner_that_vanishes_or_goes_silent_fails_and_a_new_one_takes_its_slot() ->
     let good = spawn_runner(client(&server, TOKEN)?, 1);
     let fragments = sample_until(&mut group, Duration::from_secs(10), |f| !f.is_empty())?;
     assert_eq!(group.runner_states()[0].num_restarts, 2);
-    assert!(fragments.iter().all(|f| f.batch.weights_version == vec![1, 1]), "the new runner got the current weights");
+    assert!(
+        fragments.iter().all(|f| f.batch.weights_version == vec![1, 1]),
+        "the new runner got the current weights"
+    );
     server.finish("done");
     good.join().map_err(|_| "panicked")??;
     Ok(())

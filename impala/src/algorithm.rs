@@ -223,8 +223,12 @@ impl Impala {
             settings.runner.seed = streams.env_seed;
             self.runners = Some(match &self.remote {
                 Some(server) => {
-                    let session =
-                        crate::remote::run_session(&self.config, &self.spec, streams, self.base_seed)?;
+                    let session = crate::remote::run_session(
+                        &self.config,
+                        &self.spec,
+                        streams,
+                        self.base_seed,
+                    )?;
                     let launcher = Box::new(server.launcher(session));
                     let mut group =
                         EnvRunnerGroup::with_launcher(&settings, launcher, self.spec.clone())?;

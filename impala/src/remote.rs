@@ -91,12 +91,9 @@ pub(crate) fn check_local_config(config: &ValidatedConfig) -> Result<()> {
 /// acting with `weights`, its env and action streams those of the assigned runner and
 /// incarnation.
 fn build_runner(assignment: &Assignment, weights: Arc<Weights>) -> Result<EnvRunner> {
-    let data: SessionData =
-        serde_json::from_slice(&assignment.session).map_err(|source| ImpalaError::Json {
-            action: "read",
-            path: "(remote session)".into(),
-            source,
-        })?;
+    let data: SessionData = serde_json::from_slice(&assignment.session).map_err(|source| {
+        ImpalaError::Json { action: "read", path: "(remote session)".into(), source }
+    })?;
     let config = data.config.validate()?;
     let envs = run_envs(&config, None)?;
     let mut settings = EnvRunnerSettings::from_config(&config);

@@ -1,0 +1,275 @@
+//! Remote env runners as separate processes over loopback: `impala train --listen` and
+//! `impala env-runner --connect`.
+
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{impala, TestResult};
+use crate::runs::signal;
+
+const TOKEN: &str = "5f0c1e7a-test-token";
+
+/// A free loopback port (bound and released; the driver takes it a moment later).
+fn free_port() -> Result<u16, std::io::Error> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+fn token_file(dir: &Path, token: &str) -> Result<PathBuf, std::io::Error> {
+    let path = dir.join(format!("token-{}", token.len()));
+    std::fs::write(&path, format!("{token}\n"))?;
+    Ok(path)
+}
+
+/// Starts `impala args...` in `dir`, stdout and stderr into `dir/NAME.out` / `NAME.err`.
+fn start(dir: &Path, name: &str, args: &[&str]) -> Result<Child, std::io::Error> {
+    Command::new(env!("CARGO_BIN_EXE_impala"))
+        .current_dir(dir)
+        .args(args)
+        .stdout(Stdio::from(File::create(dir.join(format!("{name}.out")))?))
+        .stderr(Stdio::from(File::create(dir.join(format!("{name}.err")))?))
+        .spawn()
+}
+
+fn output(dir: &Path, name: &str) -> String {
+    let read = |ext| std::fs::read_to_string(dir.join(format!("{name}.{ext}"))).unwrap_or_default();
+    format!("{}{}", read("out"), read("err"))
+}
+
+fn runner(dir: &Path, name: &str, port: u16, extra: &[&str]) -> Result<Child, std::io::Error> {
+    let connect = format!("127.0.0.1:{port}");
+    let token = token_file(dir, TOKEN)?;
+    let token = token.to_string_lossy().into_owned();
+    let mut args = vec!["env-runner", "--connect", &connect, "--token-file", &token];
+    args.extend_from_slice(extra);
+    start(dir, name, &args)
+}
+
+fn driver(dir: &Path, port: u16, extra: &[&str]) -> Result<Child, std::io::Error> {
+    let listen = format!("127.0.0.1:{port}");
+    let token = token_file(dir, TOKEN)?.to_string_lossy().into_owned();
+    let mut args = vec!["train", "--listen", &listen, "--token-file", &token, "--run-dir", "run"];
+    args.extend_from_slice(extra);
+    start(dir, "driver", &args)
+}
+
+/// Waits for `child` to exit within `within`, killing it otherwise.
+fn wait(child: &mut Child, within: Duration) -> Result<std::process::ExitStatus, String> {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            return Ok(status);
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err(format!("still running after {within:?}"));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The complete lines of `run/result.json` so far (none before it exists).
+fn result_lines(run: &Path) -> Result<Vec<serde_json::Value>, std::io::Error> {
+    let text = std::fs::read_to_string(run.join("result.json")).unwrap_or_default();
+    Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
+}
+
+/// Waits until result.json of `run` holds at least `n` lines.
+fn wait_for_iterations(dir: &Path, n: usize, within: Duration) -> TestResult {
+    let deadline = Instant::now() + within;
+    while result_lines(&dir.join("run"))?.len() < n {
+        if Instant::now() > deadline {
+            return Err(format!(
+                "fewer than {n} iterations after {within:?}: {}",
+                output(dir, "driver")
+            )
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+fn last_result(dir: &Path) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let lines = result_lines(&dir.join("run"))?;
+    Ok(lines.last().cloned().ok_or("no results")?)
+}
+
+#[test]
+fn two_runner_processes_train_cartpole_to_450_and_exit_when_the_run_is_over() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let mut d = driver(
+        dir.path(),
+        port,
+        &[
+            "--set",
+            "num_env_runners=2",
+            "--stop-reward",
+            "450",
+            "--stop-time",
+            "120",
+            "--seed",
+            "0",
+        ],
+    )?;
+    let mut runners = [runner(dir.path(), "r1", port, &[])?, runner(dir.path(), "r2", port, &[])?];
+    let status = wait(&mut d, Duration::from_secs(180))?;
+    let out = output(dir.path(), "driver");
+    assert!(status.success(), "{out}");
+    assert!(out.contains("episode_return_mean") && out.contains(">= 450"), "{out}");
+    let last = last_result(dir.path())?;
+    assert_eq!(last["env_runners"]["num_healthy_env_runners"].as_f64(), Some(2.0), "{last}");
+    for (i, r) in runners.iter_mut().enumerate() {
+        let status = wait(r, Duration::from_secs(10))?;
+        let log = output(dir.path(), &format!("r{}", i + 1));
+        assert!(status.success() && log.contains("run is over"), "{log}");
+        assert!(!log.contains(TOKEN), "the token leaked: {log}");
+    }
+    assert!(!out.contains(TOKEN), "the token leaked: {out}");
+    Ok(())
+}
+
+#[test]
+fn a_runner_killed_mid_run_is_replaced_by_a_new_process_and_training_goes_on() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let mut d = driver(
+        dir.path(),
+        port,
+        &[
+            "--set",
+            "num_env_runners=2",
+            "--stop-reward",
+            "450",
+            "--stop-time",
+            "120",
+            "--seed",
+            "1",
+        ],
+    )?;
+    let mut first = runner(dir.path(), "r1", port, &[])?;
+    let mut second = runner(dir.path(), "r2", port, &[])?;
+    wait_for_iterations(dir.path(), 2, Duration::from_secs(60))?;
+    signal(&first, "KILL")?;
+    wait(&mut first, Duration::from_secs(5))?;
+    let mut third = runner(dir.path(), "r3", port, &[])?;
+    let status = wait(&mut d, Duration::from_secs(180))?;
+    let out = output(dir.path(), "driver");
+    assert!(status.success() && out.contains(">= 450"), "{out}");
+    let last = last_result(dir.path())?;
+    assert!(crate::common::runner_count(&last, "num_env_runner_restarts")? >= 1.0, "{last}");
+    assert_eq!(last["env_runners"]["num_healthy_env_runners"].as_f64(), Some(2.0), "{last}");
+    let new = output(dir.path(), "r3");
+    assert!(new.contains("incarnation=1"), "the new process never took the slot: {new}");
+    for r in [&mut second, &mut third] {
+        assert!(wait(r, Duration::from_secs(10))?.success());
+    }
+    Ok(())
+}
+
+#[test]
+fn a_wrong_token_and_a_mismatched_env_are_refused_with_a_message_on_both_sides() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let mut d = driver(dir.path(), port, &["--stop-iters", "2"])?;
+    let connect = format!("127.0.0.1:{port}");
+    let wrong = token_file(dir.path(), "a-guess")?;
+    let wrong = wrong.to_string_lossy();
+    let run = impala(dir.path(), &["env-runner", "--connect", &connect, "--token-file", &wrong])?;
+    run.assert_one_line_error(&["refused this env runner", "wrong token"]);
+    let mut other = runner(dir.path(), "other", port, &["--expect-env", "Pendulum-v1"])?;
+    assert!(!wait(&mut other, Duration::from_secs(20))?.success());
+    let log = output(dir.path(), "other");
+    assert!(log.contains("expects env `Pendulum-v1`") && log.contains("CartPole-v1"), "{log}");
+    let mut good = runner(dir.path(), "good", port, &[])?;
+    assert!(wait(&mut d, Duration::from_secs(60))?.success());
+    assert!(wait(&mut good, Duration::from_secs(10))?.success());
+    let out = output(dir.path(), "driver");
+    assert!(
+        out.contains("wrong token") && out.contains("expects env"),
+        "the driver says why: {out}"
+    );
+    assert!(!out.contains("a-guess") && !out.contains(TOKEN), "a token leaked: {out}");
+    Ok(())
+}
+
+#[test]
+fn runners_outlive_a_killed_driver_and_serve_it_again_when_it_resumes() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let mut d = driver(dir.path(), port, &["--stop-iters", "1000", "--checkpoint-every", "1"])?;
+    let mut r = runner(dir.path(), "r1", port, &["--reconnect-timeout-s", "30"])?;
+    wait_for_iterations(dir.path(), 3, Duration::from_secs(60))?;
+    signal(&d, "KILL")?;
+    wait(&mut d, Duration::from_secs(5))?;
+    let done = result_lines(&dir.path().join("run"))?.len();
+    // The same runner process takes the resumed run.
+    let listen = format!("127.0.0.1:{port}");
+    let token = token_file(dir.path(), TOKEN)?.to_string_lossy().into_owned();
+    let resumed = impala(
+        dir.path(),
+        &[
+            "train",
+            "--listen",
+            &listen,
+            "--token-file",
+            &token,
+            "--resume",
+            "run",
+            "--stop-iters",
+            &format!("{}", done + 2),
+        ],
+    )?;
+    assert!(resumed.success, "{}{}", resumed.stdout, resumed.stderr);
+    assert!(wait(&mut r, Duration::from_secs(10))?.success(), "{}", output(dir.path(), "r1"));
+    let log = output(dir.path(), "r1");
+    // Before the kill, and for the resumed run (the restore starts a new runner group).
+    assert!(log.matches("serving as env runner").count() >= 2, "{log}");
+    assert!(log.contains("lost the driver; reconnecting"), "{log}");
+    // And with no driver at all, a runner gives up after its reconnect timeout.
+    let started = Instant::now();
+    let run = impala(
+        dir.path(),
+        &["env-runner", "--connect", &listen, "--token-file", &token, "--reconnect-timeout-s", "1"],
+    )?;
+    run.assert_one_line_error(&["could not reconnect within 1 s"]);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    Ok(())
+}
+
+#[test]
+fn a_driver_that_no_runner_reaches_says_how_to_start_them() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let listen = format!("127.0.0.1:{port}");
+    let token = token_file(dir.path(), TOKEN)?.to_string_lossy().into_owned();
+    let args = [
+        "train",
+        "--listen",
+        &listen,
+        "--token-file",
+        &token,
+        "--set",
+        "env_runner_connect_timeout_s=0.5",
+    ];
+    let run = impala(dir.path(), &args)?;
+    run.assert_one_line_error(&["0 of 1 env runners connected", "impala env-runner --connect"]);
+    let run = impala(
+        dir.path(),
+        &[
+            "train",
+            "--listen",
+            &listen,
+            "--token-file",
+            &token,
+            "--set",
+            "normalize_observations=true",
+        ],
+    )?;
+    run.assert_one_line_error(&["normalize_observations", "remote env runners"]);
+    let run = impala(dir.path(), &["train", "--set", "compress_observations=true"])?;
+    run.assert_one_line_error(&["compress_observations", "--listen"]);
+    Ok(())
+}
