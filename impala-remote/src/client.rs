@@ -388,7 +388,7 @@ impl Serving {
                 for msg in reply_rx {
                     let kind = match msg.reply {
                         RunnerReply::Fragment(f) => {
-                            runner_message::Kind::Fragment(fragment_to_proto(&f, compress))
+                            runner_message::Kind::Fragment(fragment_to_proto(*f, compress))
                         }
                         RunnerReply::WeightsApplied { latency } => {
                             runner_message::Kind::WeightsApplied(proto::WeightsApplied {

@@ -158,20 +158,19 @@ pub(crate) fn weights_from_proto(weights: proto::SetWeights) -> Result<Weights, 
 
 // ---- fragments ----
 
-fn observations_to_proto(obs: &Observations, compress: bool) -> proto::Observations {
+fn observations_to_proto(obs: Observations, compress: bool) -> proto::Observations {
     use proto::observations::Kind;
     let kind = match obs {
-        Observations::F32(values) => Kind::F32(proto::FloatValues { values: values.clone() }),
+        Observations::F32(values) => Kind::F32(proto::FloatValues { values }),
         Observations::Bytes(bytes) if compress => Kind::Bytes(proto::ByteValues {
-            data: lz4_flex::block::compress(bytes),
+            data: lz4_flex::block::compress(&bytes),
             lz4: true,
             len: bytes.len() as u64,
         }),
-        Observations::Bytes(bytes) => Kind::Bytes(proto::ByteValues {
-            data: bytes.clone(),
-            lz4: false,
-            len: bytes.len() as u64,
-        }),
+        Observations::Bytes(bytes) => {
+            let len = bytes.len() as u64;
+            Kind::Bytes(proto::ByteValues { data: bytes, lz4: false, len })
+        }
     };
     proto::Observations { kind: Some(kind) }
 }
@@ -222,9 +221,10 @@ fn flags_from_bytes(bytes: &[u8], what: &str) -> Result<Vec<bool>, RemoteError> 
         .collect()
 }
 
-/// The wire form of a fragment; uint8 observations LZ4-compressed when `compress`.
-pub(crate) fn fragment_to_proto(fragment: &Fragment, compress: bool) -> proto::Fragment {
-    let b = &fragment.batch;
+/// The wire form of a fragment (moved, not copied); uint8 observations LZ4-compressed when
+/// `compress`.
+pub(crate) fn fragment_to_proto(fragment: Fragment, compress: bool) -> proto::Fragment {
+    let b = fragment.batch;
     proto::Fragment {
         fragment_len: b.fragment_len as u64,
         num_rows: b.num_rows as u64,
@@ -232,18 +232,18 @@ pub(crate) fn fragment_to_proto(fragment: &Fragment, compress: bool) -> proto::F
         action_dim: b.action_dim as u64,
         dist_inputs_dim: b.dist_inputs_dim as u64,
         state_dim: b.state_dim as u64,
-        obs: Some(observations_to_proto(&b.obs, compress)),
-        actions: b.actions.clone(),
-        rewards: b.rewards.clone(),
+        obs: Some(observations_to_proto(b.obs, compress)),
+        actions: b.actions,
+        rewards: b.rewards,
         terminateds: flags_to_bytes(&b.terminateds),
         truncateds: flags_to_bytes(&b.truncateds),
-        action_logp: b.action_logp.clone(),
-        action_dist_inputs: b.action_dist_inputs.clone(),
-        vf_preds: b.vf_preds.clone(),
-        truncation_values: b.truncation_values.clone(),
-        bootstrap_obs: Some(observations_to_proto(&b.bootstrap_obs, compress)),
-        state_in: b.state_in.clone(),
-        weights_version: b.weights_version.clone(),
+        action_logp: b.action_logp,
+        action_dist_inputs: b.action_dist_inputs,
+        vf_preds: b.vf_preds,
+        truncation_values: b.truncation_values,
+        bootstrap_obs: Some(observations_to_proto(b.bootstrap_obs, compress)),
+        state_in: b.state_in,
+        weights_version: b.weights_version,
         episodes: fragment
             .episodes
             .iter()
@@ -411,7 +411,7 @@ mod tests {
         let s = spec(Space::Bytes { shape: vec![2, 2, 1] });
         let f = image_fragment();
         for compress in [false, true] {
-            let back = fragment_from_proto(fragment_to_proto(&f, compress), 2, &s, Some(5))?;
+            let back = fragment_from_proto(fragment_to_proto(f.clone(), compress), 2, &s, Some(5))?;
             assert_eq!(back.batch, f.batch);
             assert_eq!(back.episodes, f.episodes);
             assert_eq!(back.runner_id, 2, "the driver names the runner, not the wire");
@@ -422,7 +422,7 @@ mod tests {
     #[test]
     fn forged_fragments_are_rejected_with_the_reason() {
         let s = spec(Space::Bytes { shape: vec![2, 2, 1] });
-        let good = fragment_to_proto(&image_fragment(), true);
+        let good = fragment_to_proto(image_fragment(), true);
         type Forge = Box<dyn Fn(&mut proto::Fragment)>;
         let cases: Vec<(&str, Forge)> = vec![
             ("observation shape", Box::new(|f| f.obs_shape = vec![4, 4, 1])),
@@ -470,13 +470,13 @@ mod tests {
         let s = spec(Space::Bytes { shape: vec![2] });
         let f =
             fragment(Observations::F32(vec![0.0; 12]), Observations::F32(vec![0.0; 6]), vec![2]);
-        let err = fragment_from_proto(fragment_to_proto(&f, false), 1, &s, Some(5));
+        let err = fragment_from_proto(fragment_to_proto(f, false), 1, &s, Some(5));
         assert!(matches!(err, Err(RemoteError::Malformed(r)) if r.contains("observation space")));
         let s = spec(Space::continuous(vec![-1.0; 2], vec![1.0; 2]).expect("space"));
         let mut obs = vec![0.0; 12];
         obs[3] = f32::INFINITY;
         let f = fragment(Observations::F32(obs), Observations::F32(vec![0.0; 6]), vec![2]);
-        let err = fragment_from_proto(fragment_to_proto(&f, false), 1, &s, Some(5));
+        let err = fragment_from_proto(fragment_to_proto(f, false), 1, &s, Some(5));
         assert!(matches!(err, Err(RemoteError::Malformed(r)) if r.contains("non-finite")));
     }
 

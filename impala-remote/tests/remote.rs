@@ -362,3 +362,43 @@ fn runners_wait_for_a_restarted_driver_and_give_up_when_none_comes() -> TestResu
     assert!(gone.elapsed() < Duration::from_secs(10), "gave up after {:?}", gone.elapsed());
     Ok(())
 }
+
+#[test]
+fn tls_runners_trust_the_drivers_certificate_and_refuse_another() -> TestResult {
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])?;
+    let (cert_pem, key_pem) = (cert.cert.pem(), cert.key_pair.serialize_pem());
+    let mut settings = ServerSettings::new("127.0.0.1:0", Token::new(TOKEN)?);
+    settings.tls = Some(impala_remote::ServerTls {
+        cert_pem: cert_pem.clone().into_bytes(),
+        key_pem: key_pem.into_bytes(),
+    });
+    let server = Arc::new(RunnerServer::bind(settings)?);
+    let mut group = group(&server, 1)?;
+    let tls = |ca: String| {
+        let mut c = ClientSettings::new(
+            format!("localhost:{}", server.local_addr().port()),
+            Token::new(TOKEN)?,
+        );
+        c.reconnect_timeout = Duration::from_secs(1);
+        c.tls = Some(impala_remote::ClientTls { ca_pem: ca.into_bytes(), domain: None });
+        Ok::<_, RemoteError>(c)
+    };
+    // A runner that trusts another CA cannot connect, and gives up.
+    let other = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])?;
+    match spawn_runner(tls(other.cert.pem())?, 1).join().map_err(|_| "panicked")? {
+        Err(RemoteError::DriverLost { last_error, .. }) => {
+            assert!(last_error.contains("connect"), "{last_error}")
+        }
+        other => panic!("an untrusted certificate was accepted: {other:?}"),
+    }
+    // Plain HTTP/2 to a TLS driver does not get in either.
+    let mut plain = client(&server, TOKEN)?;
+    plain.reconnect_timeout = Duration::from_secs(1);
+    assert!(spawn_runner(plain, 1).join().map_err(|_| "panicked")?.is_err());
+    assert_eq!(group.metrics().num_env_runner_failures, 0);
+    let good = spawn_runner(tls(cert_pem)?, 1);
+    sample_until(&mut group, Duration::from_secs(10), |f| !f.is_empty())?;
+    server.finish("done");
+    assert_eq!(good.join().map_err(|_| "panicked")??, "done");
+    Ok(())
+}
