@@ -18,7 +18,7 @@ use crate::codec::{fragment_to_proto, spec_difference, spec_from_proto, weights_
 use crate::proto::{
     self, driver_message, env_runner_service_client::EnvRunnerServiceClient, runner_message,
 };
-use crate::{RemoteError, Token, DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
+use crate::{RemoteError, Token, DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION, STREAM_WINDOW};
 
 /// The CA certificate (PEM) a runner trusts the driver's TLS certificate by, and the name to
 /// check it for (default: the host in `--connect`).
@@ -163,6 +163,8 @@ fn endpoint(settings: &ClientSettings) -> Result<Endpoint, RemoteError> {
         .map_err(|e| bad(&e.to_string()))?
         .connect_timeout(Duration::from_secs(5))
         .tcp_nodelay(true)
+        .initial_stream_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(2 * STREAM_WINDOW)
         .http2_keep_alive_interval(Duration::from_secs(10))
         .keep_alive_timeout(Duration::from_secs(20))
         .keep_alive_while_idle(true);

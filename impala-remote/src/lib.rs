@@ -45,6 +45,10 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// envs x 50 steps (11 MB uncompressed) or a large model's weights.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 << 20;
 
+/// HTTP/2 flow-control window of a session's stream (the connection's is twice that): room
+/// for a whole large fragment in flight.
+const STREAM_WINDOW: u32 = 16 << 20;
+
 /// The shared secret runners authenticate with. Its `Debug` form hides it, so it never
 /// reaches logs or results.
 #[derive(Clone, PartialEq, Eq)]

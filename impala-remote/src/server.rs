@@ -20,7 +20,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::codec::{fragment_from_proto, spec_to_proto, weights_to_proto};
 use crate::proto::env_runner_service_server::{EnvRunnerService, EnvRunnerServiceServer};
 use crate::proto::{self, driver_message, runner_message};
-use crate::{RemoteError, Token, DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION};
+use crate::{RemoteError, Token, DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION, STREAM_WINDOW};
 
 /// A certificate chain and private key (PEM) the driver serves TLS with.
 #[derive(Clone)]
@@ -201,7 +201,12 @@ impl RunnerServer {
             live_sessions: std::sync::atomic::AtomicUsize::new(0),
             shutdown,
         });
+        // Windows large enough for a whole Atari fragment, so a stream never waits on
+        // flow control (HTTP/2's default is 64 KiB).
         let mut builder = tonic::transport::Server::builder()
+            .initial_stream_window_size(Some(STREAM_WINDOW))
+            .initial_connection_window_size(Some(2 * STREAM_WINDOW))
+            .tcp_nodelay(true)
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
             .http2_keepalive_timeout(Some(Duration::from_secs(20)));
         if let Some(tls) = &shared.settings.tls {
@@ -458,6 +463,16 @@ struct Session {
     id: u64,
 }
 
+/// The weights a session sent its runner. At most one weights message is on its way at a time
+/// (the runner acts only with the newest before each fragment, so the ones in between would
+/// be sent for nothing); the newest version bounds the versions its fragments may carry.
+#[derive(Default)]
+struct WeightsSent {
+    last: Option<u64>,
+    newest: Option<u64>,
+    in_flight: bool,
+}
+
 /// How a session ended, for what happens to its slot.
 enum End {
     /// Nothing to report (refused, slot replaced, run over).
@@ -643,10 +658,10 @@ impl Session {
     ) -> Result<(), End> {
         let stall = self.shared.settings.stall_timeout;
         let mut ready = false;
-        let mut sent_version: Option<u64> = None;
+        let mut sent = WeightsSent::default();
         let mut heard = Instant::now();
         loop {
-            if !self.forward(runner_id, incarnation, ready, &mut sent_version).await? {
+            if !self.forward(runner_id, incarnation, ready, &mut sent).await? {
                 return Ok(());
             }
             tokio::select! {
@@ -660,7 +675,7 @@ impl Session {
                 msg = self.next(heard, stall) => {
                     let msg = msg.map_err(|reason| self.lost(runner_id, incarnation, ready, reason))?;
                     heard = Instant::now();
-                    self.receive(msg, runner_id, incarnation, &mut ready, sent_version)?;
+                    self.receive(msg, runner_id, incarnation, &mut ready, &mut sent)?;
                 }
             }
         }
@@ -690,15 +705,15 @@ impl Session {
         self.shared.slot_freed.notify_waiters();
     }
 
-    /// Sends what the group asked of the slot since the last call: newer weights at once,
-    /// samples once the runner is ready. `false` when the slot is gone (the runner was told
-    /// to stop).
+    /// Sends what the group asked of the slot since the last call: the newest weights unless
+    /// the runner has not taken the last ones yet, samples once the runner is ready. `false`
+    /// when the slot is gone (the runner was told to stop).
     async fn forward(
         &mut self,
         runner_id: usize,
         incarnation: u64,
         ready: bool,
-        sent_version: &mut Option<u64>,
+        sent: &mut WeightsSent,
     ) -> Result<bool, End> {
         let taken = {
             let mut state = self.shared.lock();
@@ -716,8 +731,10 @@ impl Session {
             return Ok(false);
         };
         if let Some(weights) = weights {
-            if *sent_version != Some(weights.version) {
-                *sent_version = Some(weights.version);
+            if sent.last != Some(weights.version) && !sent.in_flight {
+                sent.last = Some(weights.version);
+                sent.newest = sent.newest.max(Some(weights.version));
+                sent.in_flight = true;
                 let msg = driver_message::Kind::SetWeights(weights_to_proto(&weights));
                 if !self.send(msg).await {
                     return Err(self.lost(runner_id, incarnation, ready, "connection lost".into()));
@@ -739,7 +756,7 @@ impl Session {
         runner_id: usize,
         incarnation: u64,
         ready: &mut bool,
-        sent_version: Option<u64>,
+        sent: &mut WeightsSent,
     ) -> Result<(), End> {
         use runner_message::Kind;
         let replies = {
@@ -758,6 +775,8 @@ impl Session {
             Kind::Heartbeat(_) => {}
             Kind::Ready(_) if !*ready => {
                 *ready = true;
+                // It built its policy with the weights sent first.
+                sent.in_flight = false;
                 let mut state = self.shared.lock();
                 if let Some(slot) = state
                     .slots
@@ -778,13 +797,15 @@ impl Session {
                 return Err(End::Quiet);
             }
             Kind::Fragment(f) if *ready => {
-                let fragment = fragment_from_proto(f, runner_id, &run.spec, sent_version)
+                let fragment = fragment_from_proto(f, runner_id, &run.spec, sent.newest)
                     .map_err(|e| End::Failed(format!("sent a {e}")))?;
                 replies.send(RunnerReply::Fragment(Box::new(fragment)));
             }
             Kind::WeightsApplied(w) if *ready => {
                 let latency = Duration::try_from_secs_f64(w.latency_s).unwrap_or(Duration::ZERO);
                 replies.send(RunnerReply::WeightsApplied { latency });
+                // The runner took weights; the newest (if newer) can go on the next forward.
+                sent.in_flight = false;
             }
             Kind::Failed(f) => return Err(End::Failed(f.reason)),
             other => {
