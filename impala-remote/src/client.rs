@@ -115,7 +115,7 @@ pub fn run_env_runner(
     let endpoint = endpoint(settings)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
-        .thread_name("impala-remote")
+        .thread_name("remote-runner")
         .enable_all()
         .build()
         .map_err(|e| RemoteError::Runtime(e.to_string()))?;

@@ -179,6 +179,7 @@ impl RunnerServer {
     pub fn bind(settings: ServerSettings) -> Result<Self, RemoteError> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
+            // Named apart from the runner side's `remote-runner` threads, for profiles.
             .thread_name("impala-remote")
             .enable_all()
             .build()
