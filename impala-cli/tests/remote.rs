@@ -121,6 +121,10 @@ fn two_runner_processes_train_cartpole_to_450_and_exit_when_the_run_is_over() ->
     assert!(out.contains("episode_return_mean") && out.contains(">= 450"), "{out}");
     let last = last_result(dir.path())?;
     assert_eq!(last["env_runners"]["num_healthy_env_runners"].as_f64(), Some(2.0), "{last}");
+    for id in [1, 2] {
+        let lag = last["env_runners"][format!("policy_lag_runner_{id}")].as_f64();
+        assert!(lag.is_some_and(|l| l >= 0.0), "policy lag per runner: {last}");
+    }
     for (i, r) in runners.iter_mut().enumerate() {
         let status = wait(r, Duration::from_secs(10))?;
         let log = output(dir.path(), &format!("r{}", i + 1));

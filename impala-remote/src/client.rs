@@ -113,8 +113,9 @@ pub fn run_env_runner(
     build: BuildRunner,
 ) -> Result<String, RemoteError> {
     let endpoint = endpoint(settings)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
+    // The connection and the session on this thread: a message in or out wakes no other thread
+    // than the one handing fragments over.
+    let runtime = tokio::runtime::Builder::new_current_thread()
         .thread_name("remote-runner")
         .enable_all()
         .build()

@@ -50,7 +50,7 @@ pub struct SamplerMetrics {
 }
 
 /// One runner as the group tracks it (RLlib's `FaultTolerantActorManager` actor state).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct EnvRunnerState {
     /// The runner's id (1-based).
     pub runner_id: usize,
@@ -62,6 +62,9 @@ pub struct EnvRunnerState {
     pub num_in_flight_requests: usize,
     /// The last error or panic message, if it ever failed.
     pub last_error: Option<String>,
+    /// Policy lag of its latest collected fragment: how many weights versions behind the
+    /// newest its rows acted (mean over the rows).
+    pub policy_lag: f64,
 }
 
 /// One runner's slot in the group.
@@ -73,6 +76,8 @@ struct Member {
     handle: Option<Box<dyn EnvRunnerHandle>>,
     in_flight: usize,
     last_error: Option<String>,
+    /// See [`EnvRunnerState::policy_lag`].
+    policy_lag: f64,
 }
 
 /// RLlib's `EnvRunnerGroup` + `FaultTolerantActorManager` for sampling: `num_env_runners`
@@ -275,6 +280,7 @@ impl EnvRunnerGroup {
             handle: None,
             in_flight: 0,
             last_error: None,
+            policy_lag: 0.0,
         };
         self.start(&mut member, handle);
         self.members.push(member);
@@ -407,10 +413,16 @@ impl EnvRunnerGroup {
     /// Mean policy lag of delivered fragments against the newest weights.
     fn measure_lag(&mut self, fragments: &[Fragment]) {
         let latest = self.metrics.latest_weights_version;
-        let lag: f64 = match latest {
-            Some(v) => fragments.iter().map(|f| policy_lag(&f.batch, v)).sum(),
-            None => 0.0,
-        };
+        let mut lag = 0.0;
+        if let Some(v) = latest {
+            for f in fragments {
+                let fragment_lag = policy_lag(&f.batch, v);
+                if let Some(member) = self.members.get_mut(f.runner_id.wrapping_sub(1)) {
+                    member.policy_lag = fragment_lag;
+                }
+                lag += fragment_lag;
+            }
+        }
         self.metrics.policy_lag_mean =
             if fragments.is_empty() { 0.0 } else { lag / fragments.len() as f64 };
     }
@@ -535,6 +547,7 @@ impl EnvRunnerGroup {
                 num_restarts: m.incarnation,
                 num_in_flight_requests: m.in_flight,
                 last_error: m.last_error.clone(),
+                policy_lag: m.policy_lag,
             })
             .collect()
     }

@@ -14,8 +14,8 @@ use impala_envs::{MeanStdFilter, SharedMeanStdFilter};
 use impala_learner::{Learner, LearnerError, LearnerHandle, LearnerStats, LearnerThreadSettings};
 use impala_profile::{span, Activity};
 use impala_sampler::{
-    EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings, Fragment, SamplerError, SamplerMetrics,
-    TrainBatchBuilder, WeightBroadcaster,
+    EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings, EnvRunnerState, Fragment, SamplerError,
+    SamplerMetrics, TrainBatchBuilder, WeightBroadcaster,
 };
 
 use crate::builder::{batching_stage, new_learner, PolicySource, Streams};
@@ -490,6 +490,8 @@ impl Impala {
             ("learner_load_wait_time_ms".to_string(), q.learner_load_wait_time_ms),
         ]);
         let sampler = self.runners.as_ref().map(EnvRunnerGroup::metrics).unwrap_or_default();
+        let runner_states =
+            self.runners.as_ref().map(EnvRunnerGroup::runner_states).unwrap_or_default();
         IterationResult {
             training_iteration: self.iteration,
             time_this_iter_s,
@@ -538,7 +540,7 @@ impl Impala {
                 },
                 timing_breakdown,
             },
-            env_runners: env_runner_health(&sampler),
+            env_runners: env_runner_health(&sampler, &runner_states),
             evaluation: self.last_evaluation.clone(),
             perf: Perf { peak_rss_mib: peak_rss_mib() },
         }
@@ -744,9 +746,12 @@ impl Impala {
 }
 
 /// The sampler's health counters under RLlib's names (`num_healthy_workers` became
-/// `num_healthy_env_runners` on the new stack).
-fn env_runner_health(m: &SamplerMetrics) -> BTreeMap<String, f64> {
-    BTreeMap::from([
+/// `num_healthy_env_runners` on the new stack), and each runner's policy lag
+/// (`policy_lag_runner_N`: remote runners far from the learner show up here).
+fn env_runner_health(m: &SamplerMetrics, runners: &[EnvRunnerState]) -> BTreeMap<String, f64> {
+    let per_runner =
+        runners.iter().map(|r| (format!("policy_lag_runner_{}", r.runner_id), r.policy_lag));
+    let mut health = BTreeMap::from([
         ("num_env_runners".to_string(), m.num_env_runners as f64),
         ("num_healthy_env_runners".to_string(), m.num_healthy_env_runners as f64),
         ("num_env_runner_failures".to_string(), m.num_env_runner_failures as f64),
@@ -757,5 +762,7 @@ fn env_runner_health(m: &SamplerMetrics) -> BTreeMap<String, f64> {
         ("policy_lag_mean".to_string(), m.policy_lag_mean),
         ("num_weight_syncs_applied".to_string(), m.num_weight_syncs_applied as f64),
         ("weight_sync_latency_mean_s".to_string(), m.weight_sync_latency_mean_s),
-    ])
+    ]);
+    health.extend(per_runner);
+    health
 }
