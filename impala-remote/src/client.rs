@@ -362,7 +362,7 @@ async fn serve_welcome(
     end
 }
 
-/// The env runner serving on its own thread, and the thread that sends its replies.
+/// The env runner serving on its own thread, its replies going straight onto the session.
 struct Serving {
     requests: Option<crossbeam_channel::Sender<RunnerRequest>>,
     done: oneshot::Receiver<()>,
@@ -378,42 +378,34 @@ impl Serving {
         compress: bool,
     ) -> Self {
         let (requests, inbox) = crossbeam_channel::unbounded();
-        let (reply_tx, reply_rx) = crossbeam_channel::unbounded::<RunnerMessage>();
         let (done_tx, done) = oneshot::channel();
-        let replies = ReplySender::new(runner_id, incarnation, reply_tx);
+        // Replies are encoded on the sampling thread and queued for the network: no thread in
+        // between (the queue is bounded, so a slow link slows sampling rather than piling up).
+        let replies = ReplySender::forwarding(runner_id, incarnation, move |msg: RunnerMessage| {
+            let kind = match msg.reply {
+                RunnerReply::Fragment(f) => {
+                    runner_message::Kind::Fragment(fragment_to_proto(*f, compress))
+                }
+                RunnerReply::WeightsApplied { latency } => {
+                    runner_message::Kind::WeightsApplied(proto::WeightsApplied {
+                        version: 0,
+                        latency_s: latency.as_secs_f64(),
+                    })
+                }
+                RunnerReply::Failed(reason) => {
+                    tracing::warn!(%reason, "the env runner failed");
+                    runner_message::Kind::Failed(proto::Failed { reason })
+                }
+            };
+            out.blocking_send(runner_msg(kind)).is_ok()
+        });
         let serve_thread = std::thread::Builder::new().name("env-runner".into()).spawn(move || {
             serve(runner, &inbox, &replies);
             let _ = done_tx.send(());
         });
-        // Encodes replies off the sampling thread, so the next fragment is sampled meanwhile.
-        let send_thread =
-            std::thread::Builder::new().name("env-runner-send".into()).spawn(move || {
-                for msg in reply_rx {
-                    let kind = match msg.reply {
-                        RunnerReply::Fragment(f) => {
-                            runner_message::Kind::Fragment(fragment_to_proto(*f, compress))
-                        }
-                        RunnerReply::WeightsApplied { latency } => {
-                            runner_message::Kind::WeightsApplied(proto::WeightsApplied {
-                                version: 0,
-                                latency_s: latency.as_secs_f64(),
-                            })
-                        }
-                        RunnerReply::Failed(reason) => {
-                            tracing::warn!(%reason, "the env runner failed");
-                            runner_message::Kind::Failed(proto::Failed { reason })
-                        }
-                    };
-                    if out.blocking_send(runner_msg(kind)).is_err() {
-                        return;
-                    }
-                }
-            });
-        let threads = [serve_thread, send_thread]
+        let threads = serve_thread
+            .map_err(|e| tracing::error!(error = %e, "cannot start the env runner's thread"))
             .into_iter()
-            .filter_map(|t| {
-                t.map_err(|e| tracing::error!(error = %e, "cannot start a thread")).ok()
-            })
             .collect();
         Serving { requests: Some(requests), done, threads }
     }
@@ -424,7 +416,7 @@ impl Serving {
         }
     }
 
-    /// Stops the env runner (it finishes its fragment) and waits for both threads.
+    /// Stops the env runner (it finishes its fragment) and waits for its thread.
     async fn finish(mut self) {
         if let Some(requests) = self.requests.take() {
             let _ = requests.send(RunnerRequest::Stop);

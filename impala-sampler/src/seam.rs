@@ -63,18 +63,45 @@ pub struct RunnerMessage {
 }
 
 /// Where one runner incarnation sends its replies.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct ReplySender {
     runner_id: usize,
     incarnation: u64,
-    tx: Sender<RunnerMessage>,
+    sink: Sink,
+}
+
+/// The group's reply channel, or a transport's function that sends replies on.
+#[derive(Clone)]
+enum Sink {
+    Channel(Sender<RunnerMessage>),
+    Forward(Arc<dyn Fn(RunnerMessage) -> bool + Send + Sync>),
+}
+
+impl std::fmt::Debug for ReplySender {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReplySender")
+            .field("runner_id", &self.runner_id)
+            .field("incarnation", &self.incarnation)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ReplySender {
     /// A sender for incarnation `incarnation` of runner `runner_id` into `tx`. Groups make
-    /// their own; a transport makes one on the far side to run [`serve`] there.
+    /// their own; a transport can make one on the far side to run [`serve`] there.
     pub fn new(runner_id: usize, incarnation: u64, tx: Sender<RunnerMessage>) -> Self {
-        ReplySender { runner_id, incarnation, tx }
+        ReplySender { runner_id, incarnation, sink: Sink::Channel(tx) }
+    }
+
+    /// A sender that hands each reply to `forward` on the runner's own thread (`false` from it:
+    /// the far end is gone). A transport uses it to put replies on the wire without a thread
+    /// of its own in between.
+    pub fn forwarding(
+        runner_id: usize,
+        incarnation: u64,
+        forward: impl Fn(RunnerMessage) -> bool + Send + Sync + 'static,
+    ) -> Self {
+        ReplySender { runner_id, incarnation, sink: Sink::Forward(Arc::new(forward)) }
     }
 
     /// The runner this sender belongs to.
@@ -92,7 +119,10 @@ impl ReplySender {
     /// Sends a reply; `false` when the group is gone (the runner should end).
     pub fn send(&self, reply: RunnerReply) -> bool {
         let msg = RunnerMessage { runner_id: self.runner_id, incarnation: self.incarnation, reply };
-        self.tx.send(msg).is_ok()
+        match &self.sink {
+            Sink::Channel(tx) => tx.send(msg).is_ok(),
+            Sink::Forward(forward) => forward(msg),
+        }
     }
 }
 
