@@ -96,6 +96,19 @@ impl ReplySender {
     /// A sender that hands each reply to `forward` on the runner's own thread (`false` from it:
     /// the far end is gone). A transport uses it to put replies on the wire without a thread
     /// of its own in between.
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use impala_sampler::{ReplySender, RunnerReply};
+    /// let seen = Arc::new(Mutex::new(Vec::new()));
+    /// let log = Arc::clone(&seen);
+    /// let replies = ReplySender::forwarding(3, 1, move |msg| {
+    ///     log.lock().map(|mut l| l.push((msg.runner_id, msg.incarnation))).is_ok()
+    /// });
+    /// assert!(replies.send(RunnerReply::Failed("env crashed".into())));
+    /// assert_eq!(*seen.lock().map_err(|_| "poisoned")?, vec![(3, 1)]);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn forwarding(
         runner_id: usize,
         incarnation: u64,
