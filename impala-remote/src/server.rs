@@ -487,6 +487,16 @@ impl Session {
         self.tx.send(driver_msg(kind)).await.is_ok()
     }
 
+    /// After a `Stop` or `Shutdown`: reads (and drops) what the runner still sends until it
+    /// closes its side, at most 2 s. Ending the session at once would reset the stream, and the
+    /// runner could see the reset before the message that explains it.
+    async fn drain(&mut self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while let Ok(Ok(Some(_))) = tokio::time::timeout_at(deadline, self.inbound.message()).await
+        {
+        }
+    }
+
     async fn refuse(&self, reason: String) {
         tracing::warn!(peer = %self.peer, %reason, "refused a remote env runner");
         self.send(driver_message::Kind::Refused(proto::Refused { reason })).await;
@@ -590,6 +600,7 @@ impl Session {
                 over = run_over(shutdown) => {
                     if let Some(reason) = over {
                         self.send(driver_message::Kind::Shutdown(proto::Shutdown { reason })).await;
+                        self.drain().await;
                     }
                     return None;
                 }
@@ -670,6 +681,7 @@ impl Session {
                 over = run_over(shutdown) => {
                     if let Some(reason) = over {
                         self.send(driver_message::Kind::Shutdown(proto::Shutdown { reason })).await;
+                        self.drain().await;
                     }
                     return Ok(());
                 }
@@ -729,6 +741,7 @@ impl Session {
         };
         let Some((weights, samples)) = taken else {
             self.send(driver_message::Kind::Stop(proto::Stop {})).await;
+            self.drain().await;
             return Ok(false);
         };
         if let Some(weights) = weights {
