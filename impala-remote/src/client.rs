@@ -388,7 +388,6 @@ impl Serving {
                 }
                 RunnerReply::WeightsApplied { latency } => {
                     runner_message::Kind::WeightsApplied(proto::WeightsApplied {
-                        version: 0,
                         latency_s: latency.as_secs_f64(),
                     })
                 }

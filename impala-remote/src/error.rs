@@ -54,14 +54,6 @@ pub enum RemoteError {
         /// Why.
         reason: String,
     },
-    /// The connection failed or ended unexpectedly.
-    #[error("connection to {addr}: {reason}")]
-    Connection {
-        /// The peer's address.
-        addr: String,
-        /// What happened.
-        reason: String,
-    },
     /// The driver went away and did not come back within the reconnect timeout.
     #[error(
         "lost the driver at {addr} and could not reconnect within {seconds} s \
