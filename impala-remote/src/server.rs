@@ -120,6 +120,20 @@ struct State {
     next_session: u64,
 }
 
+impl State {
+    /// The slot of incarnation `incarnation` of runner `runner_id`, while the group has not
+    /// joined it.
+    fn slot_mut(&mut self, runner_id: usize, incarnation: u64) -> Option<&mut Slot> {
+        self.slots.iter_mut().find(|s| s.runner_id == runner_id && s.incarnation == incarnation)
+    }
+
+    /// That slot, if session `session` holds it.
+    fn held_mut(&mut self, runner_id: usize, incarnation: u64, session: u64) -> Option<&mut Slot> {
+        self.slot_mut(runner_id, incarnation)
+            .filter(|s| matches!(s.holder, Holder::Held { id, .. } if id == session))
+    }
+}
+
 /// Whether and how the server is closing.
 #[derive(Debug, Clone, PartialEq)]
 enum Closing {
@@ -377,11 +391,7 @@ struct SlotHandle {
 impl EnvRunnerHandle for SlotHandle {
     fn send(&mut self, request: RunnerRequest) -> bool {
         let mut state = self.shared.lock();
-        let Some(slot) = state
-            .slots
-            .iter_mut()
-            .find(|s| s.runner_id == self.runner_id && s.incarnation == self.incarnation)
-        else {
+        let Some(slot) = state.slot_mut(self.runner_id, self.incarnation) else {
             return false;
         };
         if matches!(slot.holder, Holder::Failed) {
@@ -497,6 +507,15 @@ impl Session {
         }
     }
 
+    /// The server is closing: a finished run (`Some(reason)`) tells the runner why, so it
+    /// exits; otherwise the session just ends and the runner reconnects.
+    async fn closing(&mut self, finished: Option<String>) {
+        if let Some(reason) = finished {
+            self.send(driver_message::Kind::Shutdown(proto::Shutdown { reason })).await;
+            self.drain().await;
+        }
+    }
+
     async fn refuse(&self, reason: String) {
         tracing::warn!(peer = %self.peer, %reason, "refused a remote env runner");
         self.send(driver_message::Kind::Refused(proto::Refused { reason })).await;
@@ -598,10 +617,7 @@ impl Session {
             tokio::select! {
                 () = &mut freed => {}
                 over = run_over(shutdown) => {
-                    if let Some(reason) = over {
-                        self.send(driver_message::Kind::Shutdown(proto::Shutdown { reason })).await;
-                        self.drain().await;
-                    }
+                    self.closing(over).await;
                     return None;
                 }
                 msg = self.next(heard, stall) => match msg {
@@ -679,10 +695,7 @@ impl Session {
             tokio::select! {
                 () = wake.notified() => {}
                 over = run_over(shutdown) => {
-                    if let Some(reason) = over {
-                        self.send(driver_message::Kind::Shutdown(proto::Shutdown { reason })).await;
-                        self.drain().await;
-                    }
+                    self.closing(over).await;
                     return Ok(());
                 }
                 msg = self.next(heard, stall) => {
@@ -707,11 +720,7 @@ impl Session {
 
     fn release(&self, runner_id: usize, incarnation: u64) {
         let mut state = self.shared.lock();
-        if let Some(slot) = state.slots.iter_mut().find(|s| {
-            s.runner_id == runner_id
-                && s.incarnation == incarnation
-                && matches!(s.holder, Holder::Held { id, .. } if id == self.id)
-        }) {
+        if let Some(slot) = state.held_mut(runner_id, incarnation, self.id) {
             slot.holder = Holder::Free;
         }
         drop(state);
@@ -730,14 +739,10 @@ impl Session {
     ) -> Result<bool, End> {
         let taken = {
             let mut state = self.shared.lock();
-            state
-                .slots
-                .iter_mut()
-                .find(|s| s.runner_id == runner_id && s.incarnation == incarnation)
-                .map(|slot| {
-                    let samples = if ready { std::mem::take(&mut slot.pending.samples) } else { 0 };
-                    (slot.pending.weights.clone(), samples)
-                })
+            state.slot_mut(runner_id, incarnation).map(|slot| {
+                let samples = if ready { std::mem::take(&mut slot.pending.samples) } else { 0 };
+                (slot.pending.weights.clone(), samples)
+            })
         };
         let Some((weights, samples)) = taken else {
             self.send(driver_message::Kind::Stop(proto::Stop {})).await;
@@ -773,18 +778,13 @@ impl Session {
         sent: &mut WeightsSent,
     ) -> Result<(), End> {
         use runner_message::Kind;
-        let replies = {
-            let state = self.shared.lock();
-            let Some(slot) = state
-                .slots
-                .iter()
-                .find(|s| s.runner_id == runner_id && s.incarnation == incarnation)
-            else {
+        let (replies, run) = {
+            let mut state = self.shared.lock();
+            let Some(slot) = state.slot_mut(runner_id, incarnation) else {
                 return Ok(()); // joined meanwhile; the next forward stops the runner
             };
             (slot.replies.clone(), Arc::clone(&slot.run))
         };
-        let (replies, run) = replies;
         match msg {
             Kind::Heartbeat(_) => {}
             Kind::Ready(_) if !*ready => {
@@ -792,11 +792,7 @@ impl Session {
                 // It built its policy with the weights sent first.
                 sent.in_flight = false;
                 let mut state = self.shared.lock();
-                if let Some(slot) = state
-                    .slots
-                    .iter_mut()
-                    .find(|s| s.runner_id == runner_id && s.incarnation == incarnation)
-                {
+                if let Some(slot) = state.slot_mut(runner_id, incarnation) {
                     slot.holder = Holder::Held { id: self.id, ready: true };
                     // Samples queued while the runner was building can go now.
                     slot.wake.notify_one();
@@ -838,11 +834,7 @@ impl Session {
     /// Reports the slot's runner failed (once) so the group restarts it.
     fn fail(&self, runner_id: usize, incarnation: u64, who: &str, reason: String) {
         let mut state = self.shared.lock();
-        let Some(slot) = state.slots.iter_mut().find(|s| {
-            s.runner_id == runner_id
-                && s.incarnation == incarnation
-                && matches!(s.holder, Holder::Held { id, .. } if id == self.id)
-        }) else {
+        let Some(slot) = state.held_mut(runner_id, incarnation, self.id) else {
             return;
         };
         slot.holder = Holder::Failed;
