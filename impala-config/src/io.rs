@@ -684,8 +684,14 @@ fn unknown_key(key: &str, origin: &Origin, position: Option<Position>) -> Config
     }
 }
 
-/// The valid key nearest to `key` (aliases suggest the key they set).
-pub(crate) fn nearest_key(key: &str) -> String {
+/// The valid key nearest to `key` (aliases suggest the key they set; `model.<name>` a model
+/// key), for "did you mean" messages.
+///
+/// ```
+/// assert_eq!(impala_config::nearest_key("lrr"), "lr");
+/// assert_eq!(impala_config::nearest_key("model.fcnet_hidens"), "model.fcnet_hiddens");
+/// ```
+pub fn nearest_key(key: &str) -> String {
     if let Some(rest) = key.strip_prefix("model.") {
         let names = keys::model_keys().iter().map(|k| (k.name, k.name));
         return format!("model.{}", nearest(rest, names));

@@ -46,7 +46,7 @@ pub use config::{
 };
 pub use diagnostics::{Rule, Violation, Warning, WarningKind};
 pub use error::{ConfigError, Origin, Position, Result};
-pub use io::{ConfigFormat, Loaded};
+pub use io::{nearest_key, ConfigFormat, Loaded};
 pub use keys::{
     alias, key_info, keys, model_key_info, model_keys, Alias, Debugging, EnvRunners, Environment,
     Evaluation, FaultTolerance, Group, KeyInfo, Learners, Model, Reporting, Resources, Training,

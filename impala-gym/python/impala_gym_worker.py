@@ -197,19 +197,30 @@ class Envs:
         setup, gym = self.setup, self.gym
         kwargs = dict(setup.get("env_config") or {})
         target = setup["env"]
+        if setup.get("creator"):
+            import pickle
+
+            with open(setup["creator"], "rb") as f:
+                creator = pickle.load(f)
+            return self.call(creator, kwargs, f"the env creator registered as {target!r}")
         if ":" in target and not target.startswith("ALE/"):
-            creator = load_entry_point(target)
-            if isinstance(creator, type) and issubclass(creator, gym.Env):
-                env = creator(**kwargs) if kwargs else creator()
-            elif callable(creator):
-                env = creator(kwargs) if _takes_config(creator) else creator(**kwargs)
-            else:
-                raise TypeError(f"{target} is neither a gymnasium.Env subclass nor a callable")
-            limit = kwargs.get("max_episode_steps")
-            if limit:
-                env = gym.wrappers.TimeLimit(env, int(limit))
-            return env
+            return self.call(load_entry_point(target), kwargs, target)
         return gym.make(target, **kwargs)
+
+    def call(self, creator, kwargs, what):
+        """An env from a `gymnasium.Env` subclass (keywords) or a creator (RLlib's one
+        `env_config` dict, or keywords), with `max_episode_steps` as a time limit."""
+        gym = self.gym
+        if isinstance(creator, type) and issubclass(creator, gym.Env):
+            env = creator(**kwargs) if kwargs else creator()
+        elif callable(creator):
+            env = creator(kwargs) if _takes_config(creator) else creator(**kwargs)
+        else:
+            raise TypeError(f"{what} is neither a gymnasium.Env subclass nor a callable")
+        limit = kwargs.get("max_episode_steps")
+        if limit:
+            env = gym.wrappers.TimeLimit(env, int(limit))
+        return env
 
     def reset(self, slot, seed):
         obs, _ = self.envs[slot].reset(seed=seed)

@@ -81,6 +81,11 @@ pub struct GymSettings {
     /// Folders put first on the workers' `sys.path` (the working directory by default), so a
     /// user's module imports as it would from a script there.
     pub sys_path: Vec<PathBuf>,
+    /// A pickled env creator (RLlib's `register_env(name, creator)`, written by the `impala_rs`
+    /// Python package): when set, workers build their envs by calling it with `env_config`
+    /// (or, for a `gymnasium.Env` class, its keywords) instead of looking `env` up, and `env`
+    /// is only the name the creator was registered under.
+    pub creator: Option<PathBuf>,
 }
 
 impl GymSettings {
@@ -96,12 +101,13 @@ impl GymSettings {
             timeout: Duration::from_secs(60),
             restart_failed_sub_environments: false,
             sys_path: std::env::current_dir().into_iter().collect(),
+            creator: None,
         }
     }
 
     /// Whether this is an Atari game (`ALE/...`), stepped in ale-py's `AtariVectorEnv`.
     pub fn is_atari(&self) -> bool {
-        self.env.starts_with("ALE/")
+        self.creator.is_none() && self.env.starts_with("ALE/")
     }
 }
 

@@ -121,6 +121,7 @@ impl EnvWorker {
             "count": count,
             "parent_pid": std::process::id(),
             "sys_path": settings.sys_path,
+            "creator": settings.creator,
             "restart_failed_sub_environments": settings.restart_failed_sub_environments,
             "atari_vector": settings.is_atari(),
         });

@@ -5,6 +5,7 @@
 
 use std::collections::VecDeque;
 use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -27,6 +28,7 @@ use crate::{EpisodeWindow, Impala, ImpalaError, Result};
 pub struct ImpalaBuilder {
     config: ValidatedConfig,
     env_factory: Option<EnvFactory>,
+    env_creator: Option<PathBuf>,
     remote: Option<Arc<RunnerServer>>,
 }
 
@@ -35,6 +37,7 @@ impl std::fmt::Debug for ImpalaBuilder {
         f.debug_struct("ImpalaBuilder")
             .field("env", &self.config.env)
             .field("custom_env_factory", &self.env_factory.is_some())
+            .field("env_creator", &self.env_creator)
             .field("remote", &self.remote)
             .finish()
     }
@@ -45,7 +48,7 @@ impl Impala {
     /// ([`impala_config::ImpalaConfig::validate`]). Without [`ImpalaBuilder::env_factory`]
     /// the env is `config.env` from the [`impala_envs`] registry.
     pub fn builder(config: ValidatedConfig) -> ImpalaBuilder {
-        ImpalaBuilder { config, env_factory: None, remote: None }
+        ImpalaBuilder { config, env_factory: None, env_creator: None, remote: None }
     }
 }
 
@@ -68,6 +71,16 @@ impl ImpalaBuilder {
         self.env_factory(Arc::new(make))
     }
 
+    /// Trains on the envs a pickled Python env creator builds (RLlib's `register_env(name,
+    /// creator)`, as the `impala_rs` Python package writes it): stepped in env worker processes
+    /// like Gymnasium ids, with `env_config` as its argument. `config.env` then only names the
+    /// run. Ignored when an [`env_factory`](Self::env_factory) is given.
+    #[must_use]
+    pub fn python_env_creator(mut self, pickled: impl Into<PathBuf>) -> Self {
+        self.env_creator = Some(pickled.into());
+        self
+    }
+
     /// Samples with the remote env runners that connect to `server` (`impala train --listen`)
     /// instead of runner threads: `num_env_runners` of them, waited for up to
     /// `env_runner_connect_timeout_s` by [`build`](Self::build). Restored and restarted runner
@@ -82,7 +95,7 @@ impl ImpalaBuilder {
     /// start sampling at once, with the learner's initial weights; [`Impala::restore`] replaces
     /// them (and drops what they sampled) with runners that act with the restored weights.
     pub fn build(self) -> Result<Impala> {
-        let ImpalaBuilder { config, env_factory, remote } = self;
+        let ImpalaBuilder { config, env_factory, env_creator, remote } = self;
         match &remote {
             Some(_) => crate::remote::check_remote_config(&config)?,
             None => crate::remote::check_local_config(&config)?,
@@ -91,6 +104,10 @@ impl ImpalaBuilder {
         // competing with the learner thread (`num_learner_threads`) and the runners (one each).
         tch::set_num_threads(1);
         check_devices(&config)?;
+        let env_factory = match (env_factory, env_creator) {
+            (None, Some(creator)) => Some(python_envs(&config, Some(creator))?),
+            (factory, _) => factory,
+        };
         let envs = run_envs(&config, env_factory)?;
         let spec = env_spec(&config, &envs.sampling)?;
 
@@ -242,7 +259,15 @@ fn default_env(config: &ValidatedConfig) -> Result<EnvFactory> {
         impala_envs::make(&config.env, &config.env_config)?;
         return Ok(registered_env(config));
     }
-    let pool = Arc::new(impala_gym::GymEnvPool::new(gym_settings(config)));
+    python_envs(config, None)
+}
+
+/// `config`'s Python envs, from `config.env` or from a pickled env creator; one is built now,
+/// so an import error or bad `env_config` is reported before any thread starts.
+fn python_envs(config: &ValidatedConfig, creator: Option<PathBuf>) -> Result<EnvFactory> {
+    let mut settings = gym_settings(config);
+    settings.creator = creator;
+    let pool = Arc::new(impala_gym::GymEnvPool::new(settings));
     pool.probe()?;
     Ok(Arc::new(move |ctx: &EnvContext| {
         let env = pool.make(ctx.runner_index, ctx.incarnation, ctx.env_index)?;

@@ -1,0 +1,43 @@
+"""RLlib's IMPALA in Rust, with RLlib's Python API.
+
+    from impala_rs import IMPALAConfig
+
+    config = (
+        IMPALAConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=1)
+        .training(lr=0.0003, train_batch_size_per_learner=512)
+        .learners(num_learners=1)
+    )
+    algo = config.build()
+    print(algo.train()["episode_return_mean"])
+    algo.stop()
+
+Envs: the native classic-control ids, any Gymnasium id, an entry point
+``"package.module:Name"``, a ``gymnasium.Env`` subclass or creator passed to
+``.environment(...)``, or a name given to :func:`register_env`. Python envs are stepped in env
+worker processes, never in this interpreter. Ray Tune: :class:`impala_rs.tune.Impala`.
+"""
+
+# The native module links the torch wheel's libtorch (its run path is `../torch/lib`), so it
+# loads without importing torch (which takes seconds) and `import torch` later shares that
+# same libtorch.
+from ._impala_rs import ConfigError, ImpalaError, __version__, evaluate_checkpoint
+from .algorithm import Impala
+from .config import IMPALAConfig
+from .registry import register_env, registered_envs
+
+#: RLlib's spelling of the algorithm's name.
+IMPALA = Impala
+
+__all__ = [
+    "IMPALA",
+    "IMPALAConfig",
+    "ConfigError",
+    "Impala",
+    "ImpalaError",
+    "__version__",
+    "evaluate_checkpoint",
+    "register_env",
+    "registered_envs",
+]

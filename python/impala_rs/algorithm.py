@@ -1,0 +1,103 @@
+"""``Impala``: RLlib's algorithm object, over the Rust ``impala`` library."""
+
+import json
+import sys
+import tempfile
+
+from . import _impala_rs
+from .config import IMPALAConfig
+from .registry import PickledCreator
+
+
+class Impala:
+    """RLlib's ``Impala`` (what ``IMPALAConfig.build()`` returns): ``train()`` runs one
+    iteration and returns its result dict (the keys of ``result.json``), ``evaluate()``,
+    ``save()``/``restore()`` (checkpoints interchangeable with the ``impala`` command's),
+    ``stop()``. Training runs in Rust threads with the interpreter lock released; Ctrl-C during
+    ``train()`` ends the iteration and raises ``KeyboardInterrupt``, leaving the algorithm
+    usable (to save, say). Also a context manager that stops on exit."""
+
+    def __init__(self, config=None):
+        if config is None:
+            config = IMPALAConfig()
+        elif isinstance(config, dict):
+            config = IMPALAConfig.from_dict(config)
+        elif not isinstance(config, IMPALAConfig):
+            raise TypeError(f"Impala(config): expects an IMPALAConfig or a dict, got {type(config).__name__}")
+        self.config = config.copy()
+        native = self.config._checked()
+        if native.get("python_executable") is None:
+            # Python envs run in env worker processes of this interpreter.
+            native["python_executable"] = sys.executable
+        name, creator = self.config._env_creator()
+        self._creator = PickledCreator(name, creator) if creator is not None else None
+        try:
+            self._native = _impala_rs.Algorithm(native, self._creator.path if self._creator else None)
+        except BaseException:
+            if self._creator is not None:
+                self._creator.remove()
+            raise
+
+    @classmethod
+    def from_checkpoint(cls, path):
+        """An algorithm built from a checkpoint's config and restored from it (a checkpoint
+        folder, or a run folder's newest checkpoint)."""
+        algo = cls(IMPALAConfig.from_dict(_impala_rs.checkpoint_config(str(path))))
+        algo.restore(path)
+        return algo
+
+    def train(self):
+        """One training iteration (RLlib's ``train()``); the result dict."""
+        return self._native.train()
+
+    def evaluate(self):
+        """``evaluation_duration`` evaluation episodes with the current weights (greedy unless
+        ``evaluation_explore``); ``{"env_runners": {"episode_return_mean": ...}}``."""
+        return self._native.evaluate()
+
+    def save(self, checkpoint_dir=None):
+        """Writes ``checkpoint_dir/checkpoint_<iteration>`` (a fresh temporary folder when
+        ``checkpoint_dir`` is None) and returns its path; ``impala evaluate --checkpoint PATH``
+        and ``impala train --resume`` read it."""
+        if checkpoint_dir is None:
+            checkpoint_dir = tempfile.mkdtemp(prefix="impala_rs_checkpoint_")
+        return self._native.save(str(checkpoint_dir))
+
+    def restore(self, checkpoint_path):
+        """Restores a checkpoint of the same env and model: weights, optimizer state,
+        counters and iteration."""
+        self._native.restore(str(checkpoint_path))
+
+    def stop(self):
+        """Stops the env runners, env workers and learner (RLlib's ``stop()``)."""
+        self._native.stop()
+        if self._creator is not None:
+            self._creator.remove()
+
+    @property
+    def iteration(self):
+        """Completed training iterations."""
+        return self._native.iteration
+
+    @property
+    def training_iteration(self):
+        """RLlib's name of :attr:`iteration`."""
+        return self._native.iteration
+
+    def get_config(self):
+        """The config it was built from."""
+        return self.config
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()
+        return False
+
+    def __repr__(self):
+        try:
+            state = f"iteration={self.iteration}"
+        except _impala_rs.ImpalaError:
+            state = "stopped"
+        return f"Impala(env={json.dumps(self.config._env_creator()[0])}, {state})"

@@ -1,0 +1,284 @@
+"""``IMPALAConfig``: RLlib's config builder for IMPALA.
+
+Option names, groups, defaults, aliases, checks and messages all come from the Rust
+``impala-config`` crate (the ``impala`` command's), so a key means the same here, in a config
+file and in ``impala train --set``.
+"""
+
+import copy
+import warnings
+
+from . import _impala_rs
+from .registry import find_creator
+
+#: RLlib's "not provided" marker: a group argument left out keeps its value.
+NotProvided = type("NotProvided", (), {"__repr__": lambda self: "NotProvided"})()
+
+_KEYS = {}  # top-level key -> (group, expected)
+_MODEL_KEYS = {}  # model key -> expected
+for _name, _group, _expected in _impala_rs.config_keys():
+    if _name.startswith("model."):
+        _MODEL_KEYS[_name[len("model.") :]] = _expected
+    else:
+        _KEYS[_name] = (_group, _expected)
+_ALIASES = {alias: (key, deprecated) for alias, key, deprecated in _impala_rs.config_aliases()}
+_DEFAULTS = _impala_rs.default_config()
+
+
+def _canonical(name):
+    """The key `name` sets (itself, or the key an alias stands for) and whether the alias is
+    deprecated."""
+    key, deprecated = _ALIASES.get(name, (name, False))
+    return key, deprecated
+
+
+def _search_space(value):
+    """The kind of Ray Tune search space `value` is (``grid_search``, a sampler such as
+    ``tune.choice``), or None."""
+    if isinstance(value, dict) and "grid_search" in value:
+        return "grid_search"
+    if type(value).__module__.startswith("ray.tune"):
+        return type(value).__name__
+    return None
+
+
+class IMPALAConfig:
+    """RLlib's ``IMPALAConfig``: group methods set options and return the config, so calls
+    chain; ``build()`` makes the algorithm. Every option of RLlib's IMPALA is accepted under its
+    RLlib name (new-stack names and old spellings too: ``num_workers`` warns and sets
+    ``num_env_runners``).
+
+    Unknown options and options given to the wrong group raise ``TypeError`` at once;
+    ``validate()`` checks values and raises one :class:`impala_rs.ConfigError` listing every
+    problem. Values may be Ray Tune search spaces (``tune.grid_search([...])``) for
+    ``tune.Tuner(param_space=config)``.
+    """
+
+    def __init__(self, algo_class=None):
+        if algo_class is not None:
+            raise TypeError("IMPALAConfig(algo_class=...) is not supported: the algorithm is Impala")
+        self._values = {}
+
+    # --- RLlib's builder groups -------------------------------------------------------------
+
+    def environment(self, env=NotProvided, **kwargs):
+        """RLlib's ``environment()``: ``env`` (a native or Gymnasium id, an entry point
+        ``"pkg.module:Name"``, a name given to ``register_env``, or a ``gymnasium.Env``
+        subclass or creator), ``env_config``, ``clip_rewards``, ``clip_actions``,
+        ``normalize_observations``, ``env_backend``, ``python_executable``."""
+        if env is not NotProvided:
+            kwargs["env"] = env
+        return self._update("environment", kwargs)
+
+    def training(self, **kwargs):
+        """RLlib's ``training()``: the loss, optimizer, V-trace, learner queue and replay
+        options; ``model`` (a dict) is merged into the model options."""
+        return self._update("training", kwargs)
+
+    def env_runners(self, **kwargs):
+        """RLlib's ``env_runners()``: ``num_env_runners``, ``num_envs_per_env_runner``,
+        ``rollout_fragment_length``, ``sample_timeout_s``, ..."""
+        return self._update("env_runners", kwargs)
+
+    #: RLlib's old name of :meth:`env_runners`.
+    rollouts = env_runners
+
+    def fault_tolerance(self, **kwargs):
+        """RLlib's ``fault_tolerance()``: ``restart_failed_env_runners``,
+        ``restart_failed_sub_environments``, ``max_num_env_runner_restarts``."""
+        return self._update("fault_tolerance", kwargs)
+
+    def learners(self, **kwargs):
+        """RLlib's ``learners()``: ``num_learners``, ``num_gpus_per_learner``,
+        ``num_learner_threads``."""
+        return self._update("learners", kwargs)
+
+    def resources(self, **kwargs):
+        """RLlib's ``resources()``: ``num_gpus``, ``num_cpus_for_main_process``, ``_fake_gpus``,
+        ``placement_strategy``."""
+        return self._update("resources", kwargs)
+
+    def reporting(self, **kwargs):
+        """RLlib's ``reporting()``: ``min_time_s_per_iteration``,
+        ``min_sample_timesteps_per_iteration``, ``metrics_num_episodes_for_smoothing``, ..."""
+        return self._update("reporting", kwargs)
+
+    def evaluation(self, **kwargs):
+        """RLlib's ``evaluation()``: ``evaluation_interval``, ``evaluation_duration``,
+        ``evaluation_duration_unit``, ``evaluation_num_env_runners``, ..."""
+        return self._update("evaluation", kwargs)
+
+    def debugging(self, **kwargs):
+        """RLlib's ``debugging()``: ``seed``, ``log_level``, ``_env_runners_only``,
+        ``_skip_learners``."""
+        return self._update("debugging", kwargs)
+
+    def framework(self, framework="torch", **kwargs):
+        """RLlib's ``framework()``: impala-rs runs on libtorch, so only ``"torch"`` is
+        accepted."""
+        if framework != "torch" or kwargs:
+            raise TypeError(
+                f"framework({framework!r}{', ...' if kwargs else ''}): impala-rs runs on libtorch "
+                "only; remove the call or use framework('torch')"
+            )
+        return self
+
+    # --- dict-style access --------------------------------------------------------------------
+
+    def to_dict(self):
+        """Every option by name, flat like RLlib's ``to_dict()``, the model as a dict under
+        ``model``; Tune search spaces stay as given."""
+        out = copy.deepcopy(_DEFAULTS)
+        for key, value in self._values.items():
+            if key == "model":
+                out["model"].update(copy.deepcopy(value))
+            else:
+                out[key] = value if key == "env" else copy.deepcopy(value)
+        return out
+
+    @classmethod
+    def from_dict(cls, config_dict):
+        """A config from a dict like :meth:`to_dict` returns (or a part of one)."""
+        return cls().update_from_dict(config_dict)
+
+    def update_from_dict(self, config_dict):
+        """Sets every option of ``config_dict`` (by name or alias, each through its group)."""
+        for name, value in dict(config_dict).items():
+            key, _ = _canonical(name)
+            if key not in _KEYS:
+                raise TypeError(_unknown(name))
+            self._update(_KEYS[key][0], {name: value})
+        return self
+
+    def copy(self, copy_frozen=None):
+        """A deep copy (``copy_frozen`` is accepted for RLlib compatibility; configs here are
+        never frozen)."""
+        return copy.deepcopy(self)
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name == "_values":
+            raise AttributeError(name)
+        key, _ = _canonical(name)
+        if key in _KEYS:
+            return self.to_dict()[key]
+        raise AttributeError(f"IMPALAConfig has no option `{name}`; the nearest is `{_nearest(name)}`")
+
+    def __setattr__(self, name, value):
+        if name.startswith("_"):
+            key, _ = _canonical(name)
+            if key not in _KEYS:
+                object.__setattr__(self, name, value)
+                return
+        key, _ = _canonical(name)
+        if key not in _KEYS:
+            raise AttributeError(_unknown(name))
+        self._update(_KEYS[key][0], {name: value})
+
+    def __getitem__(self, name):
+        key, _ = _canonical(name)
+        if key not in _KEYS:
+            raise KeyError(_unknown(name))
+        return self.to_dict()[key]
+
+    def __repr__(self):
+        shown = ", ".join(f"{k}={v!r}" for k, v in self._values.items())
+        return f"IMPALAConfig({shown})"
+
+    # --- checking and building --------------------------------------------------------------
+
+    def validate(self):
+        """Checks every option as ``impala train`` checks a config file; raises one
+        :class:`impala_rs.ConfigError` whose ``problems`` lists every problem."""
+        self._checked()
+
+    def build_algo(self, env=None):
+        """The algorithm (RLlib's ``build_algo()``); ``env`` overrides the config's env."""
+        from .algorithm import Impala
+
+        config = self if env is None else self.copy().environment(env)
+        return Impala(config)
+
+    #: RLlib's older name of :meth:`build_algo`.
+    build = build_algo
+
+    # --- internals ----------------------------------------------------------------------------
+
+    def _update(self, group, kwargs):
+        for name, value in kwargs.items():
+            if value is NotProvided:
+                continue
+            key, deprecated = _canonical(name)
+            if key not in _KEYS:
+                raise TypeError(f"{group}(): {_unknown(name)}")
+            expected_group = _KEYS[key][0]
+            if expected_group != group:
+                raise TypeError(
+                    f"`{name}` is set by `{expected_group}()`, not `{group}()`; write "
+                    f".{expected_group}({name}=...)"
+                )
+            if deprecated:
+                warnings.warn(f"`{name}` is deprecated (RLlib's old name); use `{key}`", stacklevel=3)
+            if key == "model":
+                if not isinstance(value, dict):
+                    raise TypeError(f"training(model=...): expects a dict of model options, got {value!r}")
+                unknown = [k for k in value if k not in _MODEL_KEYS]
+                if unknown:
+                    raise TypeError(f"training(model=...): {_unknown('model.' + unknown[0])}")
+                merged = dict(self._values.get("model", {}))
+                merged.update(copy.deepcopy(value))
+                value = merged
+            elif key != "env":
+                value = copy.deepcopy(value)
+            self._values[key] = value
+        return self
+
+    def _env_creator(self):
+        """``(name, creator)``: the Python creator the env workers call (a class or callable
+        given as ``env``, or one given to ``register_env``), or ``(env, None)``."""
+        env = self._values.get("env", _DEFAULTS["env"])
+        if isinstance(env, str):
+            return env, find_creator(env)
+        if callable(env):
+            return getattr(env, "__name__", type(env).__name__), env
+        raise TypeError(
+            f"environment(env={env!r}): expects an env id, an entry point 'pkg.module:Name', a "
+            "name given to register_env, or a gymnasium.Env subclass or creator"
+        )
+
+    def _native_dict(self):
+        """The config as the Rust side reads it: the env by name; search spaces refused."""
+        out = self.to_dict()
+        out["env"] = self._env_creator()[0]
+        spaces = [f"`{k}` is a Ray Tune search space ({s})" for k, v in out.items() if (s := _search_space(v))]
+        spaces += [
+            f"`model.{k}` is a Ray Tune search space ({s})"
+            for k, v in out["model"].items()
+            if (s := _search_space(v))
+        ]
+        if spaces:
+            message = (
+                f"{len(spaces)} problem(s) in the config:\n"
+                + "\n".join(f"  - {p}" for p in spaces)
+                + "\nsearch spaces are resolved by Ray Tune: pass the config to "
+                "tune.Tuner(impala_rs.tune.Impala, param_space=config)"
+            )
+            error = _impala_rs.ConfigError(message)
+            error.problems = spaces
+            raise error
+        return out
+
+    def _checked(self):
+        """The native dict, validated (warnings emitted); raises ConfigError."""
+        native = self._native_dict()
+        _, found = _impala_rs.check_config(native)
+        for warning in found:
+            warnings.warn(warning, stacklevel=3)
+        return native
+
+
+def _nearest(name):
+    return _impala_rs.nearest_key(name)
+
+
+def _unknown(name):
+    return f"unknown option `{name}`; the nearest valid key is `{_nearest(name)}`"

@@ -1,0 +1,89 @@
+"""``register_env``: RLlib's way of naming a user's env creator.
+
+A creator is a ``gymnasium.Env`` subclass (built with ``env_config`` as keyword arguments) or a
+callable taking the ``env_config`` dict (RLlib's convention). It runs in env worker processes,
+so it is pickled with cloudpickle (which Gymnasium installs): classes and functions defined in a
+script or notebook travel by value, those of importable modules by reference.
+"""
+
+import os
+import tempfile
+import weakref
+
+_CREATORS = {}
+
+
+def register_env(name, creator):
+    """Names an env creator so ``.environment(name)`` trains on it (RLlib's
+    ``tune.register_env``). With Ray installed it is also registered with Ray Tune, so Tune's
+    trial processes find it too."""
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"register_env: the name must be a non-empty str, got {name!r}")
+    if not callable(creator):
+        raise TypeError(
+            f"register_env({name!r}, ...): the creator must be a gymnasium.Env subclass or a "
+            f"callable taking the env_config dict, got {type(creator).__name__}"
+        )
+    _CREATORS[name] = creator
+    try:
+        from ray.tune.registry import register_env as ray_register_env
+    except ImportError:
+        return
+    ray_register_env(name, creator)
+
+
+def registered_envs():
+    """The names given to :func:`register_env` in this process."""
+    return sorted(_CREATORS)
+
+
+def find_creator(name):
+    """The creator registered as ``name`` here or with Ray Tune (in a Tune trial process);
+    ``None`` for ids and entry points."""
+    if name in _CREATORS:
+        return _CREATORS[name]
+    try:
+        from ray.tune.registry import ENV_CREATOR, _global_registry
+    except ImportError:
+        return None
+    try:
+        if _global_registry.contains(ENV_CREATOR, name):
+            return _global_registry.get(ENV_CREATOR, name)
+    except Exception:  # noqa: BLE001 - no Ray session: nothing registered there
+        return None
+    return None
+
+
+class PickledCreator:
+    """A creator pickled into a private temporary file for the env workers, removed when this
+    object goes away (the algorithm's lifetime)."""
+
+    def __init__(self, name, creator):
+        try:
+            import cloudpickle
+        except ImportError as exc:
+            raise ImportError(
+                f"the env {name!r} is a Python creator, which needs cloudpickle (installed with "
+                "gymnasium): pip install gymnasium"
+            ) from exc
+        try:
+            data = cloudpickle.dumps(creator)
+        except Exception as exc:
+            raise TypeError(
+                f"the env creator {name!r} cannot be pickled for the env worker processes: "
+                f"{type(exc).__name__}: {exc}; define it at module level"
+            ) from exc
+        fd, self.path = tempfile.mkstemp(prefix="impala_rs_env_", suffix=".pkl")
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        self._cleanup = weakref.finalize(self, _remove, self.path)
+
+    def remove(self):
+        self._cleanup()
+
+
+def _remove(path):
+    try:
+        os.remove(path)
+    except FileNotFoundError:
+        pass

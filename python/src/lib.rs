@@ -1,0 +1,447 @@
+//! `impala_rs._impala_rs`: the native half of the `impala_rs` Python package. It holds no
+//! logic of its own: configs go through `impala-config` (the CLI's key checks, messages and
+//! validation), training through the `impala` library's [`Impala`], so Python and the CLI
+//! cannot drift apart. The builder (`IMPALAConfig`), `register_env` and the Ray Tune trainable
+//! are Python, in `python/impala_rs/`.
+//!
+//! Every call that trains, evaluates, saves or restores releases the interpreter lock, so other
+//! Python threads run meanwhile; Ctrl-C during `train()` ends the iteration early and then
+//! raises `KeyboardInterrupt` with the algorithm intact.
+#![deny(missing_docs)]
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Once, PoisonError};
+
+use impala::config::{ConfigError as RustConfigError, ImpalaConfig, ValidatedConfig};
+use impala::{Impala, ImpalaError as RustImpalaError};
+use pyo3::create_exception;
+use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use serde_json::Value;
+
+create_exception!(
+    _impala_rs,
+    ConfigError,
+    PyValueError,
+    "A config with problems; `problems` lists every one, in the `impala` command's words."
+);
+create_exception!(
+    _impala_rs,
+    ImpalaError,
+    PyRuntimeError,
+    "Building, training, saving, restoring or evaluating failed."
+);
+
+/// Every config key as `(name, group, expected)`: top-level keys, then the model's as
+/// `model.<name>`; `group` is RLlib's builder method that sets it.
+#[pyfunction]
+fn config_keys() -> Vec<(String, &'static str, String)> {
+    let top = impala::config::keys().iter().map(|k| (k.name.to_string(), k));
+    let model = impala::config::model_keys().iter().map(|k| (format!("model.{}", k.name), k));
+    top.chain(model).map(|(name, k)| (name, k.group.name(), k.expected())).collect()
+}
+
+/// Every other spelling of a key as `(alias, key, deprecated)` (RLlib's old names such as
+/// `num_workers`, and new-stack names).
+#[pyfunction]
+fn config_aliases() -> Vec<(&'static str, &'static str, bool)> {
+    impala::config::ALIASES.iter().map(|a| (a.name, a.canonical, a.deprecated)).collect()
+}
+
+/// The nearest config key to `name` (for "did you mean" messages).
+#[pyfunction]
+fn nearest_key(name: &str) -> String {
+    impala::config::nearest_key(name)
+}
+
+/// RLlib's `IMPALAConfig()` defaults as a dict (the model as a nested dict under `model`).
+#[pyfunction]
+fn default_config(py: Python<'_>) -> PyResult<Py<PyAny>> {
+    to_python(py, &Value::Object(ImpalaConfig::default().to_dict().into_iter().collect()))
+}
+
+/// Checks a config dict like the one `IMPALAConfig.to_dict()` returns, as `impala train` checks
+/// a file, and returns `(every option with defaults filled in, warnings)`. Raises
+/// [`ConfigError`] listing every problem.
+#[pyfunction]
+fn check_config(py: Python<'_>, config: &Bound<'_, PyDict>) -> PyResult<(Py<PyAny>, Vec<String>)> {
+    let (validated, warnings) = validated(config)?;
+    let dict = Value::Object(validated.config().to_dict().into_iter().collect());
+    Ok((to_python(py, &dict)?, warnings))
+}
+
+/// Runs `episodes` episodes with a checkpoint's policy (greedy unless `explore`), as
+/// `impala evaluate --checkpoint` does, and returns the evaluation result dict.
+#[pyfunction]
+#[pyo3(signature = (path, episodes = 10, explore = false))]
+fn evaluate_checkpoint(
+    py: Python<'_>,
+    path: PathBuf,
+    episodes: usize,
+    explore: bool,
+) -> PyResult<Py<PyAny>> {
+    let result =
+        py.detach(|| impala::evaluate_checkpoint(&path, episodes, explore)).map_err(impala_err)?;
+    to_python(py, &serde_json::to_value(&result).map_err(|e| ImpalaError::new_err(e.to_string()))?)
+}
+
+/// The config's resource request as Ray's placement group: `(bundles, strategy)`, each bundle
+/// `{"CPU": n, "GPU": n, <custom>: n}` (the driver with its learner first, then one per env
+/// runner), for the Tune trainable's `default_resource_request`.
+#[pyfunction]
+fn resource_bundles(config: &Bound<'_, PyDict>) -> PyResult<(Vec<BTreeMap<String, f64>>, String)> {
+    let (config, _) = validated(config)?;
+    let request = config.default_resource_request();
+    let bundles = request
+        .bundles
+        .iter()
+        .map(|bundle| {
+            let mut resources = bundle.custom.clone();
+            resources.insert("CPU".into(), bundle.cpus);
+            if bundle.gpus > 0.0 {
+                resources.insert("GPU".into(), bundle.gpus);
+            }
+            resources
+        })
+        .collect();
+    Ok((bundles, request.strategy.as_str().to_string()))
+}
+
+/// The config a checkpoint was trained with (a checkpoint folder, or a run folder's newest
+/// checkpoint), for `Impala.from_checkpoint`.
+#[pyfunction]
+fn checkpoint_config(py: Python<'_>, path: PathBuf) -> PyResult<Py<PyAny>> {
+    let (_, config) = py
+        .detach(|| {
+            let dir = impala::checkpoint::find_checkpoint(&path)?;
+            impala::checkpoint::read_checkpoint(&dir)
+        })
+        .map_err(impala_err)?;
+    to_python(py, &Value::Object(config.to_dict().into_iter().collect()))
+}
+
+/// RLlib's `Impala` algorithm: built from a checked config dict, trained one iteration per
+/// `train()` call.
+#[pyclass(module = "impala_rs._impala_rs")]
+struct Algorithm {
+    /// `None` once stopped. Calls from several Python threads take turns.
+    inner: Mutex<Option<Impala>>,
+    /// Set by Ctrl-C during `train()`: the iteration ends early.
+    interrupt: Arc<AtomicBool>,
+}
+
+#[pymethods]
+impl Algorithm {
+    /// Builds the algorithm (learner, env runners, their env workers) from a config dict;
+    /// `env_creator` is a pickled env creator (`impala_rs.register_env`) the env workers call.
+    #[new]
+    #[pyo3(signature = (config, env_creator = None))]
+    fn new(
+        py: Python<'_>,
+        config: &Bound<'_, PyDict>,
+        env_creator: Option<PathBuf>,
+    ) -> PyResult<Self> {
+        let (config, warnings) = validated(config)?;
+        warn_all(py, &warnings)?;
+        let mut algo = py
+            .detach(|| {
+                let builder = Impala::builder(config);
+                match env_creator {
+                    Some(creator) => builder.python_env_creator(creator).build(),
+                    None => builder.build(),
+                }
+            })
+            .map_err(impala_err)?;
+        let interrupt = Arc::new(AtomicBool::new(false));
+        algo.set_interrupt_flag(Arc::clone(&interrupt));
+        Ok(Algorithm { inner: Mutex::new(Some(algo)), interrupt })
+    }
+
+    /// One training iteration; returns the result dict with result.json's keys.
+    fn train(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        self.interrupt.store(false, Ordering::SeqCst);
+        let result = {
+            let _ctrl_c = CtrlC::watch(py, &self.interrupt)?;
+            self.with(py, Impala::train)
+        };
+        // A Ctrl-C during the iteration raises KeyboardInterrupt here (Python's own handler
+        // saw it too); the algorithm stays usable, e.g. to save.
+        py.check_signals()?;
+        to_python(py, &result?.to_json())
+    }
+
+    /// Runs `evaluation_duration` evaluation episodes with the current weights (RLlib's
+    /// `evaluate()`); returns `{"env_runners": {...}}` like RLlib's evaluation results.
+    fn evaluate(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let result = self.with(py, Impala::evaluate)?;
+        let value =
+            serde_json::to_value(&result).map_err(|e| ImpalaError::new_err(e.to_string()))?;
+        to_python(py, &serde_json::json!({ "env_runners": value }))
+    }
+
+    /// Saves a checkpoint `dir/checkpoint_<iteration>` (the CLI's format) and returns its path.
+    fn save(&self, py: Python<'_>, dir: PathBuf) -> PyResult<String> {
+        let path = self.with(py, |algo| algo.save(&dir))?;
+        Ok(path.display().to_string())
+    }
+
+    /// Restores a checkpoint folder (or the newest checkpoint of a run folder).
+    fn restore(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        self.with(py, |algo| algo.restore(&path))
+    }
+
+    /// Stops the env runners, their env workers and the learner; later calls raise.
+    fn stop(&self, py: Python<'_>) -> PyResult<()> {
+        let taken = self.lock().take();
+        match taken {
+            Some(mut algo) => py.detach(|| algo.stop()).map_err(impala_err),
+            None => Ok(()),
+        }
+    }
+
+    /// Completed training iterations.
+    #[getter]
+    fn iteration(&self) -> PyResult<u64> {
+        self.lock().as_ref().map(Impala::iteration).ok_or_else(stopped)
+    }
+
+    /// The validated config, every option included.
+    #[getter]
+    fn config(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        let dict = {
+            let guard = self.lock();
+            let algo = guard.as_ref().ok_or_else(stopped)?;
+            algo.config().config().to_dict()
+        };
+        to_python(py, &Value::Object(dict.into_iter().collect()))
+    }
+}
+
+impl Algorithm {
+    /// Runs `f` on the algorithm with the interpreter lock released.
+    fn with<R: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Impala) -> impala::Result<R> + Send,
+    ) -> PyResult<R> {
+        py.detach(|| match self.lock().as_mut() {
+            Some(algo) => f(algo).map_err(impala_err),
+            None => Err(stopped()),
+        })
+    }
+
+    /// The algorithm; a panic in an earlier call (already reported) does not lock it away.
+    fn lock(&self) -> MutexGuard<'_, Option<Impala>> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for Algorithm {
+    /// An algorithm dropped without `stop()` still stops its threads and env workers.
+    fn drop(&mut self) {
+        if let Some(mut algo) = self.lock().take() {
+            if let Err(e) = algo.stop() {
+                eprintln!("impala_rs: stopping a dropped algorithm failed: {e}");
+            }
+        }
+    }
+}
+
+fn stopped() -> PyErr {
+    ImpalaError::new_err("the algorithm was stopped; build a new one with config.build()")
+}
+
+/// While alive, Ctrl-C (SIGINT) also sets the algorithm's interrupt flag, so `train()` returns
+/// instead of running out its iteration. Python's handler still runs (it is chained), so
+/// [`Python::check_signals`] raises `KeyboardInterrupt` afterwards. Nothing is installed when
+/// Python does not handle SIGINT itself (ignored, or default), so its choice stands.
+struct CtrlC(Option<signal_hook::SigId>);
+
+impl CtrlC {
+    fn watch(py: Python<'_>, flag: &Arc<AtomicBool>) -> PyResult<Self> {
+        let signal = py.import("signal")?;
+        let current = signal.getattr("getsignal")?.call1((signal.getattr("SIGINT")?,))?;
+        let python_handles_it = current.is_callable();
+        if !python_handles_it {
+            return Ok(CtrlC(None));
+        }
+        let id = signal_hook::flag::register(signal_hook::consts::SIGINT, Arc::clone(flag))
+            .map_err(|e| ImpalaError::new_err(format!("cannot watch for Ctrl-C: {e}")))?;
+        Ok(CtrlC(Some(id)))
+    }
+}
+
+impl Drop for CtrlC {
+    fn drop(&mut self) {
+        if let Some(id) = self.0.take() {
+            signal_hook::low_level::unregister(id);
+        }
+    }
+}
+
+/// `config` checked and validated, with its warnings; every problem in one [`ConfigError`].
+fn validated(config: &Bound<'_, PyDict>) -> PyResult<(ValidatedConfig, Vec<String>)> {
+    let mut dict = BTreeMap::new();
+    for (key, value) in config.iter() {
+        let key: String = key
+            .extract()
+            .map_err(|_| PyTypeError::new_err(format!("config keys must be strings, got {key}")))?;
+        let value = to_json(&value, &key)?;
+        dict.insert(key, value);
+    }
+    let loaded = ImpalaConfig::from_dict(dict).map_err(config_err)?;
+    let validated = loaded.config.validate().map_err(config_err)?;
+    let warnings =
+        loaded.warnings.iter().chain(validated.warnings()).map(ToString::to_string).collect();
+    Ok((validated, warnings))
+}
+
+fn warn_all(py: Python<'_>, warnings: &[String]) -> PyResult<()> {
+    let warn = py.import("warnings")?.getattr("warn")?;
+    for warning in warnings {
+        warn.call1((warning,))?;
+    }
+    Ok(())
+}
+
+/// A [`ConfigError`] whose `problems` holds each problem on its own.
+fn config_err(error: RustConfigError) -> PyErr {
+    let problems: Vec<String> = match &error {
+        RustConfigError::Several { errors, .. } => errors.iter().map(ToString::to_string).collect(),
+        RustConfigError::Invalid { violations } => {
+            violations.iter().map(ToString::to_string).collect()
+        }
+        other => vec![other.to_string()],
+    };
+    Python::attach(|py| {
+        let err = ConfigError::new_err(error.to_string());
+        match err.value(py).setattr("problems", problems) {
+            Ok(()) => err,
+            Err(e) => e,
+        }
+    })
+}
+
+fn impala_err(error: RustImpalaError) -> PyErr {
+    match error {
+        RustImpalaError::Config(e) => config_err(e),
+        other => ImpalaError::new_err(other.to_string()),
+    }
+}
+
+/// A Python value as JSON; `path` names it in errors (`model.fcnet_hiddens[1]`).
+fn to_json(value: &Bound<'_, PyAny>, path: &str) -> PyResult<Value> {
+    if value.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = value.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if value.is_instance_of::<PyInt>() {
+        if let Ok(n) = value.extract::<i64>() {
+            return Ok(Value::from(n));
+        }
+        if let Ok(n) = value.extract::<u64>() {
+            return Ok(Value::from(n));
+        }
+        return Err(PyValueError::new_err(format!("`{path}`: {value} does not fit in 64 bits")));
+    }
+    if let Ok(f) = value.cast::<PyFloat>() {
+        let x = f.value();
+        return serde_json::Number::from_f64(x)
+            .map(Value::Number)
+            .ok_or_else(|| PyValueError::new_err(format!("`{path}`: {x} is not a finite number")));
+    }
+    if let Ok(s) = value.cast::<PyString>() {
+        return Ok(Value::String(s.to_cow()?.into_owned()));
+    }
+    if let Ok(d) = value.cast::<PyDict>() {
+        let mut map = serde_json::Map::new();
+        for (k, v) in d.iter() {
+            let k: String = k.extract().map_err(|_| {
+                PyTypeError::new_err(format!("`{path}`: dict keys must be strings, got {k}"))
+            })?;
+            let inner = to_json(&v, &format!("{path}.{k}"))?;
+            map.insert(k, inner);
+        }
+        return Ok(Value::Object(map));
+    }
+    if value.is_instance_of::<PyList>() || value.is_instance_of::<PyTuple>() {
+        let items = value
+            .try_iter()?
+            .enumerate()
+            .map(|(i, item)| to_json(&item?, &format!("{path}[{i}]")))
+            .collect::<PyResult<Vec<_>>>()?;
+        return Ok(Value::Array(items));
+    }
+    let type_name = value.get_type().name()?;
+    Err(PyTypeError::new_err(format!(
+        "`{path}`: a {type_name} is no config value; use None, bool, int, float, str, list or dict \
+         (a Ray Tune search space must be resolved by Tune first)"
+    )))
+}
+
+/// JSON as Python objects (dicts, lists, floats, ...).
+fn to_python(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
+    Ok(match value {
+        Value::Null => py.None(),
+        Value::Bool(b) => PyBool::new(py, *b).to_owned().into_any().unbind(),
+        Value::Number(n) => match (n.as_u64(), n.as_i64(), n.as_f64()) {
+            (Some(u), _, _) => u.into_pyobject(py)?.into_any().unbind(),
+            (None, Some(i), _) => i.into_pyobject(py)?.into_any().unbind(),
+            (None, None, f) => f.unwrap_or(f64::NAN).into_pyobject(py)?.into_any().unbind(),
+        },
+        Value::String(s) => s.into_pyobject(py)?.into_any().unbind(),
+        Value::Array(items) => {
+            let list = PyList::empty(py);
+            for item in items {
+                list.append(to_python(py, item)?)?;
+            }
+            list.into_any().unbind()
+        }
+        Value::Object(map) => {
+            let dict = PyDict::new(py);
+            for (k, v) in map {
+                dict.set_item(k, to_python(py, v)?)?;
+            }
+            dict.into_any().unbind()
+        }
+    })
+}
+
+/// Logs (warnings and errors by default) go to stderr; `IMPALA_LOG` (e.g. `info`) or
+/// `RUST_LOG` choose more.
+fn init_logging() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        let filter = std::env::var("IMPALA_LOG")
+            .or_else(|_| std::env::var("RUST_LOG"))
+            .unwrap_or_else(|_| "warn".into());
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    });
+}
+
+/// The native module.
+#[pymodule]
+fn _impala_rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    init_logging();
+    m.add("ConfigError", m.py().get_type::<ConfigError>())?;
+    m.add("ImpalaError", m.py().get_type::<ImpalaError>())?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_class::<Algorithm>()?;
+    m.add_function(wrap_pyfunction!(config_keys, m)?)?;
+    m.add_function(wrap_pyfunction!(config_aliases, m)?)?;
+    m.add_function(wrap_pyfunction!(nearest_key, m)?)?;
+    m.add_function(wrap_pyfunction!(default_config, m)?)?;
+    m.add_function(wrap_pyfunction!(check_config, m)?)?;
+    m.add_function(wrap_pyfunction!(evaluate_checkpoint, m)?)?;
+    m.add_function(wrap_pyfunction!(checkpoint_config, m)?)?;
+    m.add_function(wrap_pyfunction!(resource_bundles, m)?)?;
+    Ok(())
+}
