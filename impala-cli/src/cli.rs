@@ -1,5 +1,6 @@
-//! The `impala` command line: `train`, `env-runner`, `evaluate`, `config`, `envs` and the benches.
-//! Argument parsing, signals and printing only; the algorithm is the `impala` library.
+//! The `impala` command line: `train`, `tune`, `env-runner`, `evaluate`, `config`, `envs` and
+//! the benches. Argument parsing, signals and printing only; the algorithm is the `impala`
+//! library.
 
 use std::ffi::OsString;
 use std::num::NonZeroUsize;
@@ -69,6 +70,10 @@ pub enum Command {
     /// Draw a run folder's episode_return_mean (and evaluation return) against env steps and
     /// training time into RUN/episode_return_mean.png.
     Plot(PlotArgs),
+    /// Run a hyperparameter search without Ray: every trial of the config file's `grid_search`
+    /// and `choice` values is an `impala train` process in its own run folder, as many at once
+    /// as fit in --cpus; then a table of the trials sorted by --metric and the best checkpoint.
+    Tune(crate::tune::TuneArgs),
 }
 
 /// Where the config comes from: a file and/or `--env`, then `--set` overrides.
@@ -95,19 +100,9 @@ pub struct TrainArgs {
     /// The config.
     #[command(flatten)]
     pub source: ConfigSource,
-    /// Stop once episode_return_mean (over the last 100 episodes) reaches this. With no --stop-*
-    /// option at all, training stops at the env's reward_threshold (solved; CartPole-v1: 475).
-    #[arg(long, allow_negative_numbers = true, value_parser = finite)]
-    pub stop_reward: Option<f64>,
-    /// Stop once this many env steps were sampled (at least 1).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    pub stop_timesteps: Option<u64>,
-    /// Stop after this many training iterations (at least 1).
-    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
-    pub stop_iters: Option<u64>,
-    /// Stop after this many seconds of training (a positive number).
-    #[arg(long, value_parser = positive)]
-    pub stop_time: Option<f64>,
+    /// When to stop.
+    #[command(flatten)]
+    pub stop: StopArgs,
     /// The run folder for results and checkpoints (default: a new
     /// `impala_results/IMPALA_<env>_<UTC date and time>`; with --resume, the checkpoint's run
     /// folder, and another folder forks the run into it).
@@ -164,6 +159,37 @@ pub struct TrainArgs {
     /// The private key (PEM) of --tls-cert.
     #[arg(long, value_name = "PEM", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+}
+
+/// The `--stop-*` options of `impala train`, shared with `impala tune` (which passes them on
+/// to every trial's `impala train`).
+#[derive(Debug, Clone, Args, Default, PartialEq)]
+pub struct StopArgs {
+    /// Stop once episode_return_mean (over the last 100 episodes) reaches this. With no --stop-*
+    /// option at all, training stops at the env's reward_threshold (solved; CartPole-v1: 475).
+    #[arg(long, allow_negative_numbers = true, value_parser = finite)]
+    pub stop_reward: Option<f64>,
+    /// Stop once this many env steps were sampled (at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub stop_timesteps: Option<u64>,
+    /// Stop after this many training iterations (at least 1).
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub stop_iters: Option<u64>,
+    /// Stop after this many seconds of training (a positive number).
+    #[arg(long, value_parser = positive)]
+    pub stop_time: Option<f64>,
+}
+
+impl StopArgs {
+    /// The criteria as given (all `None` when no --stop-* option was).
+    pub fn criteria(&self) -> StopCriteria {
+        StopCriteria {
+            episode_return_mean: self.stop_reward,
+            timesteps_total: self.stop_timesteps,
+            training_iteration: self.stop_iters,
+            time_total_s: self.stop_time,
+        }
+    }
 }
 
 /// `impala env-runner`.
@@ -371,6 +397,7 @@ where
         Command::BenchCartpole(args) => crate::bench::bench_cartpole(&args),
         Command::BenchMemory(args) => crate::soak::bench_memory(&args),
         Command::EnvRunner(args) => env_runner(&args),
+        Command::Tune(args) => crate::tune::tune(&args),
         Command::Plot(args) => {
             println!("{}", crate::plot::plot_run(&args.run)?.display());
             Ok(ExitCode::SUCCESS)
@@ -414,7 +441,7 @@ pub(crate) fn load_config(source: &ConfigSource) -> anyhow::Result<(ValidatedCon
 }
 
 /// Applies `--env`, `--seed` and `--set` of `source` to `config`, then validates it.
-fn apply_source(
+pub(crate) fn apply_source(
     mut config: ImpalaConfig,
     source: &ConfigSource,
     mut warnings: Vec<String>,
@@ -505,12 +532,7 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     crate::logging::init(&config.log_level);
     warnings.extend(impala::check_environment(&config)?);
     print_warnings(&warnings);
-    let mut stop = StopCriteria {
-        episode_return_mean: args.stop_reward,
-        timesteps_total: args.stop_timesteps,
-        training_iteration: args.stop_iters,
-        time_total_s: args.stop_time,
-    };
+    let mut stop = args.stop.criteria();
     if stop == StopCriteria::default() {
         // No criterion given: train until solved, i.e. Gymnasium's `reward_threshold` of the env.
         stop.episode_return_mean = impala::envs::reward_threshold(&config.env);

@@ -9,6 +9,7 @@ mod logging;
 mod plot;
 mod signals;
 mod soak;
+mod tune;
 
 use std::process::ExitCode;
 

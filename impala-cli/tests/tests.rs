@@ -1,5 +1,5 @@
-//! Integration tests: the `impala` binary on bad input, and a short train/resume/evaluate run
-//! (the library's own tests are in impala/tests).
+//! Integration tests: the `impala` binary on bad input, a short train/resume/evaluate run and
+//! `impala tune` (the library's own tests are in impala/tests).
 
 mod bad_input;
 mod common;
@@ -8,3 +8,4 @@ mod python_envs;
 mod remote;
 mod runs;
 mod train;
+mod tune;

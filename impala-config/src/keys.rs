@@ -113,6 +113,7 @@ fn describe_type(ty: &str) -> String {
         "OptType" => "\"adam\" or \"rmsprop\"".into(),
         "LossReduction" => "\"sum\" or \"mean\"".into(),
         "DurationUnit" => "\"episodes\" or \"timesteps\"".into(),
+        "EnvBackend" => "\"auto\", \"native\" or \"gymnasium\"".into(),
         "PlacementStrategy" => "\"PACK\", \"SPREAD\", \"STRICT_PACK\" or \"STRICT_SPREAD\"".into(),
         "ModelConfig" => "a table of model options".into(),
         "BTreeMap<String,f64>" => "a table of numbers".into(),

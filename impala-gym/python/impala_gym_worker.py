@@ -200,7 +200,12 @@ class Envs:
         if setup.get("creator"):
             import pickle
 
+            # The creating process's sys.path first, so what it imports by reference imports
+            # here too; then the creator.
             with open(setup["creator"], "rb") as f:
+                for path in pickle.load(f):
+                    if path not in sys.path:
+                        sys.path.append(path)
                 creator = pickle.load(f)
             return self.call(creator, kwargs, f"the env creator registered as {target!r}")
         if ":" in target and not target.startswith("ALE/"):

@@ -82,9 +82,11 @@ pub struct GymSettings {
     /// user's module imports as it would from a script there.
     pub sys_path: Vec<PathBuf>,
     /// A pickled env creator (RLlib's `register_env(name, creator)`, written by the `impala_rs`
-    /// Python package): when set, workers build their envs by calling it with `env_config`
-    /// (or, for a `gymnasium.Env` class, its keywords) instead of looking `env` up, and `env`
-    /// is only the name the creator was registered under.
+    /// Python package): a file of two pickles, the creating process's `sys.path` (appended to
+    /// the workers', so what the creator references imports there too) and the creator. When
+    /// set, workers build their envs by calling it with `env_config` (or, for a
+    /// `gymnasium.Env` class, its keywords) instead of looking `env` up, and `env` is only the
+    /// name the creator was registered under.
     pub creator: Option<PathBuf>,
 }
 

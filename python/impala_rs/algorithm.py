@@ -14,8 +14,9 @@ class Impala:
     iteration and returns its result dict (the keys of ``result.json``), ``evaluate()``,
     ``save()``/``restore()`` (checkpoints interchangeable with the ``impala`` command's),
     ``stop()``. Training runs in Rust threads with the interpreter lock released; Ctrl-C during
-    ``train()`` ends the iteration and raises ``KeyboardInterrupt``, leaving the algorithm
-    usable (to save, say). Also a context manager that stops on exit."""
+    ``train()`` ends the iteration early (it counts) and raises ``KeyboardInterrupt`` with that
+    iteration's result as its ``result``, leaving the algorithm usable (to save, say). Also a
+    context manager that stops on exit."""
 
     def __init__(self, config=None):
         if config is None:

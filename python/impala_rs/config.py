@@ -16,7 +16,7 @@ NotProvided = type("NotProvided", (), {"__repr__": lambda self: "NotProvided"})(
 
 _KEYS = {}  # top-level key -> (group, expected)
 _MODEL_KEYS = {}  # model key -> expected
-for _name, _group, _expected in _impala_rs.config_keys():
+for _name, _group, _expected, _ in _impala_rs.config_keys():
     if _name.startswith("model."):
         _MODEL_KEYS[_name[len("model.") :]] = _expected
     else:

@@ -7,6 +7,8 @@ script or notebook travel by value, those of importable modules by reference.
 """
 
 import os
+import pickle
+import sys
 import tempfile
 import weakref
 
@@ -67,7 +69,9 @@ class PickledCreator:
                 "gymnasium): pip install gymnasium"
             ) from exc
         try:
-            data = cloudpickle.dumps(creator)
+            # The env workers (impala-gym's worker) read this process's sys.path first, so what
+            # the creator references by module imports there as it does here.
+            data = pickle.dumps(list(sys.path)) + cloudpickle.dumps(creator)
         except Exception as exc:
             raise TypeError(
                 f"the env creator {name!r} cannot be pickled for the env worker processes: "

@@ -35,13 +35,14 @@ create_exception!(
     "Building, training, saving, restoring or evaluating failed."
 );
 
-/// Every config key as `(name, group, expected)`: top-level keys, then the model's as
-/// `model.<name>`; `group` is RLlib's builder method that sets it.
+/// Every config key as `(name, group, expected, rust_type)`: top-level keys, then the model's
+/// as `model.<name>`; `group` is RLlib's builder method that sets it, `expected` what it accepts
+/// in words, `rust_type` its Rust type (which the type stubs are generated from).
 #[pyfunction]
-fn config_keys() -> Vec<(String, &'static str, String)> {
+fn config_keys() -> Vec<(String, &'static str, String, &'static str)> {
     let top = impala::config::keys().iter().map(|k| (k.name.to_string(), k));
     let model = impala::config::model_keys().iter().map(|k| (format!("model.{}", k.name), k));
-    top.chain(model).map(|(name, k)| (name, k.group.name(), k.expected())).collect()
+    top.chain(model).map(|(name, k)| (name, k.group.name(), k.expected(), k.type_name)).collect()
 }
 
 /// Every other spelling of a key as `(alias, key, deprecated)` (RLlib's old names such as
@@ -144,8 +145,8 @@ impl Algorithm {
         config: &Bound<'_, PyDict>,
         env_creator: Option<PathBuf>,
     ) -> PyResult<Self> {
-        let (config, warnings) = validated(config)?;
-        warn_all(py, &warnings)?;
+        // The package's `IMPALAConfig` already reported the warnings (`check_config`).
+        let (config, _warnings) = validated(config)?;
         let mut algo = py
             .detach(|| {
                 let builder = Impala::builder(config);
@@ -167,10 +168,15 @@ impl Algorithm {
             let _ctrl_c = CtrlC::watch(py, &self.interrupt)?;
             self.with(py, Impala::train)
         };
+        let result = to_python(py, &result?.to_json())?;
         // A Ctrl-C during the iteration raises KeyboardInterrupt here (Python's own handler
-        // saw it too); the algorithm stays usable, e.g. to save.
-        py.check_signals()?;
-        to_python(py, &result?.to_json())
+        // saw it too), carrying the shortened iteration's result as `result` (the iteration
+        // counts); the algorithm stays usable, e.g. to save.
+        if let Err(interrupted) = py.check_signals() {
+            interrupted.value(py).setattr("result", result)?;
+            return Err(interrupted);
+        }
+        Ok(result)
     }
 
     /// Runs `evaluation_duration` evaluation episodes with the current weights (RLlib's
@@ -297,14 +303,6 @@ fn validated(config: &Bound<'_, PyDict>) -> PyResult<(ValidatedConfig, Vec<Strin
     let warnings =
         loaded.warnings.iter().chain(validated.warnings()).map(ToString::to_string).collect();
     Ok((validated, warnings))
-}
-
-fn warn_all(py: Python<'_>, warnings: &[String]) -> PyResult<()> {
-    let warn = py.import("warnings")?.getattr("warn")?;
-    for warning in warnings {
-        warn.call1((warning,))?;
-    }
-    Ok(())
 }
 
 /// A [`ConfigError`] whose `problems` holds each problem on its own.

@@ -1,0 +1,141 @@
+"""Impala from Python: training, evaluation, checkpoints shared with the `impala` command,
+the interpreter lock released while Rust trains, Ctrl-C."""
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from conftest import fast_cartpole
+from impala_rs import Impala, ImpalaError, IMPALAConfig
+
+
+def test_train_evaluate_save_restore(tmp_path):
+    with fast_cartpole().evaluation(evaluation_duration=2).build() as algo:
+        first = algo.train()
+        second = algo.train()
+        assert (first["training_iteration"], second["training_iteration"]) == (1, 2)
+        assert second["num_env_steps_sampled"] > first["num_env_steps_sampled"]
+        for key in ["episode_return_mean", "time_total_s", "timesteps_total", "info", "env_runners"]:
+            assert key in second
+        evaluation = algo.evaluate()["env_runners"]
+        assert evaluation["num_episodes"] == 2
+        path = algo.save(tmp_path)
+        assert path.endswith("checkpoint_000002")
+    with pytest.raises(ImpalaError, match="stopped"):
+        algo.train()
+
+    restored = Impala.from_checkpoint(path)
+    try:
+        assert restored.iteration == 2
+        assert restored.train()["training_iteration"] == 3
+    finally:
+        restored.stop()
+
+
+def test_checkpoint_from_python_evaluates_with_the_cli(tmp_path, impala_bin):
+    algo = fast_cartpole().build()
+    algo.train()
+    path = algo.save(tmp_path / "ckpt")
+    algo.stop()
+    done = subprocess.run(
+        [impala_bin, "evaluate", "--checkpoint", path, "--episodes", "2"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    evaluation = json.loads(done.stdout.strip().splitlines()[-1])
+    assert evaluation["num_episodes"] == 2
+
+
+def test_checkpoint_from_the_cli_restores_in_python(tmp_path, impala_bin):
+    run = tmp_path / "run"
+    done = subprocess.run(
+        [impala_bin, "train", "--stop-iters", "1", "--run-dir", str(run),
+         "--set", "num_env_runners=1", "--set", "min_time_s_per_iteration=0.3"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    algo = Impala.from_checkpoint(run)
+    try:
+        assert algo.iteration == 1
+        assert algo.train()["training_iteration"] == 2
+    finally:
+        algo.stop()
+
+
+def test_training_releases_the_interpreter_lock():
+    algo = fast_cartpole().reporting(min_time_s_per_iteration=1.0).build()
+    ticks = []
+    stop = threading.Event()
+
+    def tick():
+        while not stop.is_set():
+            ticks.append(time.monotonic())
+            time.sleep(0.01)
+
+    thread = threading.Thread(target=tick)
+    thread.start()
+    try:
+        start = time.monotonic()
+        algo.train()
+        took = time.monotonic() - start
+    finally:
+        stop.set()
+        thread.join()
+        algo.stop()
+    during = [t for t in ticks if start <= t <= start + took]
+    # Ticking every 10 ms for about a second: a held lock would allow almost none.
+    assert len(during) > 0.5 * took / 0.01, (len(during), took)
+
+
+CTRL_C_SCRIPT = r"""
+import sys, time
+sys.path.insert(0, sys.argv[1])
+from conftest import fast_cartpole
+algo = fast_cartpole().reporting(min_time_s_per_iteration=60).build()
+print("training", flush=True)
+start = time.monotonic()
+try:
+    algo.train()
+    print("not interrupted", flush=True)
+except KeyboardInterrupt as e:
+    # The shortened iteration counts; its result comes with the exception.
+    assert e.result["training_iteration"] == 1, e.result
+    print(f"interrupted after {time.monotonic() - start:.1f}", flush=True)
+print("saved", algo.save(sys.argv[2]), flush=True)
+algo.stop()
+"""
+
+
+def test_ctrl_c_interrupts_train_and_keeps_the_algorithm(tmp_path):
+    from pathlib import Path
+
+    tests = str(Path(__file__).resolve().parent)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CTRL_C_SCRIPT, tests, str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout.readline().strip() == "training"
+    time.sleep(1.5)
+    child.send_signal(signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("interrupted after"), out
+    assert float(lines[0].split()[-1]) < 30
+    assert lines[1].startswith("saved ") and lines[1].endswith("checkpoint_000001"), out
+
+
+def test_bad_env_is_a_clear_error_at_build():
+    with pytest.raises(ImpalaError, match="NoSuchEnv"):
+        IMPALAConfig().environment("NoSuchEnv-v0").env_runners(num_env_runners=1).build()
