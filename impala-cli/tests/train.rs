@@ -178,9 +178,20 @@ fn a_dying_learner_reports_its_cause() -> TestResult {
 fn every_example_config_loads_and_validates() -> TestResult {
     let examples = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
     let mut seen = Vec::new();
+    let mut sweeps = 0;
     for entry in fs::read_dir(&examples)? {
         let path = entry?.path();
-        if path.extension().is_some_and(|e| e == "toml") {
+        if path.file_name().is_some_and(|n| n.to_string_lossy().ends_with("-tune.toml")) {
+            // A sweep holds search spaces, so it is a config only per trial: `impala tune`
+            // validates every trial of it (and runs nothing with --dry-run).
+            let dir = tempfile::tempdir()?;
+            let file = path.to_string_lossy();
+            let run = impala(dir.path(), &["tune", &file, "--dry-run"])?;
+            assert!(run.success, "{}: {}", path.display(), run.stderr);
+            assert!(run.stderr.trim().is_empty(), "{}: {}", path.display(), run.stderr);
+            assert!(run.stdout.lines().any(|l| l.starts_with("trial_")), "{}", run.stdout);
+            sweeps += 1;
+        } else if path.extension().is_some_and(|e| e == "toml") {
             let loaded = impala::config::ImpalaConfig::load(&path)?;
             assert!(loaded.warnings.is_empty(), "{}: {:?}", path.display(), loaded.warnings);
             let config = loaded.config.validate()?;
@@ -201,6 +212,7 @@ fn every_example_config_loads_and_validates() -> TestResult {
             "Pendulum-v1"
         ]
     );
+    assert_eq!(sweeps, 1);
     Ok(())
 }
 
