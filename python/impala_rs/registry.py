@@ -17,8 +17,8 @@ _CREATORS = {}
 
 def register_env(name, creator):
     """Names an env creator so ``.environment(name)`` trains on it (RLlib's
-    ``tune.register_env``). With Ray installed it is also registered with Ray Tune, so Tune's
-    trial processes find it too."""
+    ``tune.register_env``). Once ``impala_rs.tune`` is imported it is also registered with Ray
+    Tune, so Tune's trial processes find it too."""
     if not isinstance(name, str) or not name:
         raise TypeError(f"register_env: the name must be a non-empty str, got {name!r}")
     if not callable(creator):
@@ -27,10 +27,15 @@ def register_env(name, creator):
             f"callable taking the env_config dict, got {type(creator).__name__}"
         )
     _CREATORS[name] = creator
-    try:
-        from ray.tune.registry import register_env as ray_register_env
-    except ImportError:
-        return
+    if "impala_rs.tune" in sys.modules:
+        register_with_tune(name, creator)
+
+
+def register_with_tune(name, creator):
+    """Registers a creator with Ray Tune too, so Tune's trial processes find it (done by
+    ``impala_rs.tune`` for every creator, so plain use never pays for importing Ray)."""
+    from ray.tune.registry import register_env as ray_register_env
+
     ray_register_env(name, creator)
 
 
@@ -44,6 +49,8 @@ def find_creator(name):
     ``None`` for ids and entry points."""
     if name in _CREATORS:
         return _CREATORS[name]
+    if "ray" not in sys.modules:
+        return None
     try:
         from ray.tune.registry import ENV_CREATOR, _global_registry
     except ImportError:
