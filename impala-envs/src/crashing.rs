@@ -80,8 +80,8 @@ const CRASH_STREAM: u64 = 0x9e37_79b9_7f4a_7c15;
 /// Differences from RLlib: RLlib counts `crash_after_n_steps` within each episode (so it fails
 /// at that step of every episode that gets there); here it counts the env's life and fails
 /// once, as a process that dies once. RLlib's crash RNG is unseeded and its reset ignores the
-/// seed. `crash_on_worker_indices` / `stall_on_worker_indices` are not supported: an env made
-/// by [`crate::make`] does not know its env runner.
+/// seed. `crash_on_worker_indices` / `stall_on_worker_indices` need the env runner's index: the
+/// trainer's runners pass it ([`crate::make_for_worker`]), plain [`crate::make`] refuses them.
 ///
 /// ```
 /// use impala_core::{CoreError, Env};

@@ -49,8 +49,8 @@ pub use classic::{
 pub use crashing::{CartPoleCrashing, CartPoleCrashingConfig};
 pub use error::{EnvError, Result};
 pub use registry::{
-    contains, list, make, make_stateful, register, reward_threshold, EnvConfig, EnvCreator,
-    EnvInfo, Registration, MAX_EPISODE_STEPS,
+    contains, list, make, make_for_worker, make_stateful, register, reward_threshold, EnvConfig,
+    EnvCreator, EnvInfo, Registration, MAX_EPISODE_STEPS,
 };
 pub use vector::{VectorEnv, VectorStep};
 pub use wrappers::{

@@ -44,13 +44,15 @@ struct Entry {
     reward_threshold: Option<f64>,
     /// Keyword arguments of the env's constructor (besides `max_episode_steps`).
     kwargs: &'static [&'static str],
-    /// Keys of the original env that this one refuses, and why.
-    unsupported: &'static [(&'static str, &'static str)],
+    /// Keys that need the env runner's index (RLlib's `env_config.worker_index`): accepted by
+    /// [`make_for_worker`], refused by [`make`].
+    per_worker: &'static [&'static str],
 }
 
 /// Why `CartPoleCrashing-v1` refuses RLlib's `*_on_worker_indices`.
-const NO_WORKER_INDEX: &str = "an env made from its id and env_config does not know which env \
-     runner it runs on, so crashes and stalls cannot be limited to some runners";
+const NO_WORKER_INDEX: &str = "an env made from its id and env_config alone (`impala_envs::make`) \
+     does not know which env runner it runs on; the trainer's env runners make it with their \
+     index (`impala_envs::make_for_worker`), where this key works";
 
 const NATIVES: [Entry; 5] = [
     Entry {
@@ -59,7 +61,7 @@ const NATIVES: [Entry; 5] = [
         max_episode_steps: 500,
         reward_threshold: Some(475.0),
         kwargs: &["sutton_barto_reward"],
-        unsupported: &[],
+        per_worker: &[],
     },
     Entry {
         id: Acrobot::ID,
@@ -67,7 +69,7 @@ const NATIVES: [Entry; 5] = [
         max_episode_steps: 500,
         reward_threshold: Some(-100.0),
         kwargs: &[],
-        unsupported: &[],
+        per_worker: &[],
     },
     Entry {
         id: MountainCar::ID,
@@ -75,7 +77,7 @@ const NATIVES: [Entry; 5] = [
         max_episode_steps: 200,
         reward_threshold: Some(-110.0),
         kwargs: &["goal_velocity"],
-        unsupported: &[],
+        per_worker: &[],
     },
     Entry {
         id: Pendulum::ID,
@@ -83,7 +85,7 @@ const NATIVES: [Entry; 5] = [
         max_episode_steps: 200,
         reward_threshold: None,
         kwargs: &["g"],
-        unsupported: &[],
+        per_worker: &[],
     },
     Entry {
         id: CartPoleCrashing::ID,
@@ -100,10 +102,7 @@ const NATIVES: [Entry; 5] = [
             "stall_time_sec",
             "init_time_s",
         ],
-        unsupported: &[
-            ("crash_on_worker_indices", NO_WORKER_INDEX),
-            ("stall_on_worker_indices", NO_WORKER_INDEX),
-        ],
+        per_worker: &["crash_on_worker_indices", "stall_on_worker_indices"],
     },
 ];
 
@@ -363,7 +362,7 @@ pub fn list() -> Result<Vec<EnvInfo>> {
     let mut infos = NATIVES
         .iter()
         .map(|entry| {
-            let env: Box<dyn Env> = build(entry, &EnvConfig::new())?;
+            let env: Box<dyn Env> = build(entry, &EnvConfig::new(), None)?;
             Ok(EnvInfo {
                 spec: env.spec().clone(),
                 reward_threshold: entry.reward_threshold,
@@ -440,7 +439,37 @@ pub fn contains(id: &str) -> bool {
 /// ```
 pub fn make(id: &str, env_config: &EnvConfig) -> Result<Box<dyn Env>> {
     if let Some(entry) = native(id) {
-        return build(entry, env_config);
+        return build(entry, env_config, None);
+    }
+    registered(id).ok_or_else(|| unknown(id))?.make(env_config)
+}
+
+/// As [`make`], for the env runner `worker_index` (RLlib's `env_config.worker_index`: 0 for
+/// the local runner, 1, 2, ... for the others), which the per-runner keys need:
+/// `CartPoleCrashing-v1`'s `crash_on_worker_indices` and `stall_on_worker_indices` limit its
+/// crashes and stalls to those runners. A creator given to [`register`] gets `env_config` as
+/// with [`make`].
+///
+/// ```
+/// use impala_envs::{make_for_worker, EnvConfig};
+///
+/// let config: EnvConfig = serde_json::from_str(r#"{"crash_after_n_steps": 1, "crash_on_worker_indices": [2]}"#)?;
+/// let mut obs = [0.0f32; 4];
+/// let mut spared = make_for_worker("CartPoleCrashing-v1", &config, 1)?;
+/// spared.reset(Some(0), &mut obs)?;
+/// assert!(spared.step(&[0.0], &mut obs).is_ok());
+/// let mut crashing = make_for_worker("CartPoleCrashing-v1", &config, 2)?;
+/// crashing.reset(Some(0), &mut obs)?;
+/// assert!(crashing.step(&[0.0], &mut obs).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn make_for_worker(
+    id: &str,
+    env_config: &EnvConfig,
+    worker_index: usize,
+) -> Result<Box<dyn Env>> {
+    if let Some(entry) = native(id) {
+        return build(entry, env_config, Some(worker_index));
     }
     registered(id).ok_or_else(|| unknown(id))?.make(env_config)
 }
@@ -463,7 +492,7 @@ pub fn make(id: &str, env_config: &EnvConfig) -> Result<Box<dyn Env>> {
 /// ```
 pub fn make_stateful(id: &str, env_config: &EnvConfig) -> Result<Box<dyn StatefulEnv>> {
     match native(id) {
-        Some(entry) => build(entry, env_config),
+        Some(entry) => build(entry, env_config, None),
         None if registered(id).is_some() => Err(EnvError::NotStateful { id: id.to_string() }),
         None => Err(unknown(id)),
     }
@@ -530,8 +559,12 @@ impl FromStateful for Box<dyn StatefulEnv> {
     }
 }
 
-fn build<B: FromStateful>(entry: &Entry, env_config: &EnvConfig) -> Result<B> {
-    let args = Kwargs::new(entry, env_config)?;
+fn build<B: FromStateful>(
+    entry: &Entry,
+    env_config: &EnvConfig,
+    worker_index: Option<usize>,
+) -> Result<B> {
+    let args = Kwargs::new(entry, env_config, worker_index)?;
     let steps = args.max_episode_steps()?;
     Ok(match entry.kind {
         Kind::CartPole => {
@@ -573,6 +606,14 @@ fn crashing_config(args: &Kwargs<'_>) -> Result<CartPoleCrashingConfig> {
         stall_time: args.seconds("stall_time_sec")?,
         init_time: args.seconds("init_time_s")?,
     };
+    // RLlib: a non-empty list of runner indices spares every other runner.
+    let mut config = config;
+    if !args.on_listed_worker("crash_on_worker_indices")? {
+        (config.p_crash, config.p_crash_reset, config.crash_after_n_steps) = (0.0, 0.0, None);
+    }
+    if !args.on_listed_worker("stall_on_worker_indices")? {
+        (config.p_stall, config.p_stall_reset, config.stall_after_n_steps) = (0.0, 0.0, None);
+    }
     let stalls =
         config.p_stall > 0.0 || config.p_stall_reset > 0.0 || config.stall_after_n_steps.is_some();
     if stalls && config.stall_time.is_none() {
@@ -592,19 +633,26 @@ fn crashing_config(args: &Kwargs<'_>) -> Result<CartPoleCrashingConfig> {
 struct Kwargs<'a> {
     entry: &'a Entry,
     config: &'a EnvConfig,
+    /// The env runner the env is made for, when known ([`make_for_worker`]).
+    worker_index: Option<usize>,
 }
 
 impl<'a> Kwargs<'a> {
-    fn new(entry: &'a Entry, config: &'a EnvConfig) -> Result<Self> {
-        if let Some((key, reason)) = entry.unsupported.iter().find(|(k, _)| config.contains_key(*k))
-        {
-            return Err(EnvError::UnsupportedConfigKey {
-                env: entry.id.to_string(),
-                key: key.to_string(),
-                reason: reason.to_string(),
-            });
+    fn new(entry: &'a Entry, config: &'a EnvConfig, worker_index: Option<usize>) -> Result<Self> {
+        if worker_index.is_none() {
+            if let Some(key) = entry.per_worker.iter().find(|k| config.contains_key(**k)) {
+                return Err(EnvError::UnsupportedConfigKey {
+                    env: entry.id.to_string(),
+                    key: key.to_string(),
+                    reason: NO_WORKER_INDEX.to_string(),
+                });
+            }
         }
-        let accepted = || std::iter::once(MAX_EPISODE_STEPS).chain(entry.kwargs.iter().copied());
+        let accepted = || {
+            std::iter::once(MAX_EPISODE_STEPS)
+                .chain(entry.kwargs.iter().copied())
+                .chain(entry.per_worker.iter().copied())
+        };
         if let Some(key) = config.keys().find(|k| !accepted().any(|a| a == k.as_str())) {
             return Err(EnvError::UnknownConfigKey {
                 env: entry.id.to_string(),
@@ -613,7 +661,20 @@ impl<'a> Kwargs<'a> {
                 accepted: accepted().map(String::from).collect(),
             });
         }
-        Ok(Self { entry, config })
+        Ok(Self { entry, config, worker_index })
+    }
+
+    /// Whether the env's runner is among the list of runner indices under `key` (RLlib's
+    /// `crash_on_worker_indices`); true when the key is absent or its list is empty.
+    fn on_listed_worker(&self, key: &str) -> Result<bool> {
+        let Some(value) = self.config.get(key) else { return Ok(true) };
+        let expected = "a list of env runner indices (non-negative integers), e.g. [1, 2]";
+        let indices = value
+            .as_array()
+            .and_then(|items| items.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>())
+            .ok_or_else(|| self.invalid(key, expected, value))?;
+        let Some(worker) = self.worker_index else { return Ok(true) };
+        Ok(indices.is_empty() || u64::try_from(worker).is_ok_and(|w| indices.contains(&w)))
     }
 
     fn invalid(&self, key: &str, expected: &str, got: &Value) -> EnvError {

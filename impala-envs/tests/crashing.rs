@@ -3,7 +3,9 @@
 
 use crate::TestResult;
 use impala_core::{CoreError, Env};
-use impala_envs::{list, make, make_stateful, CartPoleCrashingConfig, EnvConfig, EnvError};
+use impala_envs::{
+    list, make, make_for_worker, make_stateful, CartPoleCrashingConfig, EnvConfig, EnvError,
+};
 use serde_json::json;
 use std::time::{Duration, Instant};
 
@@ -242,5 +244,44 @@ fn is_listed_with_its_keys_and_rllibs_defaults() -> TestResult {
     let mut env = make_stateful(ID, &config(json!({"p_crash_reset": 1.0}))?)?;
     let mut obs = [0.0f32; 4];
     assert!(is_crash(&env.reset_to_state(&[0.0; 4], &mut obs)));
+    Ok(())
+}
+
+#[test]
+fn crashes_and_stalls_stay_on_the_listed_env_runners() -> TestResult {
+    let mut obs = [0.0f32; 4];
+    // Worker 0 is the local runner, 1.. the others (RLlib's `worker_index`).
+    let crashes = config(json!({"crash_after_n_steps": 1, "crash_on_worker_indices": [1, 2]}))?;
+    for (worker, crashing) in [(0, false), (1, true), (2, true), (3, false)] {
+        let mut env = make_for_worker(ID, &crashes, worker)?;
+        env.reset(Some(0), &mut obs)?;
+        assert_eq!(is_crash(&env.step(&[0.0], &mut obs)), crashing, "worker {worker}");
+    }
+    // p_crash_reset too, and an empty list spares nobody (RLlib: only a non-empty list filters).
+    let resets = config(json!({"p_crash_reset": 1.0, "crash_on_worker_indices": [2]}))?;
+    assert!(make_for_worker(ID, &resets, 1)?.reset(Some(0), &mut obs).is_ok());
+    assert!(is_crash(&make_for_worker(ID, &resets, 2)?.reset(Some(0), &mut obs)));
+    let everyone = config(json!({"p_crash_reset": 1.0, "crash_on_worker_indices": []}))?;
+    assert!(is_crash(&make_for_worker(ID, &everyone, 5)?.reset(Some(0), &mut obs)));
+
+    // Stalls: a 0.3 s stall at the first step, only on worker 1.
+    let stalls = config(json!({
+        "p_crash": 0.0, "stall_after_n_steps": 1, "stall_time_sec": 0.3, "stall_on_worker_indices": [1]
+    }))?;
+    for (worker, stalls_here) in [(1, true), (2, false)] {
+        let mut env = make_for_worker(ID, &stalls, worker)?;
+        env.reset(Some(0), &mut obs)?;
+        let start = Instant::now();
+        env.step(&[0.0], &mut obs)?;
+        assert_eq!(start.elapsed() >= Duration::from_millis(300), stalls_here, "worker {worker}");
+    }
+
+    // A list that is not of indices names the key.
+    let bad = config(json!({"crash_on_worker_indices": [1, -2]}))?;
+    let err = make_for_worker(ID, &bad, 1).err();
+    assert!(
+        matches!(&err, Some(EnvError::InvalidConfigValue { key, .. }) if key == "crash_on_worker_indices"),
+        "{err:?}"
+    );
     Ok(())
 }

@@ -227,7 +227,7 @@ fn uses_python(config: &ValidatedConfig) -> Result<bool> {
         EnvBackend::Gymnasium => Ok(true),
         EnvBackend::Native if native => Ok(false),
         // Reported as the registry's error (unknown id with a suggestion).
-        EnvBackend::Native => Err(impala_envs::make(&config.env, &config.env_config).err().map_or(
+        EnvBackend::Native => Err(probe_native(config).err().map_or(
             ImpalaError::EnvOption {
                 key: "env_backend",
                 problem: format!("is \"native\" but `{}` is no native env", config.env),
@@ -256,7 +256,7 @@ fn default_env(config: &ValidatedConfig) -> Result<EnvFactory> {
             });
         }
         // Reported as the registry's error (unknown id with a suggestion, bad keys).
-        impala_envs::make(&config.env, &config.env_config)?;
+        probe_native(config)?;
         return Ok(registered_env(config));
     }
     python_envs(config, None)
@@ -412,11 +412,20 @@ fn check_devices(config: &ValidatedConfig) -> Result<()> {
     Ok(())
 }
 
-/// The registered env `config.env` (see [`impala_envs::make`]).
+/// One env of `config.env` from the registry, as the local runner (worker index 0) builds it:
+/// an unknown id or bad `env_config` is the registry's error.
+fn probe_native(
+    config: &ValidatedConfig,
+) -> std::result::Result<Box<dyn Env>, impala_envs::EnvError> {
+    impala_envs::make_for_worker(&config.env, &config.env_config, 0)
+}
+
+/// The registered env `config.env`, each made for its runner (see
+/// [`impala_envs::make_for_worker`]).
 fn registered_env(config: &ValidatedConfig) -> EnvFactory {
     let id = config.env.clone();
     Arc::new(move |ctx: &EnvContext| {
-        impala_envs::make(&id, &ctx.env_config)
+        impala_envs::make_for_worker(&id, &ctx.env_config, ctx.runner_index)
             .map_err(|e| CoreError::Env { env: id.clone(), reason: e.to_string() })
     })
 }
