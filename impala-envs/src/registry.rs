@@ -438,10 +438,7 @@ pub fn contains(id: &str) -> bool {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn make(id: &str, env_config: &EnvConfig) -> Result<Box<dyn Env>> {
-    if let Some(entry) = native(id) {
-        return build(entry, env_config, None);
-    }
-    registered(id).ok_or_else(|| unknown(id))?.make(env_config)
+    make_on(id, env_config, None)
 }
 
 /// As [`make`], for the env runner `worker_index` (RLlib's `env_config.worker_index`: 0 for
@@ -468,8 +465,14 @@ pub fn make_for_worker(
     env_config: &EnvConfig,
     worker_index: usize,
 ) -> Result<Box<dyn Env>> {
+    make_on(id, env_config, Some(worker_index))
+}
+
+/// [`make`] and [`make_for_worker`]: a native env knows its runner when `worker_index` is given;
+/// a registered creator gets `env_config` either way.
+fn make_on(id: &str, env_config: &EnvConfig, worker_index: Option<usize>) -> Result<Box<dyn Env>> {
     if let Some(entry) = native(id) {
-        return build(entry, env_config, Some(worker_index));
+        return build(entry, env_config, worker_index);
     }
     registered(id).ok_or_else(|| unknown(id))?.make(env_config)
 }

@@ -164,15 +164,14 @@ class IMPALAConfig:
         raise AttributeError(f"IMPALAConfig has no option `{name}`; the nearest is `{_nearest(name)}`")
 
     def __setattr__(self, name, value):
-        if name.startswith("_"):
-            key, _ = _canonical(name)
-            if key not in _KEYS:
-                object.__setattr__(self, name, value)
-                return
         key, _ = _canonical(name)
-        if key not in _KEYS:
+        if key in _KEYS:
+            self._update(_KEYS[key][0], {name: value})
+        elif name.startswith("_"):
+            # The config's own state (`_values`); options that start with `_` are keys above.
+            object.__setattr__(self, name, value)
+        else:
             raise AttributeError(_unknown(name))
-        self._update(_KEYS[key][0], {name: value})
 
     def __getitem__(self, name):
         key, _ = _canonical(name)
@@ -270,8 +269,7 @@ class IMPALAConfig:
     def _checked(self):
         """The native dict, validated (warnings emitted); raises ConfigError."""
         native = self._native_dict()
-        _, found = _impala_rs.check_config(native)
-        for warning in found:
+        for warning in _impala_rs.check_config(native):
             warnings.warn(warning, stacklevel=3)
         return native
 

@@ -61,17 +61,14 @@ fn nearest_key(name: &str) -> String {
 /// RLlib's `IMPALAConfig()` defaults as a dict (the model as a nested dict under `model`).
 #[pyfunction]
 fn default_config(py: Python<'_>) -> PyResult<Py<PyAny>> {
-    to_python(py, &Value::Object(ImpalaConfig::default().to_dict().into_iter().collect()))
+    config_to_python(py, &ImpalaConfig::default())
 }
 
 /// Checks a config dict like the one `IMPALAConfig.to_dict()` returns, as `impala train` checks
-/// a file, and returns `(every option with defaults filled in, warnings)`. Raises
-/// [`ConfigError`] listing every problem.
+/// a file, and returns its warnings. Raises [`ConfigError`] listing every problem.
 #[pyfunction]
-fn check_config(py: Python<'_>, config: &Bound<'_, PyDict>) -> PyResult<(Py<PyAny>, Vec<String>)> {
-    let (validated, warnings) = validated(config)?;
-    let dict = Value::Object(validated.config().to_dict().into_iter().collect());
-    Ok((to_python(py, &dict)?, warnings))
+fn check_config(config: &Bound<'_, PyDict>) -> PyResult<Vec<String>> {
+    Ok(validated(config)?.1)
 }
 
 /// Runs `episodes` episodes with a checkpoint's policy (greedy unless `explore`), as
@@ -86,7 +83,7 @@ fn evaluate_checkpoint(
 ) -> PyResult<Py<PyAny>> {
     let result =
         py.detach(|| impala::evaluate_checkpoint(&path, episodes, explore)).map_err(impala_err)?;
-    to_python(py, &serde_json::to_value(&result).map_err(|e| ImpalaError::new_err(e.to_string()))?)
+    serialized_to_python(py, &result)
 }
 
 /// The config's resource request as Ray's placement group: `(bundles, strategy)`, each bundle
@@ -121,7 +118,7 @@ fn checkpoint_config(py: Python<'_>, path: PathBuf) -> PyResult<Py<PyAny>> {
             impala::checkpoint::read_checkpoint(&dir)
         })
         .map_err(impala_err)?;
-    to_python(py, &Value::Object(config.to_dict().into_iter().collect()))
+    config_to_python(py, &config)
 }
 
 /// RLlib's `Impala` algorithm: built from a checked config dict, trained one iteration per
@@ -183,9 +180,7 @@ impl Algorithm {
     /// `evaluate()`); returns `{"env_runners": {...}}` like RLlib's evaluation results.
     fn evaluate(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
         let result = self.with(py, Impala::evaluate)?;
-        let value =
-            serde_json::to_value(&result).map_err(|e| ImpalaError::new_err(e.to_string()))?;
-        to_python(py, &serde_json::json!({ "env_runners": value }))
+        serialized_to_python(py, &BTreeMap::from([("env_runners", result)]))
     }
 
     /// Saves a checkpoint `dir/checkpoint_<iteration>` (the CLI's format) and returns its path.
@@ -217,12 +212,8 @@ impl Algorithm {
     /// The validated config, every option included.
     #[getter]
     fn config(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let dict = {
-            let guard = self.lock();
-            let algo = guard.as_ref().ok_or_else(stopped)?;
-            algo.config().config().to_dict()
-        };
-        to_python(py, &Value::Object(dict.into_iter().collect()))
+        let config = self.lock().as_ref().ok_or_else(stopped)?.config().config().clone();
+        config_to_python(py, &config)
     }
 }
 
@@ -380,6 +371,17 @@ fn to_json(value: &Bound<'_, PyAny>, path: &str) -> PyResult<Value> {
         "`{path}`: a {type_name} is no config value; use None, bool, int, float, str, list or dict \
          (a Ray Tune search space must be resolved by Tune first)"
     )))
+}
+
+/// A config as the dict `to_dict()` gives (the model nested under `model`).
+fn config_to_python(py: Python<'_>, config: &ImpalaConfig) -> PyResult<Py<PyAny>> {
+    to_python(py, &Value::Object(config.to_dict().into_iter().collect()))
+}
+
+/// A result (anything serializable) as Python objects.
+fn serialized_to_python(py: Python<'_>, value: &impl serde::Serialize) -> PyResult<Py<PyAny>> {
+    let value = serde_json::to_value(value).map_err(|e| ImpalaError::new_err(e.to_string()))?;
+    to_python(py, &value)
 }
 
 /// JSON as Python objects (dicts, lists, floats, ...).
