@@ -11,13 +11,15 @@ with random actions in a plain loop for `--seconds`.
 impala-rs: `impala train` with `_env_runners_only` (sampling only: policy inference and
 everything a runner does per step, no learner) on the same envs in the same number of worker
 processes (`--runners` env runners share them), for `--seconds`; the rate is taken over the iterations after the
-first (start-up excluded). Prints one JSON line with both rates and their ratio.
+first (start-up excluded). The two alternate for `--rounds` rounds, since this machine's speed drifts
+between minutes; prints one JSON line with each round's rates and ratio and their medians.
 """
 
 import argparse
 import json
 import multiprocessing as mp
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -114,6 +116,7 @@ def main():
     p.add_argument("--runners", type=int, default=1, help="env runners sharing the workers")
     p.add_argument("--envs-per-worker", type=int, default=4)
     p.add_argument("--seconds", type=float, default=30.0)
+    p.add_argument("--rounds", type=int, default=3, help="raw and impala-rs alternate this often")
     p.add_argument("--config", help="an impala config file (its env_config is used for raw too)")
     p.add_argument("--impala", default=os.path.join(ROOT, "target", "release", "impala"))
     args = p.parse_args()
@@ -123,8 +126,10 @@ def main():
 
         with open(args.config, "rb") as f:
             env_config = tomllib.load(f).get("env_config", {})
-    raw = raw_rate(args, env_config)
-    ours = impala_rate(args)
+    raws, ours = [], []
+    for _ in range(args.rounds):
+        raws.append(raw_rate(args, env_config))
+        ours.append(impala_rate(args))
     print(
         json.dumps(
             {
@@ -132,9 +137,13 @@ def main():
                 "workers": args.workers,
                 "runners": args.runners,
                 "envs_per_worker": args.envs_per_worker,
-                "raw_env_steps_per_s": round(raw, 1),
-                "impala_env_steps_per_s": round(ours, 1),
-                "ratio": round(ours / raw, 3),
+                "config": args.config,
+                "raw_env_steps_per_s": [round(r, 1) for r in raws],
+                "impala_env_steps_per_s": [round(r, 1) for r in ours],
+                "ratios": [round(o / r, 3) for o, r in zip(ours, raws)],
+                "median_raw": round(statistics.median(raws), 1),
+                "median_impala": round(statistics.median(ours), 1),
+                "median_ratio": round(statistics.median(o / r for o, r in zip(ours, raws)), 3),
             }
         )
     )

@@ -14,8 +14,12 @@ Protocol (see impala-gym/src/worker.rs, which is the other side):
   quits. A reply is 16 bytes (status, flags, slot, message
   length, reward): status b"O" ok, b"E" failed (an UTF-8 message of that length follows),
   b"X" failed and recreated (restart_failed_sub_environments); flags bit 0 terminated, bit 1
-  truncated. Observations go into shared memory as float32, or as bytes for a uint8 Box
-  observation space (the runner's `Space::Bytes`); actions as float32.
+  truncated, bit 2 reset: the step ended the episode and the env was reset at once
+  (Gymnasium's same-step autoreset, unseeded as the runner's own reset after an episode would
+  be), its final observation is in the slot's final row and the next episode's first in its
+  observation row, so the runner's reset needs no round trip. Observations go into shared
+  memory as float32, or as bytes for a uint8 Box observation space (the runner's
+  `Space::Bytes`); actions as float32.
 - The worker exits when stdin closes (the runner went away) or when its parent process dies,
   even inside a hung env step (a watchdog thread checks the parent's pid).
 """
@@ -170,10 +174,25 @@ class ActionReader:
         else:
             raise TypeError(f"unsupported action space {space!r}")
 
-    def read(self, row):
-        np = self.np
+    def bind(self, rows):
+        """Returns `read(slots)`: the actions of `slots` from `rows` (`[count, action_dim]`
+        in shared memory), the fastest way for this space: this runs once per command."""
         if self.kind == "discrete":
-            return int(row[0]) + self.start
+            column, start = rows[:, 0], self.start
+
+            def read(slots):
+                values = column.tolist()
+                return [int(values[slot]) + start for slot in slots]
+
+        else:
+
+            def read(slots):
+                return [self.read_row(rows[slot]) for slot in slots]
+
+        return read
+
+    def read_row(self, row):
+        np = self.np
         if self.kind == "multi_discrete":
             return row.astype(np.int64).reshape(self.space.shape)
         if self.kind == "multi_binary":
@@ -300,22 +319,69 @@ class AtariEnvs:
         return len(self.pending_steps) == self.count
 
     def step_all(self):
+        """Steps every slot: `(obs, final_obs or None, reward, terminated, truncated)` per
+        slot, where an ended episode's env is already reset (`obs` is the next episode's first
+        observation)."""
         self.pending_steps.clear()
         obs, rewards, terms, truncs, info = self.vec.step(self.actions)
         final = info.get("final_obs") if isinstance(info, dict) else None
         results = []
         for i in range(self.count):
             done = bool(terms[i]) or bool(truncs[i])
+            last = None
             if done:
-                self.reset_obs[i] = self.hwc(obs[i])
-                last = final[i] if final is not None else obs[i]
-            else:
-                last = obs[i]
-            results.append((self.hwc(last), float(rewards[i]), bool(terms[i]), bool(truncs[i])))
+                last = self.hwc(final[i] if final is not None else obs[i])
+            results.append((self.hwc(obs[i]), last, float(rewards[i]), bool(terms[i]), bool(truncs[i])))
         return results
 
     def recreate(self, slot):
         raise RuntimeError("an Atari vector env cannot recreate one of its envs")
+
+
+class Commands:
+    """Reads command bytes from the runner's pipe, spinning briefly before it blocks.
+
+    Waking a blocked process costs tens of microseconds here, about as long as stepping a few
+    envs, so after each command this worker polls the (non-blocking) pipe for a while before it
+    sleeps. The spin adapts as a glibc adaptive mutex does: it doubles (up to `MAX_SPIN_S`)
+    whenever a command came during the spin and halves (down to `MIN_SPIN_S`) whenever none
+    did, so a worker whose runner is busy elsewhere (inference, the learner sharing the cores)
+    soon spins little.
+    """
+
+    MIN_SPIN_S = 0.00002
+    MAX_SPIN_S = 0.0002
+
+    def __init__(self, fd):
+        import select
+        import time
+
+        self.fd, self.select, self.clock = fd, select.select, time.perf_counter
+        self.spin = self.MIN_SPIN_S
+        os.set_blocking(fd, False)
+
+    def read(self):
+        """The next bytes from the runner (b"" once it closed the pipe)."""
+        fd, clock = self.fd, self.clock
+        try:
+            return os.read(fd, 1 << 16)
+        except BlockingIOError:
+            pass
+        until = clock() + self.spin
+        while clock() < until:
+            try:
+                chunk = os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
+            self.spin = min(self.spin * 2, self.MAX_SPIN_S)
+            return chunk
+        self.spin = max(self.spin / 2, self.MIN_SPIN_S)
+        while True:
+            self.select([fd], [], [])
+            try:
+                return os.read(fd, 1 << 16)
+            except BlockingIOError:
+                continue
 
 
 def mask_slots(base, mask):
@@ -378,52 +444,74 @@ def main():
     with open(shm["path"], "r+b") as f:
         region = mmap.mmap(f.fileno(), shm["size"])
     obs_rows = np.ndarray((count, obs_dim), np.dtype(shm["obs_dtype"]), buffer=region, offset=0)
+    final_rows = np.ndarray(
+        (count, obs_dim), np.dtype(shm["obs_dtype"]), buffer=region, offset=shm["final_offset"]
+    )
     act_rows = np.ndarray(
         (count, act_dim), np.float32, buffer=region, offset=shm["action_offset"]
     )
     write = writer.bind(obs_rows)
-    read = reader.read
+    write_final = writer.bind(final_rows)
+    read = reader.bind(act_rows)
     hello({"ready": True})
 
     restart_sub_envs = setup.get("restart_failed_sub_environments", False)
-    stdin = sys.stdin.buffer.raw.fileno()
+    commands = Commands(sys.stdin.buffer.raw.fileno())
     pending = b""
     while True:
-        chunk = os.read(stdin, 1 << 16)
+        chunk = commands.read()
         if not chunk:
             return 0
         pending += chunk
-        out = []
         while len(pending) >= COMMAND.size:
             op, has_seed, slot, _, seed = COMMAND.unpack_from(pending)
             pending = pending[COMMAND.size :]
             if op == b"Q":
-                replies.write(b"".join(out))
                 return 0
+            # Each command's replies go out as soon as it is done (one write), not after the
+            # other commands read with it: the runner infers for these envs while this worker
+            # steps the next command's.
+            out = []
             if op == b"R":
-                slots = (slot,)
+                slots, actions = (slot,), (None,)
             elif op == b"M":
                 slots = mask_slots(slot, seed)
+                actions = read(slots)
             else:
-                slots = ()
+                slots, actions = (), ()
                 out.append(failure(b"E", slot, f"unknown command {op!r}".encode()))
-            for slot in slots:
+            for slot, action in zip(slots, actions):
                 try:
                     if op == b"R":
                         write(envs.reset(slot, int(seed) if has_seed else None), slot)
                         out.append(REPLY.pack(b"O", 0, slot, 0, 0.0))
                         continue
-                    action = read(act_rows[slot])
                     if atari:
                         if envs.gather_step(slot, action):
-                            for i, (obs, reward, term, trunc) in enumerate(envs.step_all()):
+                            for i, (obs, last, reward, term, trunc) in enumerate(envs.step_all()):
                                 write(obs, i)
-                                out.append(REPLY.pack(b"O", term | (trunc << 1), i, 0, reward))
+                                flags = term | (trunc << 1)
+                                if last is not None:
+                                    write_final(last, i)
+                                    flags |= 4
+                                out.append(REPLY.pack(b"O", flags, i, 0, reward))
                         continue
-                    obs, reward, term, trunc, _ = envs.envs[slot].step(action)
+                    env = envs.envs[slot]
+                    obs, reward, term, trunc, _ = env.step(action)
+                    if term or trunc:
+                        flags = (1 if term else 0) | (2 if trunc else 0)
+                        try:
+                            first, _ = env.reset()
+                        except Exception:  # noqa: BLE001 - the runner's own reset reports it
+                            write(obs, slot)
+                        else:
+                            write_final(obs, slot)
+                            write(first, slot)
+                            flags |= 4
+                        out.append(REPLY.pack(b"O", flags, slot, 0, float(reward)))
+                        continue
                     write(obs, slot)
-                    flags = (1 if term else 0) | (2 if trunc else 0)
-                    out.append(REPLY.pack(b"O", flags, slot, 0, float(reward)))
+                    out.append(REPLY.pack(b"O", 0, slot, 0, float(reward)))
                 except Exception as exc:  # noqa: BLE001 - a failing env is reported, not fatal
                     message = last_frame(exc).encode("utf-8", "replace")
                     status = b"E"
@@ -436,8 +524,8 @@ def main():
                                 again
                             ).encode("utf-8", "replace")
                     out.append(failure(status, slot, message))
-        if out:
-            replies.write(b"".join(out))
+            if out:
+                replies.write(b"".join(out))
 
 
 if __name__ == "__main__":

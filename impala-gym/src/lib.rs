@@ -176,7 +176,7 @@ impl GymEnvPool {
             }
         };
         let spec = worker.lock().unwrap_or_else(PoisonError::into_inner).spec().clone();
-        Ok(GymEnv { worker, slot, spec, stepping: false })
+        Ok(GymEnv { worker, slot, spec, stepping: false, reset_done: false })
     }
 
     /// The env's spec, from a worker with one env that stops at once.
@@ -193,6 +193,9 @@ pub struct GymEnv {
     spec: EnvSpec,
     /// A step was begun and its reply not yet taken.
     stepping: bool,
+    /// The last step ended the episode and the worker already reset the env: the next
+    /// `reset(None)` takes the first observation from shared memory, with no round trip.
+    reset_done: bool,
 }
 
 impl GymEnv {
@@ -207,8 +210,15 @@ impl GymEnv {
 
     fn outcome(&mut self, reply: Reply, obs: &mut [f32]) -> Result<StepOutcome> {
         match reply {
-            Reply::Ok { reward, terminated, truncated } => {
-                self.worker().read_obs(self.slot, obs);
+            Reply::Ok { reward, terminated, truncated, reset } => {
+                let worker = self.worker();
+                if reset {
+                    worker.read_final_obs(self.slot, obs);
+                } else {
+                    worker.read_obs(self.slot, obs);
+                }
+                drop(worker);
+                self.reset_done = reset;
                 Ok(StepOutcome { reward, terminated, truncated })
             }
             Reply::Failed { message, recreated: true } => {
@@ -235,6 +245,12 @@ impl Env for GymEnv {
 
     fn reset(&mut self, seed: Option<u64>, obs: &mut [f32]) -> impala_core::Result<()> {
         let slot = self.slot;
+        if std::mem::take(&mut self.reset_done) && seed.is_none() && !self.stepping {
+            // The worker reset the env in the step that ended its episode, as an unseeded
+            // reset here would have.
+            self.worker().read_obs(slot, obs);
+            return Ok(());
+        }
         let stale = std::mem::take(&mut self.stepping);
         let mut worker = self.worker();
         if stale {
@@ -271,6 +287,7 @@ impl Env for GymEnv {
         let slot = self.slot;
         self.worker().begin_step(slot, action)?;
         self.stepping = true;
+        self.reset_done = false;
         Ok(())
     }
 

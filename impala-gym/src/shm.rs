@@ -1,6 +1,6 @@
 //! The shared memory between a runner and one env worker: per env slot, a row of observation
-//! values (`f32`, or bytes for a [`impala_core::Space::Bytes`] space) and a row of `f32` action
-//! values.
+//! values (`f32`, or bytes for a [`impala_core::Space::Bytes`] space), a row for the final
+//! observation of an episode the worker has already reset, and a row of `f32` action values.
 //!
 //! This is the crate's only `unsafe` code: mapping a file that another process writes.
 
@@ -9,8 +9,9 @@ use std::path::{Path, PathBuf};
 
 use memmap2::MmapMut;
 
-/// Where each slot's rows live: `[count, obs_dim]` observations, then (8-byte aligned)
-/// `[count, action_dim]` actions.
+/// Where each slot's rows live: `[count, obs_dim]` observations, `[count, obs_dim]` final
+/// observations (of episodes the worker reset in the step that ended them), then (8-byte
+/// aligned) `[count, action_dim]` actions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Layout {
     pub count: usize,
@@ -48,9 +49,14 @@ impl Layout {
         self.obs_width() * slot * self.obs_dim
     }
 
+    /// Where slot `slot`'s final-observation row starts (`final_offset(0)`: where they start).
+    pub fn final_offset(&self, slot: usize) -> usize {
+        self.obs_offset(self.count + slot)
+    }
+
     /// Where slot `slot`'s action row starts (`action_offset(0)`: where the actions start).
     pub fn action_offset(&self, slot: usize) -> usize {
-        self.obs_offset(self.count).next_multiple_of(8) + 4 * slot * self.action_dim
+        self.final_offset(self.count).next_multiple_of(8) + 4 * slot * self.action_dim
     }
 }
 
@@ -99,9 +105,18 @@ impl SharedRegion {
     /// Copies slot `slot`'s observation row into `out` (`obs_dim` values; bytes become the
     /// whole numbers `0.0..=255.0`).
     pub fn read_obs(&self, slot: usize, out: &mut [f32]) {
+        self.read_row(self.layout.obs_offset(slot), out);
+    }
+
+    /// Copies slot `slot`'s final-observation row into `out`, as [`SharedRegion::read_obs`].
+    pub fn read_final_obs(&self, slot: usize, out: &mut [f32]) {
+        self.read_row(self.layout.final_offset(slot), out);
+    }
+
+    fn read_row(&self, offset: usize, out: &mut [f32]) {
         let n = self.layout.obs_dim.min(out.len());
         let width = self.layout.obs_width();
-        let bytes = &self.map[self.layout.obs_offset(slot)..][..width * n];
+        let bytes = &self.map[offset..][..width * n];
         if self.layout.obs_bytes {
             for (v, &b) in out.iter_mut().zip(bytes) {
                 *v = f32::from(b);
@@ -133,8 +148,8 @@ impl Drop for SharedRegion {
 #[allow(unsafe_code)]
 fn map(file: &File) -> std::io::Result<MmapMut> {
     // SAFETY: the file was just created under a unique name by this process and is shared with
-    // exactly one worker, which (by the protocol in worker.rs) writes a slot's observation row
-    // only between a command for that slot and its reply, and never writes action rows. The
+    // exactly one worker, which (by the protocol in worker.rs) writes a slot's observation and
+    // final-observation rows only between a command for that slot and its reply, and never writes action rows. The
     // runner reads a row only after that reply and writes a slot's action row only before its
     // next command, so neither side reads bytes the other is writing. The file is never resized.
     unsafe { MmapMut::map_mut(file) }

@@ -30,8 +30,10 @@ const EXIT_GRACE: Duration = Duration::from_millis(500);
 /// What a worker answered for one slot.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum Reply {
-    /// Done; for steps, the reward and flags.
-    Ok { reward: f64, terminated: bool, truncated: bool },
+    /// Done; for steps, the reward and flags. `reset`: the step ended the episode and the
+    /// worker already reset the env (Gymnasium's same-step autoreset): the final observation is
+    /// in the slot's final row, the next episode's first one in its observation row.
+    Ok { reward: f64, terminated: bool, truncated: bool, reset: bool },
     /// The env raised; with `restart_failed_sub_environments` the worker recreated it.
     Failed { message: String, recreated: bool },
 }
@@ -51,8 +53,46 @@ pub(crate) struct EnvWorker {
     shm: SharedRegion,
     spec: EnvSpec,
     timeout: Duration,
+    /// How long to poll for a reply before sleeping until one comes.
+    spin: AdaptiveSpin,
     /// Why the worker is unusable, once it is (every later call fails with this).
     broken: Option<String>,
+}
+
+/// A spin that adapts as glibc's adaptive mutexes do: waking a sleeping thread costs tens of
+/// microseconds here (longer than a worker takes to step a few envs, and the worker's write
+/// pays for it too), so the runner polls for a reply for a while before it sleeps. The spin
+/// doubles (up to [`AdaptiveSpin::MAX`]) whenever a reply came during it and halves (down to
+/// [`AdaptiveSpin::MIN`]) whenever none did, so a runner whose worker steps slow envs (Atari,
+/// Box2D) soon spins little.
+#[derive(Debug, Clone, Copy)]
+struct AdaptiveSpin {
+    current: Duration,
+}
+
+impl AdaptiveSpin {
+    const MIN: Duration = Duration::from_micros(10);
+    const MAX: Duration = Duration::from_micros(200);
+
+    fn new() -> Self {
+        AdaptiveSpin { current: Self::MIN }
+    }
+
+    /// Polls `ready` until it holds or the spin is over; adapts the spin to the result.
+    fn wait(&mut self, mut ready: impl FnMut() -> bool) -> bool {
+        let start = Instant::now();
+        loop {
+            if ready() {
+                self.current = (self.current * 2).min(Self::MAX);
+                return true;
+            }
+            if start.elapsed() >= self.current {
+                self.current = (self.current / 2).max(Self::MIN);
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+    }
 }
 
 impl std::fmt::Debug for EnvWorker {
@@ -178,6 +218,7 @@ impl EnvWorker {
             "obs_dim": layout.obs_dim,
             "obs_dtype": layout.obs_dtype(),
             "action_dim": layout.action_dim,
+            "final_offset": layout.final_offset(0),
             "action_offset": layout.action_offset(0),
         });
         let mut commands = commands;
@@ -206,6 +247,7 @@ impl EnvWorker {
             shm,
             spec,
             timeout: settings.timeout,
+            spin: AdaptiveSpin::new(),
             broken: None,
         })
     }
@@ -300,6 +342,12 @@ impl EnvWorker {
         self.shm.read_obs(slot, obs);
     }
 
+    /// Copies the final observation of `slot`'s episode (one its step ended and the worker
+    /// reset, [`Reply::Ok`]'s `reset`) into `obs`.
+    pub fn read_final_obs(&self, slot: usize, obs: &mut [f32]) {
+        self.shm.read_final_obs(slot, obs);
+    }
+
     fn usable(&self) -> Result<()> {
         match &self.broken {
             None => Ok(()),
@@ -321,7 +369,12 @@ impl EnvWorker {
         let reply = match frame[0] {
             b'O' => {
                 self.pending.drain(..FRAME);
-                Reply::Ok { reward, terminated: frame[1] & 1 != 0, truncated: frame[1] & 2 != 0 }
+                Reply::Ok {
+                    reward,
+                    terminated: frame[1] & 1 != 0,
+                    truncated: frame[1] & 2 != 0,
+                    reset: frame[1] & 4 != 0,
+                }
             }
             status @ (b'E' | b'X') => {
                 if len > MAX_MESSAGE {
@@ -342,7 +395,11 @@ impl EnvWorker {
     fn fill(&mut self, n: usize, deadline: Instant, what: &'static str) -> Result<()> {
         let mut chunk = [0u8; 1 << 14];
         while self.pending.len() < n {
-            match wait_readable(&self.replies, deadline) {
+            let replies = &self.replies;
+            let now = || readable_now(replies).unwrap_or(true);
+            let readable =
+                if self.spin.wait(now) { Ok(true) } else { wait_readable(replies, deadline) };
+            match readable {
                 Ok(true) => {}
                 Ok(false) => return Err(self.timed_out(what)),
                 Err(source) => {
@@ -494,6 +551,13 @@ impl LineReader {
             }
         }
     }
+}
+
+/// Whether `pipe` has data (or EOF) now.
+fn readable_now(pipe: &ChildStdout) -> std::io::Result<bool> {
+    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+    let mut fds = [PollFd::new(pipe, PollFlags::IN)];
+    Ok(poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 }))? > 0)
 }
 
 /// Whether `pipe` has data (or EOF) before `deadline`.

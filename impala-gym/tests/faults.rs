@@ -57,6 +57,42 @@ fn an_exception_in_reset_is_an_error() -> TestResult {
 }
 
 #[test]
+fn an_episode_end_gives_the_final_observation_then_the_reset_one() -> TestResult {
+    // The worker resets an env in the step that ends its episode: the step still returns the
+    // final observation (20 steps counted) and the reset after it the new episode's first (0).
+    let mut env = GymEnvPool::new(faulty("none")).make(0, 0, 0)?;
+    let mut obs = [0.0f32];
+    env.reset(Some(0), &mut obs)?;
+    for episode in 0..3 {
+        for t in 1..=20 {
+            let out = env.step(&[1.0], &mut obs)?;
+            assert_eq!((obs[0], out.truncated), (t as f32, t == 20), "episode {episode}");
+        }
+        env.reset(None, &mut obs)?;
+        assert_eq!(obs[0], 0.0, "first observation of episode {}", episode + 1);
+    }
+    Ok(())
+}
+
+#[test]
+fn an_exception_in_the_reset_after_an_episode_is_an_error() -> TestResult {
+    // The worker's own reset at the episode's end fails; the runner's reset then reports it.
+    let mut s = faulty("raise_on_reset");
+    s.env_config.insert("after".into(), 100.into());
+    let mut env = GymEnvPool::new(s).make(0, 0, 0)?;
+    let mut obs = [0.0f32];
+    env.reset(Some(0), &mut obs)?;
+    for _ in 0..19 {
+        env.step(&[0.0], &mut obs)?;
+    }
+    let last = env.step(&[0.0], &mut obs)?;
+    assert_eq!((obs[0], last.truncated), (20.0, true), "the final observation");
+    let message = env.reset(None, &mut obs).map_err(|e| e.to_string()).err().unwrap_or_default();
+    assert!(message.contains("RuntimeError: reset failed on purpose"), "{message}");
+    Ok(())
+}
+
+#[test]
 fn restart_failed_sub_environments_recreates_only_that_env() -> TestResult {
     let mut s = faulty("raise");
     s.restart_failed_sub_environments = true;
