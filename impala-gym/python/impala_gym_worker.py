@@ -352,12 +352,16 @@ class Commands:
     MIN_SPIN_S = 0.00002
     MAX_SPIN_S = 0.0002
 
-    def __init__(self, fd):
+    def __init__(self, fd, spin):
+        """`spin`: whether to spin at all (the runner's `GymSettings::spin`: only when every
+        busy thread has a core of its own)."""
         import select
         import time
 
         self.fd, self.select, self.clock = fd, select.select, time.perf_counter
-        self.spin = self.MIN_SPIN_S
+        self.min_spin = self.MIN_SPIN_S if spin else 0.0
+        self.max_spin = self.MAX_SPIN_S if spin else 0.0
+        self.spin = self.min_spin
         os.set_blocking(fd, False)
 
     def read(self):
@@ -373,9 +377,9 @@ class Commands:
                 chunk = os.read(fd, 1 << 16)
             except BlockingIOError:
                 continue
-            self.spin = min(self.spin * 2, self.MAX_SPIN_S)
+            self.spin = min(self.spin * 2, self.max_spin)
             return chunk
-        self.spin = max(self.spin / 2, self.MIN_SPIN_S)
+        self.spin = max(self.spin / 2, self.min_spin)
         while True:
             self.select([fd], [], [])
             try:
@@ -456,7 +460,7 @@ def main():
     hello({"ready": True})
 
     restart_sub_envs = setup.get("restart_failed_sub_environments", False)
-    commands = Commands(sys.stdin.buffer.raw.fileno())
+    commands = Commands(sys.stdin.buffer.raw.fileno(), setup.get("spin", False))
     pending = b""
     while True:
         chunk = commands.read()

@@ -88,6 +88,12 @@ pub struct GymSettings {
     /// `gymnasium.Env` class, its keywords) instead of looking `env` up, and `env` is only the
     /// name the creator was registered under.
     pub creator: Option<PathBuf>,
+    /// Poll the pipes for a while before sleeping on them (adaptive spins, on the runner and in
+    /// the workers). Waking a sleeping process costs more than stepping a few envs, so this
+    /// pays when every worker and runner (and a busy learner) has a core of its own; with more
+    /// busy threads than cores a spinning thread takes the core from the one it waits for
+    /// (measured: 2 workers and a runner on 2 cores sampled 25% slower with it). Off by default.
+    pub spin: bool,
 }
 
 impl GymSettings {
@@ -104,6 +110,7 @@ impl GymSettings {
             restart_failed_sub_environments: false,
             sys_path: std::env::current_dir().into_iter().collect(),
             creator: None,
+            spin: false,
         }
     }
 

@@ -53,8 +53,8 @@ pub(crate) struct EnvWorker {
     shm: SharedRegion,
     spec: EnvSpec,
     timeout: Duration,
-    /// How long to poll for a reply before sleeping until one comes.
-    spin: AdaptiveSpin,
+    /// How long to poll for a reply before sleeping until one comes ([`GymSettings::spin`]).
+    spin: Option<AdaptiveSpin>,
     /// Why the worker is unusable, once it is (every later call fails with this).
     broken: Option<String>,
 }
@@ -164,6 +164,7 @@ impl EnvWorker {
             "creator": settings.creator,
             "restart_failed_sub_environments": settings.restart_failed_sub_environments,
             "atari_vector": settings.is_atari(),
+            "spin": settings.spin,
         });
         let mut child = Command::new(&settings.python)
             .arg("-c")
@@ -247,7 +248,7 @@ impl EnvWorker {
             shm,
             spec,
             timeout: settings.timeout,
-            spin: AdaptiveSpin::new(),
+            spin: settings.spin.then(AdaptiveSpin::new),
             broken: None,
         })
     }
@@ -397,8 +398,8 @@ impl EnvWorker {
         while self.pending.len() < n {
             let replies = &self.replies;
             let now = || readable_now(replies).unwrap_or(true);
-            let readable =
-                if self.spin.wait(now) { Ok(true) } else { wait_readable(replies, deadline) };
+            let caught = self.spin.as_mut().is_some_and(|spin| spin.wait(now));
+            let readable = if caught { Ok(true) } else { wait_readable(replies, deadline) };
             match readable {
                 Ok(true) => {}
                 Ok(false) => return Err(self.timed_out(what)),

@@ -287,7 +287,20 @@ fn gym_settings(config: &ValidatedConfig) -> impala_gym::GymSettings {
     settings.envs_per_worker = positive(config.envs_per_env_worker());
     settings.timeout = Duration::from_secs_f64(config.sample_timeout_s);
     settings.restart_failed_sub_environments = config.restart_failed_sub_environments;
+    let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
+    settings.spin = busy_threads(config) <= cores;
     settings
+}
+
+/// Threads that are busy all the time in a run of `config` with Python envs: each runner and
+/// its env workers, plus the learner threads unless nothing is trained. Spinning pays only
+/// when they all have a core ([`impala_gym::GymSettings::spin`]).
+fn busy_threads(config: &ValidatedConfig) -> usize {
+    let workers = config.num_envs_per_env_runner.div_ceil(config.envs_per_env_worker().max(1));
+    let runners = config.num_env_runners.max(1);
+    let learning = !(config.env_runners_only || config.skip_learners);
+    let learners = if learning { config.num_learner_threads.max(1) } else { 0 };
+    runners * (workers + 1) + learners
 }
 
 /// The spec of the envs `factory` builds (it builds one).
@@ -528,6 +541,28 @@ mod tests {
         env.reset(None, &mut obs)?;
         let pushes = run.snapshot()?.map(|f| f.running_stats().num_pushes());
         assert_eq!(pushes, Some(saved.running_stats().num_pushes() + 1));
+        Ok(())
+    }
+
+    #[test]
+    fn busy_threads_count_runners_workers_and_learners() -> Result<()> {
+        let busy = |runners, envs, per_worker: Option<usize>, sampling_only| {
+            let config = impala_config::ImpalaConfig {
+                num_env_runners: runners,
+                num_envs_per_env_runner: envs,
+                num_envs_per_env_worker: per_worker,
+                env_runners_only: sampling_only,
+                ..Default::default()
+            };
+            config.validate().map(|c| busy_threads(&c))
+        };
+        // One runner with one worker and nothing trained: 2 (spins on 2 cores).
+        assert_eq!(busy(1, 16, None, true)?, 2);
+        // Two workers of 8: 3. Training adds the learner thread.
+        assert_eq!(busy(1, 16, Some(8), true)?, 3);
+        assert_eq!(busy(1, 16, None, false)?, 3);
+        // Two runners, 3 workers each (5 envs in workers of 2): 8, plus the learner.
+        assert_eq!(busy(2, 5, Some(2), false)?, 9);
         Ok(())
     }
 
