@@ -103,6 +103,10 @@ pub struct EnvRunner {
     final_state: Vec<f32>,
     /// Whether the envs were reset once (the first fragment resets them, seeded).
     started: bool,
+    /// The next fragment with its first step acted and begun: a runner whose envs step
+    /// elsewhere begins it as each group finishes the current fragment's last step, so its
+    /// workers step while the fragment is handed over (see [`EnvRunner::sample`]).
+    next: Option<SampleBatch>,
 }
 
 impl std::fmt::Debug for EnvRunner {
@@ -192,6 +196,7 @@ impl EnvRunner {
             final_obs: vec![0.0; num_envs * obs_dim],
             final_state: vec![0.0; num_envs * state_dim],
             started: false,
+            next: None,
             spec,
         })
     }
@@ -226,6 +231,50 @@ impl EnvRunner {
             }
             self.started = true;
         }
+        let mut batch = match self.next.take() {
+            Some(batch) => batch,
+            None => {
+                let mut batch = self.new_batch();
+                for g in 0..self.groups.len() {
+                    self.act(g, 0, &mut batch)?;
+                }
+                batch
+            }
+        };
+        let mut episodes = Vec::new();
+        // With two groups, one group's step runs in its workers while the runner finishes the
+        // other's and infers its next actions. Across fragments too: as each group finishes
+        // the last step, it acts the next fragment's first, so the workers never wait for the
+        // hand-over (those first actions use the weights of this fragment, and the next
+        // fragment says so in its weights_version). Envs stepped by this thread gain nothing
+        // from that and act each fragment with the weights it starts with.
+        let overlap = self.groups.len() > 1;
+        let mut next = None;
+        for t in 0..self.fragment_len {
+            for g in 0..self.groups.len() {
+                self.finish(g, t, &mut batch, &mut episodes)?;
+                if t + 1 < self.fragment_len {
+                    self.act(g, t + 1, &mut batch)?;
+                } else if overlap {
+                    let mut next_batch = next.take().unwrap_or_else(|| self.new_batch());
+                    self.act(g, 0, &mut next_batch)?;
+                    next = Some(next_batch);
+                }
+            }
+        }
+        for group in &self.groups {
+            batch.bootstrap_obs.write(group.first_row * self.obs_dim, group.envs.obs());
+        }
+        if let Some(next) = next.as_mut() {
+            // The state every row carries into the next fragment (final only now).
+            next.state_in.copy_from_slice(&self.state);
+        }
+        self.next = next;
+        Ok(Fragment { runner_id: self.runner_id, batch, episodes })
+    }
+
+    /// A fragment's empty batch, starting from the current recurrent state and weights.
+    fn new_batch(&self) -> SampleBatch {
         let mut batch = SampleBatch::zeros(
             self.fragment_len,
             self.num_envs,
@@ -235,24 +284,7 @@ impl EnvRunner {
         );
         batch.state_in.copy_from_slice(&self.state);
         batch.weights_version.fill(self.policy.weights_version());
-        let mut episodes = Vec::new();
-        // With two groups, one group's step runs in its workers while the runner finishes the
-        // other's and infers its next actions.
-        for g in 0..self.groups.len() {
-            self.act(g, 0, &mut batch)?;
-        }
-        for t in 0..self.fragment_len {
-            for g in 0..self.groups.len() {
-                self.finish(g, t, &mut batch, &mut episodes)?;
-                if t + 1 < self.fragment_len {
-                    self.act(g, t + 1, &mut batch)?;
-                }
-            }
-        }
-        for group in &self.groups {
-            batch.bootstrap_obs.write(group.first_row * self.obs_dim, group.envs.obs());
-        }
-        Ok(Fragment { runner_id: self.runner_id, batch, episodes })
+        batch
     }
 
     /// Infers group `g`'s actions for step `t`, records them in `batch` and begins the step.

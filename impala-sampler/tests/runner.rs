@@ -247,6 +247,8 @@ fn clip_actions_clips_what_the_env_gets_not_what_the_batch_keeps() -> Result<()>
 struct Elsewhere {
     inner: Box<dyn impala_core::Env>,
     action: Vec<f32>,
+    /// Steps begun, over every env sharing the counter.
+    begun: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl impala_core::Env for Elsewhere {
@@ -268,6 +270,7 @@ impl impala_core::Env for Elsewhere {
     }
     fn begin_step(&mut self, action: &[f32]) -> Result<(), CoreError> {
         self.action = action.to_vec();
+        self.begun.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         Ok(())
     }
     fn finish_step(&mut self, obs: &mut [f32]) -> Result<impala_core::StepOutcome, CoreError> {
@@ -284,8 +287,11 @@ fn envs_that_step_elsewhere_sample_in_two_groups_with_the_same_fragments() -> Te
         let setup =
             || EnvSetup { max_episode_steps, terminate_after: Some(4), ..Default::default() };
         let (plain, inner) = (setup().factory(), setup().factory());
+        let begun = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = Arc::clone(&begun);
         let elsewhere: impala_sampler::EnvFactory = Arc::new(move |ctx| {
-            Ok(Box::new(Elsewhere { inner: inner(ctx)?, action: Vec::new() })
+            let (inner, begun) = (inner(ctx)?, Arc::clone(&counter));
+            Ok(Box::new(Elsewhere { inner, action: Vec::new(), begun })
                 as Box<dyn impala_core::Env>)
         });
         let settings = runner_settings(num_envs, 7);
@@ -293,10 +299,14 @@ fn envs_that_step_elsewhere_sample_in_two_groups_with_the_same_fragments() -> Te
         let mut two = EnvRunner::new(&settings, 0, &elsewhere, &counting_policies())?;
         let groups = if num_envs >= 2 { 2 } else { 1 };
         assert!(format!("{two:?}").contains(&format!("groups: {groups}")), "{two:?}");
-        for _ in 0..3 {
+        for k in 1..=3 {
             let (a, b) = (without_instance(one.sample()?), without_instance(two.sample()?));
             assert!(!a.episodes.is_empty());
             assert_eq!(a, b, "{num_envs} envs");
+            // Two groups begin the next fragment's first step before handing this one over.
+            let ahead = usize::from(groups == 2);
+            let steps = begun.load(std::sync::atomic::Ordering::Relaxed);
+            assert_eq!(steps, num_envs * (7 * k + ahead), "{num_envs} envs, fragment {k}");
         }
     }
     Ok(())
