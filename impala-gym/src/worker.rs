@@ -397,7 +397,7 @@ impl EnvWorker {
         let mut chunk = [0u8; 1 << 14];
         while self.pending.len() < n {
             let replies = &self.replies;
-            let now = || readable_now(replies).unwrap_or(true);
+            let now = || wait_readable(replies, Instant::now()).unwrap_or(true);
             let caught = self.spin.as_mut().is_some_and(|spin| spin.wait(now));
             let readable = if caught { Ok(true) } else { wait_readable(replies, deadline) };
             match readable {
@@ -554,14 +554,7 @@ impl LineReader {
     }
 }
 
-/// Whether `pipe` has data (or EOF) now.
-fn readable_now(pipe: &ChildStdout) -> std::io::Result<bool> {
-    use rustix::event::{poll, PollFd, PollFlags, Timespec};
-    let mut fds = [PollFd::new(pipe, PollFlags::IN)];
-    Ok(poll(&mut fds, Some(&Timespec { tv_sec: 0, tv_nsec: 0 }))? > 0)
-}
-
-/// Whether `pipe` has data (or EOF) before `deadline`.
+/// Whether `pipe` has data (or EOF) before `deadline` (now, for a deadline already passed).
 fn wait_readable(pipe: &ChildStdout, deadline: Instant) -> std::io::Result<bool> {
     use rustix::event::{poll, PollFd, PollFlags, Timespec};
     loop {

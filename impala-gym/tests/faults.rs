@@ -44,13 +44,19 @@ fn an_exception_in_step_names_the_python_frame() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn an_exception_in_reset_is_an_error() -> TestResult {
+/// An env whose every reset after its first raises, reset once.
+fn raising_on_reset(obs: &mut [f32]) -> Result<impala_gym::GymEnv, Box<dyn std::error::Error>> {
     let mut s = faulty("raise_on_reset");
     s.env_config.insert("after".into(), 100.into());
     let mut env = GymEnvPool::new(s).make(0, 0, 0)?;
+    env.reset(Some(0), obs)?;
+    Ok(env)
+}
+
+#[test]
+fn an_exception_in_reset_is_an_error() -> TestResult {
     let mut obs = [0.0f32];
-    env.reset(Some(0), &mut obs)?;
+    let mut env = raising_on_reset(&mut obs)?;
     let message = env.reset(None, &mut obs).map_err(|e| e.to_string()).err().unwrap_or_default();
     assert!(message.contains("RuntimeError: reset failed on purpose"), "{message}");
     Ok(())
@@ -77,11 +83,8 @@ fn an_episode_end_gives_the_final_observation_then_the_reset_one() -> TestResult
 #[test]
 fn an_exception_in_the_reset_after_an_episode_is_an_error() -> TestResult {
     // The worker's own reset at the episode's end fails; the runner's reset then reports it.
-    let mut s = faulty("raise_on_reset");
-    s.env_config.insert("after".into(), 100.into());
-    let mut env = GymEnvPool::new(s).make(0, 0, 0)?;
     let mut obs = [0.0f32];
-    env.reset(Some(0), &mut obs)?;
+    let mut env = raising_on_reset(&mut obs)?;
     for _ in 0..19 {
         env.step(&[0.0], &mut obs)?;
     }

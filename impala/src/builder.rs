@@ -296,7 +296,7 @@ fn gym_settings(config: &ValidatedConfig) -> impala_gym::GymSettings {
 /// its env workers, plus the learner threads unless nothing is trained. Spinning pays only
 /// when they all have a core ([`impala_gym::GymSettings::spin`]).
 fn busy_threads(config: &ValidatedConfig) -> usize {
-    let workers = config.num_envs_per_env_runner.div_ceil(config.envs_per_env_worker().max(1));
+    let workers = config.num_envs_per_env_runner.div_ceil(config.envs_per_env_worker());
     let runners = config.num_env_runners.max(1);
     let learning = !(config.env_runners_only || config.skip_learners);
     let learners = if learning { config.num_learner_threads.max(1) } else { 0 };
