@@ -107,6 +107,9 @@ pub enum WarningKind {
     LrIgnoredBySchedule,
     /// `_separate_vf_optimizer` with shared layers: only the value head gets `_lr_vf`.
     SeparateVfOptimizerSharedLayers,
+    /// `vf_loss_coeff` was changed but `_separate_vf_optimizer` minimises the value loss
+    /// unweighted (as RLlib's does), so the coefficient only weighs the reported total_loss.
+    VfLossCoeffIgnored,
     /// The request asks for more CPUs than the machine has; threads will time-share.
     CpusOversubscribed,
 }

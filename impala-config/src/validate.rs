@@ -445,6 +445,13 @@ fn check_training(config: &ImpalaConfig, c: &mut Checker) {
                 "set `_lr_vf` to a positive learning rate (e.g. 0.0005)".into(),
             );
         }
+        if config.vf_loss_coeff != ImpalaConfig::default().vf_loss_coeff {
+            c.warn(
+                "vf_loss_coeff",
+                WarningKind::VfLossCoeffIgnored,
+                "is set but `_separate_vf_optimizer` trains the value function on the value loss alone (as RLlib does), so it only weighs the reported total_loss; remove it, or set `_separate_vf_optimizer = false` to use it".into(),
+            );
+        }
         if config.model.vf_share_layers {
             c.warn(
                 "_separate_vf_optimizer",
