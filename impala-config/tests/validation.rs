@@ -171,8 +171,8 @@ fn a_separate_vf_optimizer_needs_a_vf_learning_rate() -> TestResult {
     let separate = config.training(|t| t.model(|m| m.vf_share_layers(false)));
     assert_eq!(warnings(&separate)?, []);
     fails(&separate.clone().training(|t| t.lr_vf(0.0)), Rule::SeparateVfOptimizer, "_lr_vf")?;
-    fails(&separate.training(|t| t.lr_vf(f64::NAN)), Rule::SeparateVfOptimizer, "_lr_vf")?;
-    let weighted = separate.clone().training(|t| t.vf_loss_coeff(0.05));
+    fails(&separate.clone().training(|t| t.lr_vf(f64::NAN)), Rule::SeparateVfOptimizer, "_lr_vf")?;
+    let weighted = separate.training(|t| t.vf_loss_coeff(0.05));
     assert_eq!(warnings(&weighted)?, [WarningKind::VfLossCoeffIgnored]);
     let ignored = ImpalaConfig::default().training(|t| t.lr_vf(1e-3));
     assert_eq!(warnings(&ignored)?, [WarningKind::LrVfIgnored]);
