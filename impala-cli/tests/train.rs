@@ -154,6 +154,8 @@ fn a_dying_learner_reports_its_cause() -> TestResult {
         "--set",
         "lr_schedule=none", // the embedded example anneals lr with a schedule, which wins
         "--set",
+        "_lr_vf=1e30", // and trains its value network with an optimizer of its own
+        "--set",
         "grad_clip=none",
     ];
     args.extend(FAST);
