@@ -50,6 +50,10 @@ pub enum Rule {
     /// A Ray scheduling option that has nothing to act on in impala-rs (placement strategy,
     /// custom resources, GPUs for env runners, whose policies infer on the CPU).
     NotSupported,
+    /// `env_config.frameskip = 1` for an Atari game: RLlib's Atari configs set it because their
+    /// wrapper skips frames, but ale-py's vector env is the only skipping here, so it would
+    /// turn action repeat off.
+    AtariFrameskip,
 }
 
 /// One problem found by [`crate::ImpalaConfig::validate`]: what, where and how to fix it.
@@ -112,6 +116,9 @@ pub enum WarningKind {
     VfLossCoeffIgnored,
     /// The request asks for more CPUs than the machine has; threads will time-share.
     CpusOversubscribed,
+    /// An Atari game with `env_config.frameskip` other than IMPALA's 4 (ale-py repeats each
+    /// action that many frames).
+    AtariFrameskip,
 }
 
 /// Something the user should know but that does not stop training.

@@ -307,6 +307,7 @@ fn check_environment(config: &ImpalaConfig, c: &mut Checker) {
             );
         }
     }
+    check_atari_frameskip(config, c);
     if config.python_executable.as_deref().is_some_and(|p| p.trim().is_empty()) {
         c.error(
             "python_executable",
@@ -315,6 +316,47 @@ fn check_environment(config: &ImpalaConfig, c: &mut Checker) {
             "set `python_executable` to an interpreter path, or remove it to use the default"
                 .into(),
         );
+    }
+}
+
+/// IMPALA's Atari action repeat is 4, done by ale-py's vector env (no wrapper skips frames in
+/// impala-rs): `frameskip = 1`, as RLlib's Atari configs have it for their own wrapper, would
+/// turn it off, so it is refused; other values warn.
+fn check_atari_frameskip(config: &ImpalaConfig, c: &mut Checker) {
+    const KEY: &str = "env_config.frameskip";
+    let Some(value) = config.env_config.get("frameskip").filter(|_| config.env.starts_with("ALE/"))
+    else {
+        return;
+    };
+    match value.as_u64() {
+        Some(4) => {}
+        Some(1) => c.error(
+            KEY,
+            Rule::AtariFrameskip,
+            format!(
+                "is 1 for `{}`: ale-py's vector env is what repeats each action here (RLlib's \
+                 Atari configs set 1 because their own wrapper skips frames, which impala-rs \
+                 does not add), so every action would last one frame",
+                config.env
+            ),
+            "remove `env_config.frameskip` for IMPALA's 4 frames per action (max-pooled over \
+             the last two)"
+                .into(),
+        ),
+        Some(n) if n > 1 => c.warn(
+            KEY,
+            WarningKind::AtariFrameskip,
+            format!(
+                "is {n}: ale-py repeats each action {n} frames (IMPALA's and RLlib's Atari \
+                 setting is 4); remove the key for 4"
+            ),
+        ),
+        _ => c.error(
+            KEY,
+            Rule::AtariFrameskip,
+            format!("is {value}, not a number of frames of 1 or more"),
+            "remove `env_config.frameskip` for IMPALA's 4 frames per action".into(),
+        ),
     }
 }
 

@@ -625,3 +625,24 @@ fn lr_that_a_schedule_overrides_is_a_warning() -> TestResult {
     assert_eq!(warnings(&config)?, [WarningKind::LrIgnoredBySchedule]);
     Ok(())
 }
+
+#[test]
+fn atari_frameskip_1_is_refused_and_other_values_warn() -> TestResult {
+    let atari = |frameskip: serde_json::Value| {
+        let mut config = ImpalaConfig::default().environment(|e| e.env("ALE/Pong-v5"));
+        config.env_config.insert("frameskip".into(), frameskip);
+        config
+    };
+    // RLlib's Atari configs set 1 for their own frame-skipping wrapper; here it would turn
+    // action repeat off.
+    fails(&atari(1.into()), Rule::AtariFrameskip, "env_config.frameskip")?;
+    fails(&atari((-2).into()), Rule::AtariFrameskip, "env_config.frameskip")?;
+    fails(&atari("4".into()), Rule::AtariFrameskip, "env_config.frameskip")?;
+    assert_eq!(warnings(&atari(4.into()))?, []);
+    assert_eq!(warnings(&atari(3.into()))?, [WarningKind::AtariFrameskip]);
+    // Other envs' frameskip keys are theirs.
+    let mut other = ImpalaConfig::default().environment(|e| e.env("my_pkg.envs:Frames"));
+    other.env_config.insert("frameskip".into(), 1.into());
+    assert_eq!(warnings(&other)?, []);
+    Ok(())
+}

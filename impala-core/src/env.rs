@@ -84,6 +84,15 @@ pub trait Env: Send {
             reason: "finish_step without a step begun by begin_step".into(),
         })
     }
+
+    /// Whether the episode the last step `terminated` goes on being reported: the step ended
+    /// an episode for learning (no bootstrapping past it, recurrent state reset) but not the
+    /// game, whose return and length keep adding up until it ends (an Atari life lost with
+    /// `episodic_life`: RLlib's `EpisodicLifeEnv`, reported through its `MonitorEnv`). The
+    /// reset that follows continues the same game. The default, `false`.
+    fn episode_continues(&self) -> bool {
+        false
+    }
 }
 
 impl<E: Env + ?Sized> Env for Box<E> {
@@ -107,5 +116,8 @@ impl<E: Env + ?Sized> Env for Box<E> {
     }
     fn finish_step(&mut self, obs: &mut [f32]) -> Result<StepOutcome> {
         (**self).finish_step(obs)
+    }
+    fn episode_continues(&self) -> bool {
+        (**self).episode_continues()
     }
 }

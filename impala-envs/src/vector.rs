@@ -23,7 +23,8 @@ pub struct VectorStep {
     /// The last observation of each episode that ended this step, `[N, obs_dim]`; rows of envs
     /// whose episode goes on are zero. Use [`VectorStep::final_obs`].
     pub final_obs: Vec<f32>,
-    /// `(env index, stats)` of every episode that ended this step.
+    /// `(env index, stats)` of every episode that ended this step (not those that end only for
+    /// learning while the game goes on: [`Env::episode_continues`](impala_core::Env)).
     pub episodes: Vec<(usize, EpisodeStats)>,
     obs_dim: usize,
 }
@@ -266,14 +267,16 @@ impl VectorEnv {
             *episode_len += 1;
             if outcome.terminated || outcome.truncated {
                 final_obs.copy_from_slice(obs);
-                let stats = EpisodeStats {
-                    episode_return: *episode_return,
-                    episode_len: *episode_len,
-                    truncated: outcome.truncated && !outcome.terminated,
-                };
-                step.episodes.push((i, stats));
-                *episode_return = 0.0;
-                *episode_len = 0;
+                if !(outcome.terminated && env.episode_continues()) {
+                    let stats = EpisodeStats {
+                        episode_return: *episode_return,
+                        episode_len: *episode_len,
+                        truncated: outcome.truncated && !outcome.terminated,
+                    };
+                    step.episodes.push((i, stats));
+                    *episode_return = 0.0;
+                    *episode_len = 0;
+                }
                 env.reset(None, obs)?;
             }
         }

@@ -278,12 +278,20 @@ class AtariEnvs:
     answered on the runner's next reset of that slot).
     """
 
+    # ale-py's int seeds are 32-bit: larger ones (a restarted runner's, or a configured seed's
+    # streams) are reduced modulo 2^31.
+    SEED_RANGE = 2**31
+
     def __init__(self, setup, np, gym):
         import ale_py
 
         self.np = np
         self.count = setup["count"]
         kwargs = dict(setup.get("env_config") or {})
+        # ale-py's own `episodic_life` resets the whole game at a life lost, so only first lives
+        # would ever be played. Here a life lost ends the episode for learning while the game
+        # goes on (DeepMind's and RLlib's EpisodicLifeEnv), and returns stay the game's.
+        self.episodic_life = bool(kwargs.pop("episodic_life", False))
         game = setup["env"].split("/", 1)[1].split("-", 1)[0]
         game = "".join("_" + c.lower() if c.isupper() else c for c in game).lstrip("_")
         kwargs.setdefault("autoreset_mode", "SameStep")
@@ -296,21 +304,39 @@ class AtariEnvs:
         self.observation_space = gym.spaces.Box(0, 255, (h, w, stack), np.uint8)
         self.action_space = self.vec.single_action_space
         self.max_episode_steps = None
+        self.stack = stack
+        # Steps since each env's game was reset: the first `stack - 1` observations of a game
+        # hold frames from before it, which AtariVectorEnv leaves zero; they repeat the first
+        # frame instead, as Gymnasium's FrameStackObservation and RLlib's FrameStack do.
+        self.since_reset = np.zeros(self.count, dtype=np.int64)
+        self.lives = np.zeros(self.count, dtype=np.int64)
         self.actions = np.zeros(self.count, dtype=np.int64)
         self.pending_steps = set()
         self.obs = None
         self.reset_obs = {}
         self.results = None
 
-    def hwc(self, obs):
+    def hwc(self, obs, i):
+        """Env `i`'s stacked frames `[stack, H, W]` as `[H, W, stack]`, the frames from before
+        its game began repeating the game's first."""
+        missing = self.stack - 1 - self.since_reset[i]
+        if missing > 0 and not obs[:missing].any():
+            obs = obs.copy()
+            obs[:missing] = obs[missing]
         return self.np.moveaxis(obs, 0, -1)
 
     def reset(self, slot, seed):
         if slot in self.reset_obs:
             return self.reset_obs.pop(slot)
-        obs, _ = self.vec.reset(seed=seed)
-        self.reset_obs = {i: self.hwc(obs[i]) for i in range(self.count) if i != slot}
-        return self.hwc(obs[slot])
+        np = self.np
+        seeds = None
+        if seed is not None:
+            seeds = np.array([(seed + i) % self.SEED_RANGE for i in range(self.count)], np.int64)
+        obs, info = self.vec.reset(seed=seeds)
+        self.since_reset[:] = 0
+        self.lives[:] = info["lives"]
+        self.reset_obs = {i: self.hwc(obs[i], i) for i in range(self.count) if i != slot}
+        return self.hwc(obs[slot], slot)
 
     def gather_step(self, slot, action):
         """Records `slot`'s action; returns True once every slot has one."""
@@ -319,19 +345,27 @@ class AtariEnvs:
         return len(self.pending_steps) == self.count
 
     def step_all(self):
-        """Steps every slot: `(obs, final_obs or None, reward, terminated, truncated)` per
-        slot, where an ended episode's env is already reset (`obs` is the next episode's first
-        observation)."""
+        """Steps every slot: `(obs, final_obs or None, reward, terminated, truncated,
+        continues)` per slot. An ended game's env is already reset (`obs` is the next game's
+        first observation); with `episodic_life`, a life lost ends the episode (`terminated`,
+        `continues`: the game goes on, so `final_obs` and `obs` are the same frames)."""
         self.pending_steps.clear()
         obs, rewards, terms, truncs, info = self.vec.step(self.actions)
-        final = info.get("final_obs") if isinstance(info, dict) else None
+        final = info.get("final_obs")
+        lives = info["lives"]
         results = []
         for i in range(self.count):
-            done = bool(terms[i]) or bool(truncs[i])
-            last = None
-            if done:
-                last = self.hwc(final[i] if final is not None else obs[i])
-            results.append((self.hwc(obs[i]), last, float(rewards[i]), bool(terms[i]), bool(truncs[i])))
+            term, trunc = bool(terms[i]), bool(truncs[i])
+            if term or trunc:
+                last = self.hwc(final[i] if final is not None else obs[i], i)
+                self.since_reset[i] = 0
+                results.append((self.hwc(obs[i], i), last, float(rewards[i]), term, trunc, False))
+            else:
+                self.since_reset[i] += 1
+                now = self.hwc(obs[i], i)
+                lost = self.episodic_life and lives[i] < self.lives[i]
+                results.append((now, now if lost else None, float(rewards[i]), lost, False, lost))
+            self.lives[i] = lives[i]
         return results
 
     def recreate(self, slot):
@@ -492,9 +526,10 @@ def main():
                         continue
                     if atari:
                         if envs.gather_step(slot, action):
-                            for i, (obs, last, reward, term, trunc) in enumerate(envs.step_all()):
+                            for i, step in enumerate(envs.step_all()):
+                                obs, last, reward, term, trunc, continues = step
                                 write(obs, i)
-                                flags = term | (trunc << 1)
+                                flags = term | (trunc << 1) | (continues << 3)
                                 if last is not None:
                                     write_final(last, i)
                                     flags |= 4

@@ -17,8 +17,12 @@
 //!   actions (Box actions clipped to their bounds).
 //! - `ALE/<Game>-v5` runs in ale-py's `AtariVectorEnv` with IMPALA's preprocessing (noop
 //!   reset, frameskip 4 with max-pool, 84x84 grayscale, 4 stacked frames as `[84, 84, 4]`,
-//!   fire reset; episodic life off unless `env_config.episodic_life = true`); rewards stay
-//!   unclipped, so the runner's `clip_rewards` clips them and episode returns are the game's.
+//!   fire reset; frames from before a game began repeat its first, as Gymnasium's
+//!   `FrameStackObservation`); rewards stay unclipped, so the runner's `clip_rewards` clips
+//!   them and episode returns are the game's. With `env_config.episodic_life = true` a life
+//!   lost ends the episode for learning while the game goes on (DeepMind's and RLlib's
+//!   `EpisodicLifeEnv`; reported returns stay whole games', [`impala_core::Env::episode_continues`]).
+//!   Seeds of 2^31 or more are reduced modulo 2^31 (ale-py's seeds are 32-bit).
 //! - Faults: a Python exception in `reset` or `step`, a worker that dies, or one that does not
 //!   answer within `sample_timeout_s` (it is killed) is an error of the env, which the runner
 //!   group treats as a failed env runner. With `restart_failed_sub_environments` the worker
@@ -183,7 +187,14 @@ impl GymEnvPool {
             }
         };
         let spec = worker.lock().unwrap_or_else(PoisonError::into_inner).spec().clone();
-        Ok(GymEnv { worker, slot, spec, stepping: false, reset_done: false })
+        Ok(GymEnv {
+            worker,
+            slot,
+            spec,
+            stepping: false,
+            reset_done: false,
+            episode_continues: false,
+        })
     }
 
     /// The env's spec, from a worker with one env that stops at once.
@@ -203,6 +214,8 @@ pub struct GymEnv {
     /// The last step ended the episode and the worker already reset the env: the next
     /// `reset(None)` takes the first observation from shared memory, with no round trip.
     reset_done: bool,
+    /// The last step ended the episode for learning only (see [`Env::episode_continues`]).
+    episode_continues: bool,
 }
 
 impl GymEnv {
@@ -217,7 +230,7 @@ impl GymEnv {
 
     fn outcome(&mut self, reply: Reply, obs: &mut [f32]) -> Result<StepOutcome> {
         match reply {
-            Reply::Ok { reward, terminated, truncated, reset } => {
+            Reply::Ok { reward, terminated, truncated, reset, continues } => {
                 let worker = self.worker();
                 if reset {
                     worker.read_final_obs(self.slot, obs);
@@ -226,6 +239,7 @@ impl GymEnv {
                 }
                 drop(worker);
                 self.reset_done = reset;
+                self.episode_continues = continues && terminated;
                 Ok(StepOutcome { reward, terminated, truncated })
             }
             Reply::Failed { message, recreated: true } => {
@@ -287,6 +301,10 @@ impl Env for GymEnv {
         true
     }
 
+    fn episode_continues(&self) -> bool {
+        self.episode_continues
+    }
+
     fn begin_step(&mut self, action: &[f32]) -> impala_core::Result<()> {
         // Box actions out of bounds are clipped by the worker; wrong sizes, non-finite values
         // and invalid indices are refused here.
@@ -295,6 +313,7 @@ impl Env for GymEnv {
         self.worker().begin_step(slot, action)?;
         self.stepping = true;
         self.reset_done = false;
+        self.episode_continues = false;
         Ok(())
     }
 

@@ -33,7 +33,9 @@ pub(crate) enum Reply {
     /// Done; for steps, the reward and flags. `reset`: the step ended the episode and the
     /// worker already reset the env (Gymnasium's same-step autoreset): the final observation is
     /// in the slot's final row, the next episode's first one in its observation row.
-    Ok { reward: f64, terminated: bool, truncated: bool, reset: bool },
+    /// `continues`: the step ended the episode for learning but the game goes on (an Atari
+    /// life lost with `episodic_life`; [`impala_core::Env::episode_continues`]).
+    Ok { reward: f64, terminated: bool, truncated: bool, reset: bool, continues: bool },
     /// The env raised; with `restart_failed_sub_environments` the worker recreated it.
     Failed { message: String, recreated: bool },
 }
@@ -375,6 +377,7 @@ impl EnvWorker {
                     terminated: frame[1] & 1 != 0,
                     truncated: frame[1] & 2 != 0,
                     reset: frame[1] & 4 != 0,
+                    continues: frame[1] & 8 != 0,
                 }
             }
             status @ (b'E' | b'X') => {

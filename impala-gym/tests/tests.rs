@@ -1,5 +1,6 @@
 //! impala-gym's integration tests: Python envs through worker processes.
 
+mod atari;
 mod bridge;
 mod faults;
 mod spaces;

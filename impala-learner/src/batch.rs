@@ -16,6 +16,8 @@ pub struct LoadedBatch {
     pub env_steps: usize,
     /// Agent steps in the whole batch.
     pub agent_steps: usize,
+    /// The mean over the batch's steps of the weights version that sampled them.
+    pub(crate) mean_weights_version: f64,
 }
 
 /// The rows of one tower: tensors the network reads on the device, plus the `[T, B]` inputs of
@@ -94,7 +96,18 @@ impl BatchLoader {
                 })
                 .collect::<Result<Vec<_>>>()?
         };
-        Ok(LoadedBatch { shards, env_steps: batch.env_steps(), agent_steps: batch.agent_steps() })
+        let versions = &batch.weights_version;
+        let mean_weights_version = if versions.is_empty() {
+            0.0
+        } else {
+            versions.iter().map(|&v| v as f64).sum::<f64>() / versions.len() as f64
+        };
+        Ok(LoadedBatch {
+            shards,
+            env_steps: batch.env_steps(),
+            agent_steps: batch.agent_steps(),
+            mean_weights_version,
+        })
     }
 
     fn shard(&self, batch: &SampleBatch, device: Device) -> Result<Shard> {

@@ -43,6 +43,11 @@ pub struct LearnerStats {
     pub entropy_coeff: f64,
     /// Updates done so far, including this one (the published weights' version).
     pub num_grad_updates: u64,
+    /// How stale the batch was at this step: updates between the weights that sampled its
+    /// steps and the weights this step started from, averaged over the steps (Sample
+    /// Factory's `version_diff`). The env runners' `policy_lag_mean` counts only up to the
+    /// batch's delivery; this adds the time it waited in the learner queue.
+    pub policy_lag: f64,
 }
 
 /// One model copy on one device.
@@ -359,6 +364,7 @@ impl Learner {
         for tower in rest {
             tower.vs.copy(&first[0].vs)?;
         }
+        let policy_lag = (self.version as f64 - loaded.mean_weights_version).max(0.0);
         self.version += 1;
         self.agent_steps_trained += loaded.agent_steps as u64;
         Ok(LearnerStats {
@@ -372,6 +378,7 @@ impl Learner {
             cur_lr,
             entropy_coeff,
             num_grad_updates: self.version,
+            policy_lag,
         })
     }
 

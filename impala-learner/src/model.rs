@@ -107,11 +107,13 @@ impl Init {
     }
 }
 
-/// Fully connected layers with one activation.
+/// Fully connected layers with one activation (after every layer, or every layer but the
+/// last).
 #[derive(Debug)]
 struct Dense {
     layers: Vec<nn::Linear>,
     activation: Activation,
+    last_linear: bool,
 }
 
 impl Dense {
@@ -128,12 +130,16 @@ impl Dense {
             layers.push(init.linear(path / format!("fc{i}"), dim, h, 1.0)?);
             dim = h;
         }
-        Ok((Dense { layers, activation }, dim))
+        Ok((Dense { layers, activation, last_linear: false }, dim))
     }
 
     fn forward(&self, mut x: Tensor) -> Result<Tensor> {
-        for layer in &self.layers {
-            x = self.activation.apply(x.f_linear(&layer.ws, layer.bs.as_ref())?)?;
+        let last = self.layers.len().saturating_sub(1);
+        for (i, layer) in self.layers.iter().enumerate() {
+            x = x.f_linear(&layer.ws, layer.bs.as_ref())?;
+            if !(self.last_linear && i == last) {
+                x = self.activation.apply(x)?;
+            }
         }
         Ok(x)
     }
@@ -150,7 +156,8 @@ struct Conv {
     pad: [i64; 4],
 }
 
-/// RLlib's `VisionNetwork` torso: conv layers, flatten, then `post_fcnet_hiddens`.
+/// RLlib's `VisionNetwork` torso: conv layers, flatten, then `post_fcnet_hiddens` (the last of them
+/// linear, as RLlib's).
 #[derive(Debug)]
 struct ConvStack {
     convs: Vec<Conv>,
@@ -201,8 +208,11 @@ impl ConvStack {
             (h, w, c) = (oh, ow, out);
         }
         let post_act = Activation::parse(&config.post_fcnet_activation)?;
-        let (post, dim) =
+        let (mut post, dim) =
             Dense::new(&(path / "post"), init, h * w * c, &config.post_fcnet_hiddens, post_act)?;
+        // RLlib's VisionNetwork leaves the last post-fcnet layer linear: its activation goes
+        // between those layers only (`post_fcnet_activation if i < len(hiddens) - 1`).
+        post.last_linear = true;
         Ok((
             ConvStack { convs, activation: Activation::parse(&config.conv_activation)?, post },
             dim,
@@ -453,6 +463,10 @@ impl ActorCritic {
             }
             _ => (dist.inputs_dim(), None),
         };
+        // Both heads start at normc(0.01), as RLlib's fully connected net's, for every torso.
+        // RLlib's vision net starts its logits at full scale (a xavier 1x1 conv, or normc(1.0)
+        // after post_fcnet_hiddens); on Pong that policy was deterministic within 40k env
+        // steps and never recovered (docs/DESIGN.md), so the small start is kept.
         let logits = init.linear(path / "logits", head_dim, logits_dim, 0.01)?;
         let vf_in = vf_torso.as_ref().map_or(head_dim, |(_, d)| *d);
         let value = init.linear(path / "value", vf_in, 1, 0.01)?;
@@ -595,6 +609,45 @@ mod tests {
         assert!(default_filters(50, 50).is_err());
         // RLlib's same_padding(84, 8, 4): 21 outputs, 4 padding split 2 + 2.
         assert_eq!(same_padding(84, 8, 4), (2, 2, 21));
+        Ok(())
+    }
+
+    /// `[N, 10, 10, 2]` byte images and 3 actions, with `post_fcnet_hiddens`.
+    fn vision_model(post: Vec<usize>) -> Result<ActorCritic> {
+        let spec = EnvSpec {
+            id: "Frames".into(),
+            observation_space: Space::Bytes { shape: vec![10, 10, 2] },
+            action_space: Space::Discrete(3),
+            max_episode_steps: None,
+        };
+        let config = ModelConfig { post_fcnet_hiddens: post, ..ModelConfig::default() };
+        let vs = nn::VarStore::new(tch::Device::Cpu);
+        ActorCritic::new(&vs.root(), &config, &spec, 3)
+    }
+
+    fn row_norms(w: &Tensor) -> Result<Vec<f32>> {
+        Ok(Vec::<f32>::try_from(
+            &w.f_square()?.f_sum_dim_intlist(1, false, Kind::Float)?.f_sqrt()?,
+        )?)
+    }
+
+    #[test]
+    fn vision_nets_start_as_rllibs() -> Result<()> {
+        // After post_fcnet_hiddens: the last post layer is linear.
+        let model = vision_model(vec![8])?;
+        let Torso::Conv(stack) = &model.torso else {
+            return Err(LearnerError::Config { reason: "not a conv torso".into() });
+        };
+        let x = Tensor::f_rand([4, 2, 10, 10], (Kind::Float, tch::Device::Cpu))?;
+        let features = Vec::<f32>::try_from(&stack.forward(x)?.f_flatten(0, -1)?)?;
+        assert!(features.iter().any(|&f| f < 0.0), "the last post layer has an activation");
+        // Both heads start at normc(0.01), with or without post layers (see `ActorCritic::new`).
+        for model in [model, vision_model(vec![])?] {
+            for norm in row_norms(&model.logits.ws)?.into_iter().chain(row_norms(&model.value.ws)?)
+            {
+                assert!((norm - 0.01).abs() < 1e-6, "{norm}");
+            }
+        }
         Ok(())
     }
 }

@@ -365,13 +365,15 @@ impl EnvRunner {
                 self.truncated_rows.push(b);
             }
         }
-        // Carry the recurrent state; episodes that just ended start the next one from zero.
+        // Carry the recurrent state; episodes that just ended start the next one from zero (as
+        // the learner's unroll does at every terminated or truncated step, also where the
+        // game goes on: `Env::episode_continues`).
         let state = &mut self.state[first * sd..(first + n) * sd];
         state.copy_from_slice(&group.out.state_out);
-        for (b, stats) in &step.episodes {
+        for b in (0..n).filter(|&b| step.done(b)) {
             state[b * sd..(b + 1) * sd].fill(0.0);
-            episodes.push(*stats);
         }
+        episodes.extend(step.episodes.iter().map(|(_, stats)| *stats));
         if !self.truncated_rows.is_empty() {
             let k = self.truncated_rows.len();
             let _inferring = span(Activity::Inference);

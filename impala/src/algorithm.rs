@@ -54,7 +54,7 @@ impl StatsMean {
     }
 }
 
-fn stats_fields(s: &LearnerStats) -> [(&'static str, f64); 9] {
+fn stats_fields(s: &LearnerStats) -> [(&'static str, f64); 10] {
     [
         ("total_loss", s.total_loss),
         ("policy_loss", s.policy_loss),
@@ -65,6 +65,7 @@ fn stats_fields(s: &LearnerStats) -> [(&'static str, f64); 9] {
         ("var_gnorm", s.var_gnorm),
         ("cur_lr", s.cur_lr),
         ("entropy_coeff", s.entropy_coeff),
+        ("policy_lag", s.policy_lag),
     ]
 }
 
