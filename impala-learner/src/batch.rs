@@ -16,7 +16,7 @@ pub struct LoadedBatch {
     pub env_steps: usize,
     /// Agent steps in the whole batch.
     pub agent_steps: usize,
-    /// The mean over the batch's steps of the weights version that sampled them.
+    /// The mean over the batch's rows of the weights version that sampled them.
     pub(crate) mean_weights_version: f64,
 }
 

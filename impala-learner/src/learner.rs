@@ -747,6 +747,32 @@ mod tests {
     }
 
     #[test]
+    fn policy_lag_counts_updates_since_the_batch_was_sampled(
+    ) -> std::result::Result<(), Box<dyn std::error::Error>> {
+        let spec = EnvSpec {
+            id: "Toy".into(),
+            observation_space: Space::continuous(vec![-1.0; 2], vec![1.0; 2])?,
+            action_space: Space::Discrete(2),
+            max_episode_steps: None,
+        };
+        let mut config = ImpalaConfig::default();
+        config.model.fcnet_hiddens = vec![4];
+        let mut learner =
+            Learner::new(&LearnerSettings::from_config(&config.validate()?), &spec, Device::Cpu)?;
+        let mut batch = SampleBatch::zeros(2, 2, &spec.observation_space, &spec.action_space, 0);
+        batch.action_logp = vec![(0.5f32).ln(); 4];
+        assert_eq!(learner.update(&batch, 0)?.policy_lag, 0.0);
+        learner.update(&batch, 0)?;
+        // One row sampled by version 0, one by version 1, trained from version 2.
+        batch.weights_version = vec![0, 1];
+        assert_eq!(learner.update(&batch, 0)?.policy_lag, 1.5);
+        // Weights newer than the learner's (a restored learner) count as no lag.
+        batch.weights_version = vec![9; 2];
+        assert_eq!(learner.update(&batch, 0)?.policy_lag, 0.0);
+        Ok(())
+    }
+
+    #[test]
     fn returns_bootstrap_and_cut_at_zero_discounts() -> Result<()> {
         // T = 3, B = 1: 1 + 0.5 * (2 + 0 * ...) ; the last step bootstraps from 10.
         let r = discounted_returns(&[1.0, 2.0, 3.0], &[0.5, 0.0, 0.5], &[10.0])?;

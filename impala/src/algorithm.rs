@@ -30,6 +30,9 @@ use crate::{
     PolicyLearnerInfo, Result, ResultInfo,
 };
 
+/// Mean policy lag of trained batches (updates) above which a run is told its batches are stale.
+const STALE_POLICY_LAG: f64 = 8.0;
+
 /// How long the driver sleeps when a training step found nothing to do, instead of spinning a
 /// core that the runners and the learner need (RLlib's `timeout_s_sampler_manager = 0` polls).
 const IDLE_SLEEP: Duration = Duration::from_micros(500);
@@ -125,6 +128,8 @@ pub struct Impala {
     pub(crate) last_evaluation: Option<EvaluationResult>,
     /// Learner stalls already reported (to log only new ones).
     pub(crate) stalls_reported: u64,
+    /// Whether stale train batches were reported (once a run).
+    pub(crate) staleness_reported: bool,
     /// Where remote env runners connect, when they sample instead of runner threads.
     pub(crate) remote: Option<Arc<crate::remote::RunnerServer>>,
 }
@@ -331,6 +336,7 @@ impl Impala {
             self.last_evaluation = evaluation;
         }
         self.report_stalls();
+        self.report_staleness();
         Ok(self.compile_result(&before, time_this_iter_s, num_episodes))
     }
 
@@ -346,6 +352,26 @@ impl Impala {
                 "the learner waited a whole learner_queue_timeout for a train batch; sampling is slower than training or blocked"
             );
             self.stalls_reported = stalls;
+        }
+    }
+
+    /// Says once a run when train batches were, on average over the iteration, more than
+    /// [`STALE_POLICY_LAG`] updates old at their SGD step: the learner is the bottleneck and
+    /// its queue holds batches from old weights. (Measured on pixel Catch: a full queue of
+    /// 16 made batches about 21 updates stale and the policy never learned in 206k env steps;
+    /// `learner_queue_size = 2` kept them 3-7 updates old and solved it in 109k.)
+    fn report_staleness(&mut self) {
+        let lag = self.last_learner_stats.get("policy_lag").copied().unwrap_or(0.0);
+        if lag > STALE_POLICY_LAG && !self.staleness_reported {
+            tracing::warn!(
+                policy_lag = lag,
+                learner_queue_size = self.config.learner_queue_size,
+                "train batches are {lag:.0} updates old when trained (learner_stats/policy_lag): \
+                 the learner is slower than sampling and its queue holds old batches, which \
+                 V-trace corrects only partly; lower learner_queue_size (2 keeps batches a few \
+                 updates old) or give the learner more threads"
+            );
+            self.staleness_reported = true;
         }
     }
 

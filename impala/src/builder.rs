@@ -142,6 +142,7 @@ impl ImpalaBuilder {
             interrupt: None,
             last_evaluation: None,
             stalls_reported: 0,
+            staleness_reported: false,
             remote,
             config,
         };
