@@ -17,8 +17,11 @@ fn free_port() -> Result<u16, std::io::Error> {
 }
 
 fn token_file(dir: &Path, token: &str) -> Result<PathBuf, std::io::Error> {
+    use std::os::unix::fs::PermissionsExt;
     let path = dir.join(format!("token-{}", token.len()));
     std::fs::write(&path, format!("{token}\n"))?;
+    // As the README says to keep it: readable by its owner only (else a warning is printed).
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600))?;
     Ok(path)
 }
 
@@ -179,7 +182,7 @@ fn a_wrong_token_and_a_mismatched_env_are_refused_with_a_message_on_both_sides()
     let port = free_port()?;
     let mut d = driver(dir.path(), port, &["--stop-iters", "2"])?;
     let connect = format!("127.0.0.1:{port}");
-    let wrong = token_file(dir.path(), "a-guess")?;
+    let wrong = token_file(dir.path(), "a-guess-of-the-secret")?;
     let wrong = wrong.to_string_lossy();
     let run = impala(dir.path(), &["env-runner", "--connect", &connect, "--token-file", &wrong])?;
     run.assert_one_line_error(&["refused this env runner", "wrong token"]);
@@ -195,7 +198,10 @@ fn a_wrong_token_and_a_mismatched_env_are_refused_with_a_message_on_both_sides()
         out.contains("wrong token") && out.contains("expects env"),
         "the driver says why: {out}"
     );
-    assert!(!out.contains("a-guess") && !out.contains(TOKEN), "a token leaked: {out}");
+    assert!(
+        !out.contains("a-guess-of-the-secret") && !out.contains(TOKEN),
+        "a token leaked: {out}"
+    );
     Ok(())
 }
 

@@ -238,6 +238,10 @@ impl ImpalaConfig {
     pub fn apply_override(&mut self, text: &str) -> Result<Vec<Warning>> {
         let bad =
             |reason: &str| ConfigError::BadOverride { text: text.into(), reason: reason.into() };
+        if text.contains(['\n', '\r']) {
+            // `lr=0.1\nnum_env_runners=5` would set lr and lose the rest.
+            return Err(bad("holds a line break; give each key=value an override of its own"));
+        }
         let (lhs, rhs) =
             text.split_once('=').ok_or_else(|| bad("write it as key=value, e.g. lr=0.001"))?;
         let lhs = lhs.trim();

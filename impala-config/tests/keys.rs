@@ -380,3 +380,14 @@ fn builders_set_what_they_name() {
     assert_eq!(config.evaluation_duration, 3);
     assert_eq!((config.seed, config.skip_learners), (Some(1), true));
 }
+
+#[test]
+fn an_override_with_a_line_break_is_refused_whole() -> TestResult {
+    let mut config = ImpalaConfig::default();
+    for text in ["lr=0.1\nnum_env_runners=5", "lr=0.1\r\n"] {
+        let err = config.apply_override(text).err().ok_or("a line break was accepted")?;
+        assert!(err.to_string().contains("line break"), "{err}");
+    }
+    assert_eq!(config, ImpalaConfig::default(), "a refused override changed the config");
+    Ok(())
+}

@@ -89,6 +89,27 @@ pub enum EnvError {
         /// Why.
         reason: String,
     },
+    /// An env returned NaN or an infinity: a failure of that env (its runner fails and is
+    /// restarted per `restart_failed_env_runners`), caught where the value enters rather than
+    /// later in the learner's loss.
+    #[error(
+        "env `{env}` (env {index} of its vector) returned a non-finite {field} ({value} at \
+         value {position}) at step {episode_step} of its episode; envs must return finite numbers"
+    )]
+    NonFinite {
+        /// The environment id.
+        env: String,
+        /// The env's index in its vector env.
+        index: usize,
+        /// `observation`, `reset observation` or `reward`.
+        field: &'static str,
+        /// The offending value's index in the flat observation (0 for a reward).
+        position: usize,
+        /// The value.
+        value: f64,
+        /// Steps into the episode (0: the reset).
+        episode_step: u64,
+    },
     /// An error from an environment (see [`CoreError`]).
     #[error(transparent)]
     Core(#[from] CoreError),

@@ -85,6 +85,8 @@ pub struct VectorEnv {
     /// The actions of the step begun and not yet finished, `[N, action_dim]`.
     actions: Vec<f32>,
     in_flight: bool,
+    /// Whether observations can hold non-finite values (not bytes).
+    check_obs: bool,
 }
 
 impl std::fmt::Debug for VectorEnv {
@@ -115,6 +117,7 @@ impl VectorEnv {
         }
         let (n, obs_dim, action_dim) = (envs.len(), obs_space.flat_dim(), act_space.flat_dim());
         let envs_elsewhere = envs.iter().map(|e| e.steps_elsewhere()).collect();
+        let check_obs = !matches!(obs_space, Space::Bytes { .. });
         Ok(Self {
             envs,
             obs_dim,
@@ -135,6 +138,7 @@ impl VectorEnv {
             elsewhere: envs_elsewhere,
             actions: vec![0.0; n * action_dim],
             in_flight: false,
+            check_obs,
         })
     }
 
@@ -172,6 +176,9 @@ impl VectorEnv {
             self.envs.iter_mut().zip(self.step.obs.chunks_exact_mut(self.obs_dim)).enumerate()
         {
             env.reset(seed.map(|s| s.wrapping_add(i as u64)), obs)?;
+            if self.check_obs {
+                finite(env.as_ref(), i, "reset observation", obs, 0)?;
+            }
         }
         self.started = true;
         self.returns.fill(0.0);
@@ -265,6 +272,10 @@ impl VectorEnv {
             step.truncateds[i] = outcome.truncated;
             *episode_return += outcome.reward;
             *episode_len += 1;
+            finite(env.as_ref(), i, "reward", &[outcome.reward], *episode_len)?;
+            if self.check_obs {
+                finite(env.as_ref(), i, "observation", obs, *episode_len)?;
+            }
             if outcome.terminated || outcome.truncated {
                 final_obs.copy_from_slice(obs);
                 if !(outcome.terminated && env.episode_continues()) {
@@ -278,8 +289,32 @@ impl VectorEnv {
                     *episode_len = 0;
                 }
                 env.reset(None, obs)?;
+                if self.check_obs {
+                    finite(env.as_ref(), i, "reset observation", obs, 0)?;
+                }
             }
         }
         Ok(&self.step)
+    }
+}
+
+/// Fails with [`EnvError::NonFinite`] at the first NaN or infinity of `values`.
+fn finite<T: Copy + Into<f64>>(
+    env: &dyn Env,
+    index: usize,
+    field: &'static str,
+    values: &[T],
+    episode_step: u64,
+) -> Result<()> {
+    match values.iter().map(|&v| v.into()).enumerate().find(|(_, v)| !v.is_finite()) {
+        None => Ok(()),
+        Some((position, value)) => Err(EnvError::NonFinite {
+            env: env.spec().id.clone(),
+            index,
+            field,
+            position,
+            value,
+            episode_step,
+        }),
     }
 }

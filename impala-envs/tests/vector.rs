@@ -101,3 +101,71 @@ fn setup_errors() -> TestResult {
     assert!(matches!(vec_env.step(&[1.0, 3.0]), Err(EnvError::Core(_))));
     Ok(())
 }
+
+/// Returns `bad` as observation value 1 (or as the reward) from step `at` of each episode.
+struct Poisoned {
+    spec: impala_core::EnvSpec,
+    at: u64,
+    t: u64,
+    bad: f32,
+    in_reward: bool,
+}
+
+impl Env for Poisoned {
+    fn spec(&self) -> &impala_core::EnvSpec {
+        &self.spec
+    }
+    fn reset(&mut self, _seed: Option<u64>, obs: &mut [f32]) -> impala_core::Result<()> {
+        self.t = 0;
+        obs.fill(0.0);
+        Ok(())
+    }
+    fn step(
+        &mut self,
+        _a: &[f32],
+        obs: &mut [f32],
+    ) -> impala_core::Result<impala_core::StepOutcome> {
+        self.t += 1;
+        obs.fill(0.0);
+        let poisoned = self.t >= self.at;
+        if poisoned && !self.in_reward {
+            obs[1] = self.bad;
+        }
+        let reward = if poisoned && self.in_reward { f64::from(self.bad) } else { 1.0 };
+        Ok(impala_core::StepOutcome { reward, terminated: false, truncated: false })
+    }
+}
+
+#[test]
+fn non_finite_observations_and_rewards_are_env_failures_naming_the_field() -> TestResult {
+    let spec = impala_core::EnvSpec {
+        id: "Poisoned-v0".into(),
+        observation_space: impala_core::Space::continuous(vec![-1.0; 3], vec![1.0; 3])?,
+        action_space: impala_core::Space::Discrete(2),
+        max_episode_steps: None,
+    };
+    for (bad, in_reward, field, position) in [
+        (f32::NAN, false, "observation", 1),
+        (f32::INFINITY, false, "observation", 1),
+        (f32::NAN, true, "reward", 0),
+        (f32::NEG_INFINITY, true, "reward", 0),
+    ] {
+        let env = |at| Poisoned { spec: spec.clone(), at, t: 0, bad, in_reward };
+        let mut vec_env =
+            VectorEnv::new(vec![Box::new(env(1000)) as Box<dyn Env>, Box::new(env(3))], None)?;
+        vec_env.step(&[0.0; 2])?;
+        vec_env.step(&[0.0; 2])?;
+        match vec_env.step(&[0.0; 2]) {
+            Err(EnvError::NonFinite {
+                env, index, field: f, position: p, episode_step, ..
+            }) => {
+                assert_eq!(
+                    (env.as_str(), index, f, p, episode_step),
+                    ("Poisoned-v0", 1, field, position, 3)
+                );
+            }
+            other => return Err(format!("{bad} in the {field}: {other:?}").into()),
+        }
+    }
+    Ok(())
+}

@@ -21,13 +21,15 @@ Protocol (see impala-gym/src/worker.rs, which is the other side):
   memory as float32, or as bytes for a uint8 Box observation space (the runner's
   `Space::Bytes`); actions as float32.
 - The worker exits when stdin closes (the runner went away) or when its parent process dies,
-  even inside a hung env step (a watchdog thread checks the parent's pid).
+  even inside a hung env step (a watchdog thread checks the parent's pid). It ignores SIGINT:
+  a Ctrl-C meant for the trainer reaches its whole process group, and the trainer stops it.
 """
 
 import importlib
 import json
 import mmap
 import os
+import signal
 import struct
 import sys
 import traceback
@@ -437,6 +439,9 @@ def failure(status, slot, message):
 
 
 def main():
+    # Ctrl-C in a terminal reaches the whole process group: the runner stops this worker, so
+    # the worker ignores SIGINT instead of dying as a failed env in the middle of a step.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     setup = json.loads(sys.argv[1])
     exit_with_parent(setup["parent_pid"])
     replies = os.fdopen(os.dup(1), "wb", buffering=0)

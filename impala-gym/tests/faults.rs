@@ -251,6 +251,20 @@ fn workers_die_with_their_parent() -> TestResult {
     Ok(())
 }
 
+#[test]
+fn a_ctrl_c_for_the_process_group_leaves_workers_stepping() -> TestResult {
+    let mut env = GymEnvPool::new(settings("CartPole-v1")).make(0, 0, 0)?;
+    let mut obs = vec![0.0; 4];
+    env.reset(Some(0), &mut obs)?;
+    let pid = env.worker_pid();
+    let sent = std::process::Command::new("kill").args(["-INT", &pid.to_string()]).status()?;
+    assert!(sent.success());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(alive(pid), "SIGINT killed worker {pid}");
+    env.step(&[1.0], &mut obs)?;
+    Ok(())
+}
+
 /// Whether process `pid` exists and is not a zombie.
 fn alive(pid: u32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat"))

@@ -82,7 +82,9 @@ impl Token {
         Ok(Token(token.to_string()))
     }
 
-    /// Reads a token file (one line, e.g. from `openssl rand -hex 32`).
+    /// Reads a token file (one line, e.g. from `openssl rand -hex 32`). A secret shorter than
+    /// [`MIN_TOKEN_FILE_BYTES`] is refused (it could be guessed); a file that other users can
+    /// read is used with a warning.
     pub fn from_file(path: &Path) -> Result<Self, RemoteError> {
         let file_error = |reason: String| RemoteError::File {
             what: "token file",
@@ -90,7 +92,18 @@ impl Token {
             reason,
         };
         let text = std::fs::read_to_string(path).map_err(|e| file_error(e.to_string()))?;
-        Token::new(&text).map_err(|_| file_error("is empty; put the shared secret in it".into()))
+        let token = Token::new(&text)
+            .map_err(|_| file_error("is empty; put the shared secret in it".into()))?;
+        let bytes = token.0.len();
+        if bytes < MIN_TOKEN_FILE_BYTES {
+            return Err(file_error(format!(
+                "holds a secret of {bytes} bytes, fewer than {MIN_TOKEN_FILE_BYTES}: make a \
+                 longer one, e.g. `openssl rand -hex 32 > {}`",
+                path.display()
+            )));
+        }
+        warn_if_readable_by_others(path);
+        Ok(token)
     }
 
     /// Whether `given` is this token, in time that does not depend on where they differ.
@@ -103,6 +116,31 @@ impl Token {
     fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// The shortest secret a token file may hold.
+pub const MIN_TOKEN_FILE_BYTES: usize = 16;
+
+/// Warns when users other than the owner may read the token file at `path` (Unix modes).
+fn warn_if_readable_by_others(path: &Path) {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if let Ok(meta) = std::fs::metadata(path) {
+            let mode = meta.permissions().mode();
+            if mode & 0o044 != 0 {
+                tracing::warn!(
+                    token_file = %path.display(),
+                    "the token file can be read by {} (mode {:o}); `chmod 600` keeps the shared \
+                     secret to its owner",
+                    if mode & 0o004 != 0 { "every user" } else { "its group" },
+                    mode & 0o777
+                );
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = path;
 }
 
 /// Reads a PEM file for TLS.

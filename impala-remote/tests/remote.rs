@@ -402,3 +402,18 @@ fn tls_runners_trust_the_drivers_certificate_and_refuse_another() -> TestResult 
     assert_eq!(good.join().map_err(|_| "panicked")??, "done");
     Ok(())
 }
+
+#[test]
+fn token_files_need_a_secret_of_16_bytes() -> TestResult {
+    use impala_remote::Token;
+    let dir = std::env::temp_dir().join(format!("impala-remote-token-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)?;
+    let file = dir.join("token");
+    std::fs::write(&file, "abc\n")?;
+    let error = Token::from_file(&file).err().ok_or("a 3-byte secret was accepted")?.to_string();
+    assert!(error.contains("3 bytes") && error.contains("openssl rand -hex 32"), "{error}");
+    std::fs::write(&file, "0123456789abcdef\n")?;
+    assert!(Token::from_file(&file)?.matches("0123456789abcdef"));
+    std::fs::remove_dir_all(&dir)?;
+    Ok(())
+}

@@ -333,13 +333,20 @@ struct Seen {
     reset_seeds: Vec<Option<u64>>,
 }
 
+/// How the first env of the first incarnation of runner 1 misbehaves at its 3rd step.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum FirstRunner {
+    Behaves,
+    Raises,
+    ReturnsNan,
+}
+
 /// 10 steps of reward 1 whatever the action, observation always 0 (so actions differ only by
-/// the policy's sampling stream); records what it sees. With `fail_first`, the first
-/// incarnation of runner 1 fails at its 3rd step.
+/// the policy's sampling stream); records what it sees; misbehaves as [`FirstRunner`] says.
 struct Recorder {
     spec: EnvSpec,
     t: usize,
-    fail: bool,
+    fail: FirstRunner,
     seen: Arc<Mutex<Seen>>,
 }
 
@@ -359,15 +366,24 @@ impl Env for Recorder {
     }
     fn step(&mut self, _: &[f32], obs: &mut [f32]) -> Result<StepOutcome, CoreError> {
         self.t += 1;
-        if self.fail && self.t == 3 {
-            return Err(CoreError::Env { env: "Recorder".into(), reason: "injected".into() });
-        }
         obs[0] = 0.0;
+        if self.t == 3 {
+            match self.fail {
+                FirstRunner::Behaves => {}
+                FirstRunner::Raises => {
+                    return Err(CoreError::Env {
+                        env: "Recorder".into(),
+                        reason: "injected".into(),
+                    })
+                }
+                FirstRunner::ReturnsNan => obs[0] = f32::NAN,
+            }
+        }
         Ok(StepOutcome { reward: 1.0, terminated: self.t == 10, truncated: false })
     }
 }
 
-fn recorder(seen: &Arc<Mutex<Seen>>, fail_first: bool) -> EnvFactory {
+fn recorder(seen: &Arc<Mutex<Seen>>, first_runner: FirstRunner) -> EnvFactory {
     let seen = Arc::clone(seen);
     Arc::new(move |ctx: &EnvContext| {
         seen.lock()
@@ -380,8 +396,8 @@ fn recorder(seen: &Arc<Mutex<Seen>>, fail_first: bool) -> EnvFactory {
             action_space: Space::Discrete(2),
             max_episode_steps: None,
         };
-        let fail =
-            fail_first && ctx.runner_index == 1 && ctx.incarnation == 0 && ctx.env_index == 0;
+        let first = ctx.runner_index == 1 && ctx.incarnation == 0 && ctx.env_index == 0;
+        let fail = if first { first_runner } else { FirstRunner::Behaves };
         Ok(Box::new(Recorder { spec, t: 0, fail, seen: Arc::clone(&seen) }) as Box<dyn Env>)
     })
 }
@@ -419,7 +435,9 @@ fn a_resumed_run_draws_new_env_and_action_streams() -> TestResult {
     let dir = tempfile::tempdir()?;
     let config = recorder_config();
     let build = |seen: &Arc<Mutex<Seen>>| {
-        Impala::builder(config.clone().validate()?).env_factory(recorder(seen, false)).build()
+        Impala::builder(config.clone().validate()?)
+            .env_factory(recorder(seen, FirstRunner::Behaves))
+            .build()
     };
     let seen_a = Arc::default();
     let mut a = build(&seen_a)?;
@@ -459,8 +477,9 @@ fn a_restarted_runner_draws_new_env_streams() -> TestResult {
     let mut config = recorder_config();
     config.restart_failed_env_runners = true;
     let seen = Arc::default();
-    let mut algo =
-        Impala::builder(config.validate()?).env_factory(recorder(&seen, true)).build()?;
+    let mut algo = Impala::builder(config.validate()?)
+        .env_factory(recorder(&seen, FirstRunner::Raises))
+        .build()?;
     let deadline = Instant::now() + Duration::from_secs(60);
     while algo.train()?.env_runners["num_env_runner_restarts"] < 1.0 {
         assert!(Instant::now() < deadline, "the runner did not restart");
@@ -477,6 +496,46 @@ fn a_restarted_runner_draws_new_env_streams() -> TestResult {
     assert_eq!(first.seed, Some(5 + 1000));
     assert!(second.seed.is_some() && second.seed != first.seed, "{second:?}");
     assert!(seen.reset_seeds.contains(&second.seed), "the restarted env was reset with its seed");
+    Ok(())
+}
+
+/// A NaN from an env is that env's failure, caught where it enters: its runner restarts and
+/// training goes on; without restarts the run ends naming the env, the field and the step,
+/// never blaming V-trace.
+#[test]
+fn a_nan_observation_fails_its_runner_not_the_learner() -> TestResult {
+    let mut config = recorder_config();
+    config.restart_failed_env_runners = true;
+    let seen = Arc::default();
+    let build = |config: ImpalaConfig| {
+        Impala::builder(config.validate()?)
+            .env_factory(recorder(&seen, FirstRunner::ReturnsNan))
+            .build()
+    };
+    let mut algo = build(config.clone())?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let mut result = algo.train()?;
+    while result.env_runners["num_env_runner_restarts"] < 1.0 || result.num_env_steps_trained == 0 {
+        assert!(Instant::now() < deadline, "the runner did not restart, or nothing trained");
+        result = algo.train()?;
+    }
+    algo.stop()?;
+    config.restart_failed_env_runners = false;
+    let mut algo = build(config)?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let error = loop {
+        match algo.train() {
+            Ok(_) => assert!(Instant::now() < deadline, "the NaN went unnoticed"),
+            Err(e) => break e.to_string(),
+        }
+    };
+    assert!(
+        error.contains("`Recorder`")
+            && error.contains("non-finite observation (NaN at value 0)")
+            && error.contains("step 3 of its episode"),
+        "{error}"
+    );
+    assert!(!error.contains("V-trace") && !error.contains("learner"), "{error}");
     Ok(())
 }
 

@@ -60,7 +60,13 @@ def test_a_registered_creator_reaches_tune_trials(tmp_path):
         return gym.make("CartPole-v1", max_episode_steps=env_config["limit"])
 
     register_env("short_cartpole", make_cartpole)
-    config = fast_cartpole().environment("short_cartpole", env_config={"limit": 50})
+    # One fragment at least (4 envs x 50 steps), so every env ends an episode of at most 50
+    # steps within the one iteration, however slowly the worker processes start.
+    config = (
+        fast_cartpole()
+        .environment("short_cartpole", env_config={"limit": 50})
+        .reporting(min_sample_timesteps_per_iteration=200)
+    )
     results = tune.Tuner(
         Impala,
         param_space=config,
