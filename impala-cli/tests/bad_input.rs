@@ -52,6 +52,15 @@ fn unknown_env_id_suggests_the_nearest() -> TestResult {
 }
 
 #[test]
+fn a_model_too_large_for_the_machine_is_an_error_not_an_abort() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let huge = "model.fcnet_hiddens=[100000000,100000000]";
+    let run = impala(dir.path(), &["train", "--set", huge, "--run-dir", "run"])?;
+    run.assert_one_line_error(&["model is too large", "[100000000, 100000000]", "fcnet_hiddens"]);
+    Ok(())
+}
+
+#[test]
 fn impossible_resource_request() -> TestResult {
     let dir = tempfile::tempdir()?;
     let run = impala(dir.path(), &["train", "--set", "num_gpus=4", "--run-dir", "run"])?;

@@ -688,14 +688,40 @@ fn unknown_key(key: &str, origin: &Origin, position: Option<Position>) -> Config
     }
 }
 
-/// The valid key nearest to `key` (aliases suggest the key they set; `model.<name>` a model
-/// key), for "did you mean" messages.
+/// What other RL libraries (Stable-Baselines3, TorchBeast, Sample Factory, CleanRL, PyTorch)
+/// call RLlib's keys: "did you mean" names the key a user of those means, which spelling
+/// distance alone would miss (`learning_rate` is nearer to `learner_queue_size` than to `lr`).
+const COMMON_NAMES: [(&str, &str); 16] = [
+    ("learning_rate", "lr"),
+    ("batch_size", "train_batch_size"),
+    ("num_envs", "num_envs_per_env_runner"),
+    ("n_envs", "num_envs_per_env_runner"),
+    ("num_actors", "num_env_runners"),
+    ("ent_coef", "entropy_coeff"),
+    ("entropy_cost", "entropy_coeff"),
+    ("vf_coef", "vf_loss_coeff"),
+    ("baseline_cost", "vf_loss_coeff"),
+    ("value_loss_coeff", "vf_loss_coeff"),
+    ("max_grad_norm", "grad_clip"),
+    ("grad_norm_clipping", "grad_clip"),
+    ("discount", "gamma"),
+    ("unroll_length", "rollout_fragment_length"),
+    ("n_steps", "rollout_fragment_length"),
+    ("optimizer", "opt_type"),
+];
+
+/// The valid key nearest to `key` (aliases suggest the key they set, other libraries' names
+/// for a key suggest it; `model.<name>` a model key), for "did you mean" messages.
 ///
 /// ```
 /// assert_eq!(impala_config::nearest_key("lrr"), "lr");
+/// assert_eq!(impala_config::nearest_key("learning_rate"), "lr");
 /// assert_eq!(impala_config::nearest_key("model.fcnet_hidens"), "model.fcnet_hiddens");
 /// ```
 pub fn nearest_key(key: &str) -> String {
+    if let Some(&(_, rllib)) = COMMON_NAMES.iter().find(|(name, _)| *name == key) {
+        return rllib.to_string();
+    }
     if let Some(rest) = key.strip_prefix("model.") {
         let names = keys::model_keys().iter().map(|k| (k.name, k.name));
         return format!("model.{}", nearest(rest, names));

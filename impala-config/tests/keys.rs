@@ -391,3 +391,27 @@ fn an_override_with_a_line_break_is_refused_whole() -> TestResult {
     assert_eq!(config, ImpalaConfig::default(), "a refused override changed the config");
     Ok(())
 }
+
+#[test]
+fn other_libraries_names_suggest_the_rllib_key() -> TestResult {
+    for (theirs, ours) in [
+        ("learning_rate", "lr"),
+        ("batch_size", "train_batch_size"),
+        ("ent_coef", "entropy_coeff"),
+        ("max_grad_norm", "grad_clip"),
+        ("unroll_length", "rollout_fragment_length"),
+    ] {
+        let mut config = ImpalaConfig::default();
+        match config.apply_override(&format!("{theirs}=1")) {
+            Err(err @ ConfigError::UnknownKey { .. }) => {
+                assert!(err.to_string().contains(&format!("`{ours}`")), "{theirs}: {err}");
+            }
+            other => return Err(format!("{theirs}: expected UnknownKey, got {other:?}").into()),
+        }
+    }
+    // RLlib's own old names are aliases: they set the key, with a deprecation warning.
+    let mut config = ImpalaConfig::default();
+    config.apply_override("num_workers=3")?;
+    assert_eq!(config.num_env_runners, 3);
+    Ok(())
+}

@@ -64,21 +64,68 @@ impl Activation {
     }
 }
 
+/// Float copies of the parameters that training holds: the learner's weights, gradients, two
+/// optimizer slots and the four buffers a step is worked out in, plus a runner's policy copy.
+const TRAINING_COPIES: u64 = 9;
+
 /// Deterministic parameter initialisation from the model seed (libtorch's global RNG is shared
-/// by every thread, so it cannot make per-model seeds reproducible).
+/// by every thread, so it cannot make per-model seeds reproducible). Counts the parameters as
+/// it goes and refuses a model that training could not hold in memory, before allocating it.
 struct Init {
     rng: SmallRng,
+    params: u64,
+    max_params: u64,
 }
 
 impl Init {
+    fn new(seed: u64) -> Self {
+        let memory = machine_memory_bytes();
+        let max_params = memory.map_or(u64::MAX / 64, |m| m / (4 * TRAINING_COPIES));
+        Init { rng: SmallRng::seed_from_u64(seed), params: 0, max_params }
+    }
+
+    /// Counts a tensor of `shape` towards the model's size; fails, saying the arithmetic, when
+    /// the model would not fit.
+    fn claim(&mut self, shape: &[usize]) -> Result<usize> {
+        let too_big = |total: Option<u64>| {
+            let memory = machine_memory_bytes()
+                .map_or("this machine's memory".to_string(), |m| format!("{:.1} GiB", gib(m)));
+            let size = total.map_or("more than 2^64 parameters".to_string(), |t| {
+                format!(
+                    "{t} parameters ({:.1} GiB as float32; training holds about \
+                     {TRAINING_COPIES} copies, {:.1} GiB)",
+                    gib(t.saturating_mul(4)),
+                    gib(t.saturating_mul(4 * TRAINING_COPIES))
+                )
+            });
+            LearnerError::Config {
+                reason: format!(
+                    "the model is too large: a tensor of shape {shape:?} brings it to {size}, \
+                     more than {memory}; make `model.fcnet_hiddens`, \
+                     `model.post_fcnet_hiddens`, `model.conv_filters` or `model.lstm_cell_size` \
+                     smaller"
+                ),
+            }
+        };
+        let n = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
+        let total = n.and_then(|n| self.params.checked_add(n));
+        match (n.and_then(|n| usize::try_from(n).ok()), total) {
+            (Some(n), Some(total)) if total <= self.max_params => {
+                self.params = total;
+                Ok(n)
+            }
+            (_, total) => Err(too_big(total)),
+        }
+    }
+
     fn tensor(values: Vec<f32>, shape: &[i64]) -> Result<Tensor> {
         Ok(Tensor::f_from_slice(&values)?.f_view(shape)?)
     }
 
     /// RLlib's `normc_initializer(std)`: normal rows rescaled to norm `std`.
     fn normc(&mut self, out_dim: usize, in_dim: usize, std: f32) -> Result<Tensor> {
-        let mut w: Vec<f32> =
-            (0..out_dim * in_dim).map(|_| self.rng.sample(StandardNormal)).collect();
+        let n = self.claim(&[out_dim, in_dim])?;
+        let mut w: Vec<f32> = (0..n).map(|_| self.rng.sample(StandardNormal)).collect();
         for row in w.chunks_mut(in_dim.max(1)) {
             let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
             row.iter_mut().for_each(|x| *x *= std / norm);
@@ -88,7 +135,8 @@ impl Init {
 
     /// Uniform in `[-bound, bound]` (torch's Xavier-uniform and LSTM defaults).
     fn uniform(&mut self, shape: &[i64], bound: f32) -> Result<Tensor> {
-        let n = shape.iter().product::<i64>() as usize;
+        let dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
+        let n = self.claim(&dims)?;
         let w = (0..n).map(|_| self.rng.random_range(-bound..=bound)).collect();
         Self::tensor(w, shape)
     }
@@ -230,6 +278,18 @@ impl ConvStack {
         }
         self.post.forward(x.f_flatten(1, -1)?)
     }
+}
+
+/// The machine's memory (`MemTotal` of `/proc/meminfo`), where the OS says.
+fn machine_memory_bytes() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    kib.checked_mul(1024)
+}
+
+fn gib(bytes: u64) -> f64 {
+    bytes as f64 / (1u64 << 30) as f64
 }
 
 /// RLlib's `same_padding`: `(before, after, out_size)`.
@@ -397,7 +457,7 @@ impl ActorCritic {
         spec: &EnvSpec,
         seed: u64,
     ) -> Result<Self> {
-        let mut init = Init { rng: SmallRng::seed_from_u64(seed) };
+        let mut init = Init::new(seed);
         let encoding = ObsEncoding::for_space(&spec.observation_space);
         let dist = ActionDistribution::for_space(&spec.action_space)?;
         let build_torso = |path: nn::Path<'_>, init: &mut Init| -> Result<(Torso, usize)> {
@@ -590,7 +650,7 @@ mod tests {
             [(84, 4, 256), (42, 3, 256), (10, 1, 32), (64, 3, 3 * 3 * 256)]
         {
             let vs = nn::VarStore::new(tch::Device::Cpu);
-            let mut init = Init { rng: SmallRng::seed_from_u64(0) };
+            let mut init = Init::new(0);
             let filters = default_filters(size, size)?;
             let (stack, dim) = ConvStack::new(
                 &vs.root(),

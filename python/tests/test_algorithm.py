@@ -139,3 +139,9 @@ def test_ctrl_c_interrupts_train_and_keeps_the_algorithm(tmp_path):
 def test_bad_env_is_a_clear_error_at_build():
     with pytest.raises(ImpalaError, match="NoSuchEnv"):
         IMPALAConfig().environment("NoSuchEnv-v0").env_runners(num_env_runners=1).build()
+
+
+def test_a_model_too_large_for_the_machine_raises_instead_of_aborting():
+    huge = fast_cartpole().training(model={"fcnet_hiddens": [100_000_000, 100_000_000]})
+    with pytest.raises(ImpalaError, match="model is too large"):
+        huge.build()
