@@ -247,3 +247,23 @@ fn a_config_that_is_not_a_table_is_an_error() {
     let err = ImpalaConfig::from_str_as("[1, 2]", ConfigFormat::Json);
     assert!(matches!(err, Err(ConfigError::WrongType { ref key, .. }) if key == "."), "{err:?}");
 }
+
+#[test]
+fn yaml_nested_deeper_than_a_config_is_refused_before_parsing() -> TestResult {
+    let n = 100_000;
+    let flow = format!("lr: {}{}\n", "[".repeat(n), "]".repeat(n));
+    let block: String = (0..200).map(|i| format!("{}a:\n", " ".repeat(i))).collect();
+    for (text, line) in [(flow, 1), (block, 65)] {
+        let err = ImpalaConfig::from_str_as(&text, ConfigFormat::Yaml)
+            .err()
+            .ok_or("a deeply nested YAML was accepted")?;
+        assert!(err.to_string().contains("nests more than 64 levels"), "{err}");
+        assert!(err.to_string().contains("refused before parsing"), "{err}");
+        assert!(matches!(err, ConfigError::Syntax { position: Some(p), .. } if p.line == line));
+    }
+    // Nesting as configs have it still reads, quoted brackets and comments included.
+    let text = "model:\n  conv_filters: [[16, [8, 8], 4], [32, 4, 2]]  # [[[\n  fcnet_activation: \"[{[\"\n";
+    let err = ImpalaConfig::from_str_as(text, ConfigFormat::Yaml).err().map(|e| e.to_string());
+    assert!(err.as_deref().is_none_or(|e| !e.contains("nests")), "{err:?}");
+    Ok(())
+}
