@@ -104,3 +104,55 @@ fn log_level_info_shows_the_restarts() -> TestResult {
     assert!(runner_count(last, "num_env_runner_restarts")? >= 1.0);
     Ok(())
 }
+
+#[test]
+fn a_run_that_ends_on_a_failed_runner_is_saved_and_resumes() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    // The runner fails at the 5000th step of its envs' lives (a few iterations in), restarts off.
+    let args = [
+        "train",
+        "--env",
+        "CartPoleCrashing-v1",
+        "--set",
+        "env_config.p_crash=0",
+        "--set",
+        "env_config.crash_after_n_steps=5000",
+        "--set",
+        "restart_failed_env_runners=false",
+        "--set",
+        "min_time_s_per_iteration=0.05",
+        "--stop-iters",
+        "1000",
+        "--seed",
+        "1",
+        "--run-dir",
+        "run",
+    ];
+    let run = impala(dir.path(), &args)?;
+    run.assert_one_line_error(&["env runner", "crash_after_n_steps", "can be resumed from it"]);
+    let line = run.error_lines()[0];
+    let (_, path) = line.split_once("the run was saved to `").ok_or("no checkpoint named")?;
+    let path = path.split('`').next().ok_or("no path")?;
+    assert!(path.starts_with("run/checkpoint_"), "{line}");
+    let (state, _) = impala::checkpoint::read_checkpoint(&dir.path().join(path))?;
+    assert!(state.training_iteration >= 1, "{line}");
+    // --resume continues from it, one more iteration (with envs that no longer crash).
+    let next = (state.training_iteration + 1).to_string();
+    let resumed = impala(
+        dir.path(),
+        &[
+            "train",
+            "--resume",
+            "run",
+            "--stop-iters",
+            &next,
+            "--set",
+            "env_config.crash_after_n_steps=100000000",
+        ],
+    )?;
+    assert!(resumed.success, "{}", resumed.stderr);
+    let results = read_result_lines(&dir.path().join("run").join(RESULT_FILE))?;
+    let (_, last) = results.last().ok_or("no result lines")?;
+    assert_eq!(last["training_iteration"], serde_json::json!(state.training_iteration + 1));
+    Ok(())
+}

@@ -71,6 +71,16 @@ pub enum RunError {
         /// The checkpoint saved after it died.
         checkpoint: PathBuf,
     },
+    /// Training failed otherwise (env runners failed beyond their restarts, a driver error);
+    /// the run's state was saved first, so the run can be resumed from it.
+    #[error("{cause}; the run was saved to `{checkpoint}` and can be resumed from it")]
+    FailedAndSaved {
+        /// Why training failed.
+        #[source]
+        cause: Box<ImpalaError>,
+        /// The checkpoint saved after the failure.
+        checkpoint: PathBuf,
+    },
     /// The checkpoint score attribute is not a result key.
     #[error(
         "unknown checkpoint score attribute `{attribute}`{}; use a result.json key, nested keys \
@@ -143,8 +153,9 @@ pub struct RunSummary {
 /// iteration; set it from a signal handler and also pass it to
 /// [`Impala::set_interrupt_flag`] to cut the iteration short), logging to `dir` and saving a
 /// final checkpoint; checkpoints the policy no longer keeps are deleted (never the final one or
-/// the best). A resumed `dir` needs `algo` restored from its checkpoint first. When the learner
-/// dies, the last good weights are saved and the error names that checkpoint. `on_event` sees
+/// the best). A resumed `dir` needs `algo` restored from its checkpoint first. When training
+/// fails (the learner died: its last good weights), the run is saved and the error names that
+/// checkpoint. `on_event` sees
 /// each result and periodic checkpoint.
 pub fn run(
     algo: &mut Impala,
@@ -162,10 +173,7 @@ pub fn run(
     let (last, stop_reason, interrupted) = loop {
         let result = match algo.train() {
             Ok(result) => result,
-            Err(cause @ ImpalaError::LearnerDied { .. }) => {
-                return Err(save_after_learner_death(algo, path, &mut keeper, score, cause));
-            }
-            Err(e) => return Err(e.into()),
+            Err(cause) => return Err(save_after_failure(algo, path, &mut keeper, score, cause)),
         };
         logger.log(&result)?;
         score = options.checkpoints.score(&result);
@@ -188,9 +196,9 @@ pub fn run(
     Ok(RunSummary { stop_reason, interrupted, last, checkpoint, best })
 }
 
-/// Saves the last good weights after the learner died (the error names the checkpoint); if
-/// even that fails, the learner's error alone.
-fn save_after_learner_death(
+/// Saves the run after training failed (the last good weights when the learner died), so
+/// nothing is lost; the error names the checkpoint. If even that fails, the failure alone.
+fn save_after_failure(
     algo: &mut Impala,
     dir: &Path,
     keeper: &mut Keeper,
@@ -202,10 +210,14 @@ fn save_after_learner_death(
             if let Err(e) = keeper.saved(algo.iteration(), score) {
                 tracing::warn!("{e}");
             }
-            RunError::LearnerDied { cause: Box::new(cause), checkpoint }
+            let cause = Box::new(cause);
+            match *cause {
+                ImpalaError::LearnerDied { .. } => RunError::LearnerDied { cause, checkpoint },
+                _ => RunError::FailedAndSaved { cause, checkpoint },
+            }
         }
         Err(e) => {
-            tracing::debug!("no checkpoint after the learner died: {e}");
+            tracing::debug!("no checkpoint after training failed: {e}");
             RunError::Impala(cause)
         }
     }
