@@ -61,6 +61,23 @@ fn a_model_too_large_for_the_machine_is_an_error_not_an_abort() -> TestResult {
 }
 
 #[test]
+fn batches_too_large_for_the_machine_are_refused_with_the_arithmetic() -> TestResult {
+    for (set, key) in [
+        ("train_batch_size=1000000000000", "train_batch_size"),
+        ("rollout_fragment_length=100000000", "rollout_fragment_length"),
+    ] {
+        let dir = tempfile::tempdir()?;
+        let run = impala(dir.path(), &["train", "--set", set, "--run-dir", "run"])?;
+        run.assert_one_line_error(&[
+            "the run would hold about",
+            "GiB, more than this machine",
+            key,
+        ]);
+    }
+    Ok(())
+}
+
+#[test]
 fn impossible_resource_request() -> TestResult {
     let dir = tempfile::tempdir()?;
     let run = impala(dir.path(), &["train", "--set", "num_gpus=4", "--run-dir", "run"])?;

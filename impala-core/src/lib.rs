@@ -4,6 +4,7 @@
 mod batch;
 mod env;
 mod error;
+mod machine;
 mod obs;
 mod policy;
 mod space;
@@ -13,6 +14,7 @@ mod weights;
 pub use batch::SampleBatch;
 pub use env::{Env, EnvSpec, StepOutcome};
 pub use error::{CoreError, Result};
+pub use machine::{gib, machine_memory_bytes};
 pub use obs::Observations;
 pub use policy::{Policy, PolicyInput, PolicyOutput};
 pub use space::Space;

@@ -192,6 +192,11 @@ impl Learner {
         self.loader.clone()
     }
 
+    /// Number of trainable parameters of the model (one tower's).
+    pub fn num_parameters(&self) -> u64 {
+        self.towers[0].params.iter().map(|(_, p)| p.numel() as u64).sum()
+    }
+
     /// Number of towers (devices).
     pub fn num_towers(&self) -> usize {
         self.towers.len()

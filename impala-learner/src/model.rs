@@ -3,7 +3,7 @@
 //! and a value head.
 
 use impala_config::{ConvFilter, ModelConfig};
-use impala_core::{EnvSpec, Space};
+use impala_core::{gib, machine_memory_bytes, EnvSpec, Space};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
@@ -278,18 +278,6 @@ impl ConvStack {
         }
         self.post.forward(x.f_flatten(1, -1)?)
     }
-}
-
-/// The machine's memory (`MemTotal` of `/proc/meminfo`), where the OS says.
-fn machine_memory_bytes() -> Option<u64> {
-    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = info.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kib.checked_mul(1024)
-}
-
-fn gib(bytes: u64) -> f64 {
-    bytes as f64 / (1u64 << 30) as f64
 }
 
 /// RLlib's `same_padding`: `(before, after, out_size)`.

@@ -114,6 +114,7 @@ impl ImpalaBuilder {
         // The learner seeds its initial weights from `seed`; runs without one get a fresh seed.
         let base_seed = config.seed.unwrap_or_else(random_seed);
         let learner = new_learner(&config, &spec, base_seed)?;
+        crate::budget::check_memory(&config, &spec, learner.num_parameters())?;
         let learner = LearnerHandle::spawn(&LearnerThreadSettings::from_config(&config), learner)?;
         let policies = PolicySource { model: config.model.clone(), spec: spec.clone(), base_seed };
         let streams = Streams::new(&config, base_seed, 0);

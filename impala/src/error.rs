@@ -7,6 +7,19 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ImpalaError {
+    /// The settings would make the run hold more memory than the machine has.
+    #[error(
+        "the run would hold about {needed_gib:.1} GiB, more than this machine's \
+         {memory_gib:.1} GiB: {detail}; make the largest of these smaller"
+    )]
+    MemoryBudget {
+        /// The estimate.
+        needed_gib: f64,
+        /// The machine's memory.
+        memory_gib: f64,
+        /// The arithmetic, by the options that set each part.
+        detail: String,
+    },
     /// A file or folder operation failed.
     #[error("could not {action} `{path}`: {source}")]
     Io {

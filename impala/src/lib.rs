@@ -61,6 +61,7 @@
 #![deny(missing_docs)]
 
 mod algorithm;
+mod budget;
 mod builder;
 pub mod checkpoint;
 mod error;

@@ -412,9 +412,11 @@ fn to_python(py: Python<'_>, value: &Value) -> PyResult<Py<PyAny>> {
     })
 }
 
-/// Logs (warnings and errors by default) go to stderr; `IMPALA_LOG` (e.g. `info`) or
+/// Logs (warnings and errors by default) go to stderr, coloured only when it is a terminal
+/// (a notebook's or a log file's stderr gets plain text); `IMPALA_LOG` (e.g. `info`) or
 /// `RUST_LOG` choose more.
 fn init_logging() {
+    use std::io::IsTerminal;
     static ONCE: Once = Once::new();
     ONCE.call_once(|| {
         let filter = std::env::var("IMPALA_LOG")
@@ -423,6 +425,7 @@ fn init_logging() {
         let _ = tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
             .with_writer(std::io::stderr)
+            .with_ansi(std::io::stderr().is_terminal())
             .try_init();
     });
 }

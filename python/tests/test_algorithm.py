@@ -145,3 +145,24 @@ def test_a_model_too_large_for_the_machine_raises_instead_of_aborting():
     huge = fast_cartpole().training(model={"fcnet_hiddens": [100_000_000, 100_000_000]})
     with pytest.raises(ImpalaError, match="model is too large"):
         huge.build()
+
+
+def test_logs_are_plain_text_when_stderr_is_not_a_terminal():
+    import os
+
+    # A runner whose env crashes at its 40th step is logged as failed and restarted.
+    script = (
+        "from impala_rs import IMPALAConfig\n"
+        "algo = IMPALAConfig().environment('CartPoleCrashing-v1',"
+        " env_config={'p_crash': 0, 'crash_after_n_steps': 40})"
+        ".env_runners(num_env_runners=1).reporting(min_time_s_per_iteration=0.2).build()\n"
+        "algo.train()\n"
+        "algo.stop()\n"
+    )
+    env = dict(os.environ, IMPALA_LOG="info")
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert done.returncode == 0, done.stderr
+    assert "env runner failed" in done.stderr, done.stderr
+    assert "\x1b[" not in done.stderr, repr(done.stderr[:500])

@@ -1,0 +1,74 @@
+//! The memory a run will hold, checked against the machine before anything samples: a setting
+//! the machine cannot hold is refused with the arithmetic, one that takes more than half of it
+//! is warned about.
+
+use impala_config::ValidatedConfig;
+use impala_core::{gib, machine_memory_bytes, EnvSpec, Space};
+
+use crate::{ImpalaError, Result};
+
+/// Bytes one env step takes in a sample batch: its observation (bytes or float32), action and
+/// distribution inputs, and the per-step floats (log-prob, value, reward, truncation value)
+/// and flags.
+fn step_bytes(spec: &EnvSpec) -> u64 {
+    let per_value = if matches!(spec.observation_space, Space::Bytes { .. }) { 1 } else { 4 };
+    let obs = spec.observation_space.flat_dim() as u64 * per_value;
+    let action = (spec.action_space.flat_dim() + spec.action_space.dist_inputs_dim()) as u64;
+    obs + 4 * (action + 4) + 2
+}
+
+/// Checks what `config` makes the run hold for `spec` and a model of `model_params`
+/// parameters: fragments being sampled and in flight, train batches queued, replayed and
+/// trained, and every env runner's policy copy.
+pub(crate) fn check_memory(
+    config: &ValidatedConfig,
+    spec: &EnvSpec,
+    model_params: u64,
+) -> Result<()> {
+    let Some(memory) = machine_memory_bytes() else {
+        return Ok(());
+    };
+    let step = step_bytes(spec);
+    let runners = config.num_env_runners.max(1) as u64;
+    // In flight per runner, plus the fragment it is building.
+    let fragments =
+        runners.saturating_mul(config.max_requests_in_flight_per_sampler_worker as u64 + 1);
+    let fragment_steps = config.sample_batch_size() as u64;
+    let sampling = fragments.saturating_mul(fragment_steps).saturating_mul(step);
+    // Queued, replayed, and the one being built, loaded and trained.
+    let batches = (config.learner_queue_size + config.replay_buffer_num_slots) as u64 + 3;
+    // A train batch holds whole sample batches (at least one).
+    let batch_steps = config.total_train_batch_size().max(config.sample_batch_size()) as u64;
+    let training = batches.saturating_mul(batch_steps).saturating_mul(step);
+    // Each runner's policy: its weights and the snapshot it loads them from.
+    let policies = runners.saturating_mul(model_params).saturating_mul(8);
+    let total = sampling.saturating_add(training).saturating_add(policies);
+    if total <= memory / 2 {
+        return Ok(());
+    }
+    let detail = format!(
+        "{fragments} fragments ({runners} env runners x (max_requests_in_flight_per_env_runner \
+         {} + 1)) of {fragment_steps} steps (rollout_fragment_length x \
+         num_envs_per_env_runner) = {:.1} GiB; {batches} train batches (learner_queue_size + \
+         replay_buffer_num_slots + 3) of {batch_steps} steps (train_batch_size, at least one \
+         sample batch) = {:.1} GiB; \
+         {runners} policy copies of {model_params} parameters = {:.1} GiB; {step} bytes a step",
+        config.max_requests_in_flight_per_sampler_worker,
+        gib(sampling),
+        gib(training),
+        gib(policies),
+    );
+    if total > memory {
+        return Err(ImpalaError::MemoryBudget {
+            needed_gib: gib(total),
+            memory_gib: gib(memory),
+            detail,
+        });
+    }
+    tracing::warn!(
+        "the run will hold about {:.1} GiB, more than half of this machine's {:.1} GiB: {detail}",
+        gib(total),
+        gib(memory)
+    );
+    Ok(())
+}
