@@ -297,8 +297,8 @@ pub struct EvaluateArgs {
     /// A checkpoint folder, or a run folder (its newest checkpoint is used).
     #[arg(long, value_name = "PATH")]
     pub checkpoint: PathBuf,
-    /// Episodes to run (at least 1).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    /// Episodes to run (1 to 1,000,000).
+    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub episodes: u64,
     /// Sample actions instead of acting greedily.
     #[arg(long)]

@@ -178,3 +178,13 @@ fn bad_override_and_bad_flag() -> TestResult {
     assert!(run.stderr.contains("--stop-iterz"), "{}", run.stderr);
     Ok(())
 }
+
+#[test]
+fn evaluation_episodes_are_bounded() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let args = ["evaluate", "--checkpoint", "nowhere", "--episodes", "18446744073709551615"];
+    let run = impala(dir.path(), &args)?;
+    assert!(!run.success);
+    assert!(run.stderr.contains("1..=1000000"), "{}", run.stderr);
+    Ok(())
+}

@@ -338,3 +338,34 @@ fn checkpoints_keep_the_newest_and_the_best_and_point_at_the_best() -> TestResul
     assert!(!dir.path().join("run3").exists());
     Ok(())
 }
+
+#[test]
+fn a_checkpoint_of_another_env_in_a_run_folder_is_refused() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    for (env, run) in [("CartPole-v1", "cartpole"), ("Acrobot-v1", "acrobot")] {
+        let mut args = vec!["train", "--env", env, "--stop-iters", "1", "--run-dir", run];
+        args.extend(FAST);
+        let out = impala(dir.path(), &args)?;
+        assert!(out.success, "{}", out.stderr);
+    }
+    // CartPole's checkpoint copied into the Acrobot run as its newest.
+    let (from, to) = (dir.path().join("cartpole"), dir.path().join("acrobot/checkpoint_000009"));
+    fs::create_dir_all(&to)?;
+    for entry in fs::read_dir(from.join("checkpoint_000001"))? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            fs::create_dir_all(to.join(entry.file_name()))?;
+            for inner in fs::read_dir(entry.path())? {
+                let inner = inner?;
+                fs::copy(inner.path(), to.join(entry.file_name()).join(inner.file_name()))?;
+            }
+        } else {
+            fs::copy(entry.path(), to.join(entry.file_name()))?;
+        }
+    }
+    let before = fs::read_to_string(dir.path().join("acrobot/params.json"))?;
+    let run = impala(dir.path(), &["train", "--resume", "acrobot", "--stop-iters", "2"])?;
+    run.assert_one_line_error(&["trains `CartPole-v1`", "trains `Acrobot-v1`", "mix"]);
+    assert_eq!(fs::read_to_string(dir.path().join("acrobot/params.json"))?, before);
+    Ok(())
+}

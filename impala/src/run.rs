@@ -50,6 +50,22 @@ pub enum RunError {
     /// The algorithm, its files or its checkpoints failed.
     #[error(transparent)]
     Impala(#[from] ImpalaError),
+    /// A checkpoint of one env sits in the run folder of another.
+    #[error(
+        "checkpoint `{checkpoint}` trains `{checkpoint_env}` but its run folder `{run_dir}` \
+         trains `{run_env}` (params.json); resuming would mix both envs' results: resume a \
+         checkpoint of `{run_env}`, or move this one into a run folder of its own"
+    )]
+    EnvMismatch {
+        /// The run folder.
+        run_dir: PathBuf,
+        /// The env its params.json names.
+        run_env: String,
+        /// The checkpoint.
+        checkpoint: PathBuf,
+        /// The env the checkpoint's config trains.
+        checkpoint_env: String,
+    },
     /// Another process holds the run folder.
     #[error(
         "run folder `{path}` is in use by another impala process ({}); wait for it to end, or \

@@ -175,12 +175,13 @@ impl RunDir {
 
     fn resume(checkpoint: &Path, run_dir: Option<&Path>, truncate: bool) -> Result<Self, RunError> {
         let checkpoint = find_checkpoint(checkpoint)?;
-        let (state, _) = read_checkpoint(&checkpoint)?;
+        let (state, config) = read_checkpoint(&checkpoint)?;
         let iteration = state.training_iteration;
         let source = checkpoint
             .parent()
             .filter(|p| !p.as_os_str().is_empty())
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
+        check_run_env(&source, &checkpoint, &config.env)?;
         if let Some(dir) = run_dir.filter(|d| !same_dir(d, &source)) {
             if truncate {
                 return Err(RunError::TruncateElsewhere {
@@ -391,6 +392,26 @@ fn remove_stale_temporaries(dir: &Path) -> Result<(), ImpalaError> {
         tracing::info!("removed `{}`, left by process {pid} (no longer running)", path.display());
     }
     Ok(())
+}
+
+/// Refuses a checkpoint of another env than the run folder it sits in trains (its
+/// `params.json`): continuing would mix two envs' results in one history.
+fn check_run_env(run_dir: &Path, checkpoint: &Path, checkpoint_env: &str) -> Result<(), RunError> {
+    let Ok(text) = fs::read_to_string(run_dir.join(crate::logger::PARAMS_FILE)) else {
+        return Ok(()); // no params yet: nothing to mix with
+    };
+    let run_env = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("env").and_then(|e| e.as_str()).map(str::to_string));
+    match run_env {
+        Some(run_env) if run_env != checkpoint_env => Err(RunError::EnvMismatch {
+            run_dir: run_dir.to_path_buf(),
+            run_env,
+            checkpoint: checkpoint.to_path_buf(),
+            checkpoint_env: checkpoint_env.to_string(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
