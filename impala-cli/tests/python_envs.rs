@@ -282,3 +282,29 @@ fn no_env_worker_outlives_the_trainer() -> TestResult {
     }
     Ok(())
 }
+
+#[test]
+fn a_hung_env_does_not_hold_up_the_end_of_a_run() -> TestResult {
+    let dir = workdir()?;
+    // The env hangs in its 5th step; sample_timeout_s stays at its 60 s.
+    let args = [
+        "train",
+        "--env",
+        "impala_test_envs:Faulty",
+        "--set",
+        "env_config.mode=\"hang\"",
+        "--set",
+        "env_config.after=5",
+        "--stop-time",
+        "2",
+        "--run-dir",
+        "run",
+    ];
+    let started = Instant::now();
+    let run = impala(dir.path(), &args)?;
+    assert_success(&run);
+    // Stopping waits a few seconds for the runner, not the env's 60 s timeout.
+    assert!(started.elapsed() < Duration::from_secs(40), "took {:?}", started.elapsed());
+    assert!(run.stderr.contains("did not stop in time"), "{}", run.stderr);
+    Ok(())
+}

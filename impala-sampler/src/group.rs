@@ -5,7 +5,7 @@
 use impala_profile::{span, Activity};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use impala_core::{EnvSpec, Weights};
@@ -18,6 +18,11 @@ use crate::{
     policy_lag, EnvFactory, EnvRunner, EnvRunnerGroupSettings, EnvRunnerLauncher, Fragment,
     PolicyFactory, ReplySender, Result, SamplerError, ThreadLauncher,
 };
+
+/// How long stopping waits for env runners to end (all of them together): a runner stuck in a
+/// hung env step is not awaited for its `sample_timeout_s`, so a run stops well within the
+/// 30 s Kubernetes and Slurm give before SIGKILL.
+const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// The group's health and weight-sync counters, named as RLlib reports them where RLlib has
 /// the counter. What was sampled (steps, episodes) is counted by the caller, from the
@@ -448,7 +453,7 @@ impl EnvRunnerGroup {
                 handle.send(RunnerRequest::Stop);
                 // The failure is recorded already; a panic that escaped the runner is a bug
                 // in the runner's transport, logged and not fatal.
-                if let Err(e) = handle.join() {
+                if let Err(e) = handle.join(Instant::now() + STOP_GRACE) {
                     tracing::error!(runner_id, error = %e, "env runner did not end cleanly");
                 }
             }
@@ -584,8 +589,9 @@ impl EnvRunnerGroup {
             }
         }
         let mut first_error = None;
+        let deadline = Instant::now() + STOP_GRACE;
         for handle in handles {
-            if let Err(e) = handle.join() {
+            if let Err(e) = handle.join(deadline) {
                 first_error.get_or_insert(e);
             }
         }

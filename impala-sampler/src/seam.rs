@@ -145,9 +145,11 @@ pub trait EnvRunnerHandle: Send {
     /// reaches the group as a [`RunnerReply::Failed`] (or the group marks it failed).
     fn send(&mut self, request: RunnerRequest) -> bool;
 
-    /// Waits for the runner to end after [`RunnerRequest::Stop`] (a thread is joined, a
-    /// process reaped). An error is a failure that escaped the runner.
-    fn join(self: Box<Self>) -> Result<()>;
+    /// Waits until `deadline` for the runner to end after [`RunnerRequest::Stop`] (a thread
+    /// is joined, a process reaped); a runner still busy then (an env hung in a step) is left
+    /// to end on its own, so stopping takes a bounded time whatever the envs do. An error is a
+    /// failure that escaped the runner.
+    fn join(self: Box<Self>, deadline: Instant) -> Result<()>;
 }
 
 /// Starts env runners: threads here, worker processes, or runners on other hosts.
@@ -230,15 +232,31 @@ struct ThreadHandle {
     thread: JoinHandle<()>,
 }
 
+/// How often a join looks whether the runner thread ended.
+const JOIN_POLL: Duration = Duration::from_millis(5);
+
 impl EnvRunnerHandle for ThreadHandle {
     fn send(&mut self, request: RunnerRequest) -> bool {
         self.requests.send(request).is_ok()
     }
 
-    fn join(self: Box<Self>) -> Result<()> {
+    fn join(self: Box<Self>, deadline: Instant) -> Result<()> {
         let ThreadHandle { requests, thread } = *self;
         // Closing the inbox ends a runner that is waiting for requests.
         drop(requests);
+        while !thread.is_finished() {
+            if Instant::now() >= deadline {
+                // Stuck in an env step: its envs' own timeout (`sample_timeout_s`) ends it, and
+                // env worker processes also exit with this process.
+                tracing::warn!(
+                    thread = thread.thread().name().unwrap_or("env runner"),
+                    "an env runner did not stop in time (an env is busy in a step); not \
+                     waiting for it"
+                );
+                return Ok(());
+            }
+            std::thread::sleep(JOIN_POLL);
+        }
         crate::threads::join(thread)
     }
 }
