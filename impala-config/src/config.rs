@@ -252,6 +252,9 @@ pub struct ImpalaConfig {
     /// How many runner restarts are allowed before training fails.
     #[serde(alias = "max_num_worker_restarts")]
     pub max_num_env_runner_restarts: usize,
+    /// Seconds stopping waits for the env runners to end, all together (impala-rs's own): a
+    /// runner stuck in a hung env step is not awaited for its `sample_timeout_s`.
+    pub shutdown_grace_s: f64,
     /// CPUs reserved per env runner in the resource request.
     #[serde(alias = "num_cpus_per_worker")]
     pub num_cpus_per_env_runner: f64,
@@ -395,6 +398,7 @@ impl Default for ImpalaConfig {
             restart_failed_env_runners: true,
             restart_failed_sub_environments: false,
             max_num_env_runner_restarts: 1000,
+            shutdown_grace_s: 5.0,
             num_cpus_per_env_runner: 1.0,
             num_gpus_per_env_runner: 0.0,
             custom_resources_per_env_runner: BTreeMap::new(),

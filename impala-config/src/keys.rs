@@ -350,6 +350,7 @@ groups! {
         restart_failed_env_runners: bool,
         restart_failed_sub_environments: bool,
         max_num_env_runner_restarts: usize,
+        shutdown_grace_s: f64,
     }
 
     /// RLlib's `learners()`: learner workers and their devices.

@@ -295,6 +295,7 @@ fn check_environment(config: &ImpalaConfig, c: &mut Checker) {
     }
     c.threshold("clip_rewards", config.clip_rewards);
     c.positive_number("sample_timeout_s", config.sample_timeout_s);
+    c.non_negative("shutdown_grace_s", config.shutdown_grace_s);
     c.positive_number("env_runner_connect_timeout_s", config.env_runner_connect_timeout_s);
     if let Some(n) = config.num_envs_per_env_worker {
         c.positive_size("num_envs_per_env_worker", n);

@@ -646,3 +646,16 @@ fn atari_frameskip_1_is_refused_and_other_values_warn() -> TestResult {
     assert_eq!(warnings(&other)?, []);
     Ok(())
 }
+
+#[test]
+fn shutdown_grace_is_a_non_negative_number_of_seconds() -> TestResult {
+    let mut config = ImpalaConfig::default();
+    assert_eq!(config.shutdown_grace_s, 5.0);
+    config.apply_override("fault_tolerance.shutdown_grace_s=0")?;
+    config.validate()?;
+    for bad in [-1.0, f64::NAN, f64::INFINITY] {
+        config.shutdown_grace_s = bad;
+        fails(&config, Rule::NonNegativeNumber, "shutdown_grace_s")?;
+    }
+    Ok(())
+}

@@ -5,7 +5,7 @@
 use impala_profile::{span, Activity};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use impala_core::{EnvSpec, Weights};
@@ -18,11 +18,6 @@ use crate::{
     policy_lag, EnvFactory, EnvRunner, EnvRunnerGroupSettings, EnvRunnerLauncher, Fragment,
     PolicyFactory, ReplySender, Result, SamplerError, ThreadLauncher,
 };
-
-/// How long stopping waits for env runners to end (all of them together): a runner stuck in a
-/// hung env step is not awaited for its `sample_timeout_s`, so a run stops well within the
-/// 30 s Kubernetes and Slurm give before SIGKILL.
-const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// The group's health and weight-sync counters, named as RLlib reports them where RLlib has
 /// the counter. What was sampled (steps, episodes) is counted by the caller, from the
@@ -434,6 +429,7 @@ impl EnvRunnerGroup {
 
     /// Relaunches unhealthy runners (RLlib's `restore_workers`), or says why it may not.
     fn restore_failed(&mut self) -> Result<()> {
+        let grace = self.settings.stop_grace;
         for idx in 0..self.members.len() {
             if self.members[idx].healthy {
                 continue;
@@ -453,7 +449,7 @@ impl EnvRunnerGroup {
                 handle.send(RunnerRequest::Stop);
                 // The failure is recorded already; a panic that escaped the runner is a bug
                 // in the runner's transport, logged and not fatal.
-                if let Err(e) = handle.join(Instant::now() + STOP_GRACE) {
+                if let Err(e) = handle.join(stop_deadline(grace)) {
                     tracing::error!(runner_id, error = %e, "env runner did not end cleanly");
                 }
             }
@@ -589,7 +585,7 @@ impl EnvRunnerGroup {
             }
         }
         let mut first_error = None;
-        let deadline = Instant::now() + STOP_GRACE;
+        let deadline = stop_deadline(self.settings.stop_grace);
         for handle in handles {
             if let Err(e) = handle.join(deadline) {
                 first_error.get_or_insert(e);
@@ -608,6 +604,17 @@ impl EnvRunnerGroup {
         }
         first_error.map_or(Ok(()), Err)
     }
+}
+
+/// When stopping stops waiting for runners (`shutdown_grace_s` from now): a runner stuck in a
+/// hung env step is not awaited for its `sample_timeout_s`, so a run ends well within the 30 s
+/// Kubernetes and Slurm give before SIGKILL. A grace too long to add waits a year.
+fn stop_deadline(grace: std::time::Duration) -> Instant {
+    crate::threads::deadline_after(Some(grace))
+        .or_else(|| {
+            crate::threads::deadline_after(Some(std::time::Duration::from_secs(31_536_000)))
+        })
+        .unwrap_or_else(Instant::now)
 }
 
 /// Makes `handle` the member's running incarnation: the newest weights first, then a full

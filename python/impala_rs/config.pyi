@@ -81,6 +81,7 @@ class IMPALAConfig:
         restart_failed_env_runners: Union[bool, _NotProvided] = ...,
         restart_failed_sub_environments: Union[bool, _NotProvided] = ...,
         max_num_env_runner_restarts: Union[int, _NotProvided] = ...,
+        shutdown_grace_s: Union[float, _NotProvided] = ...,
     ) -> "IMPALAConfig": ...
     def learners(
         self, *,
