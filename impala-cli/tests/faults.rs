@@ -3,7 +3,7 @@
 
 use impala::{read_result_lines, RESULT_FILE};
 
-use crate::common::{impala, return_mean, runner_count, TestResult};
+use crate::common::{impala, return_mean, runner_count, Run, TestResult};
 
 #[test]
 fn training_reaches_450_while_env_runners_crash_and_restart() -> TestResult {
@@ -63,30 +63,25 @@ fn training_reaches_450_while_env_runners_crash_and_restart() -> TestResult {
     Ok(())
 }
 
+/// `impala train` in `dir/run` (seed 1) on CartPoleCrashing-v1 whose every env runner
+/// incarnation fails at step `crash_after` of its envs' lives, with `more` arguments.
+fn crashing_run(
+    dir: &std::path::Path,
+    crash_after: u64,
+    more: &[&str],
+) -> Result<Run, std::io::Error> {
+    let crash = format!("env_config.crash_after_n_steps={crash_after}");
+    let mut args = vec!["train", "--env", "CartPoleCrashing-v1", "--set", "env_config.p_crash=0"];
+    args.extend(["--set", &crash, "--seed", "1", "--run-dir", "run"]);
+    args.extend(more);
+    impala(dir, &args)
+}
+
 #[test]
 fn log_level_info_shows_the_restarts() -> TestResult {
     let dir = tempfile::tempdir()?;
-    // Each incarnation of the runner fails at the 40th step of its envs' lives.
-    let args = [
-        "train",
-        "--env",
-        "CartPoleCrashing-v1",
-        "--set",
-        "env_config.p_crash=0",
-        "--set",
-        "env_config.crash_after_n_steps=40",
-        "--set",
-        "log_level=INFO",
-        "--set",
-        "min_time_s_per_iteration=0.2",
-        "--stop-iters",
-        "2",
-        "--seed",
-        "1",
-        "--run-dir",
-        "run",
-    ];
-    let run = impala(dir.path(), &args)?;
+    let more = ["--set", "log_level=INFO", "--set", "min_time_s_per_iteration=0.2"];
+    let run = crashing_run(dir.path(), 40, &[&more[..], &["--stop-iters", "2"]].concat())?;
     assert!(run.success, "stdout: {}\nstderr: {}", run.stdout, run.stderr);
     let count = |needle: &str, level: &str| {
         run.stderr.lines().filter(|l| l.starts_with(level) && l.contains(needle)).count()
@@ -109,26 +104,9 @@ fn log_level_info_shows_the_restarts() -> TestResult {
 fn a_run_that_ends_on_a_failed_runner_is_saved_and_resumes() -> TestResult {
     let dir = tempfile::tempdir()?;
     // The runner fails at the 5000th step of its envs' lives (a few iterations in), restarts off.
-    let args = [
-        "train",
-        "--env",
-        "CartPoleCrashing-v1",
-        "--set",
-        "env_config.p_crash=0",
-        "--set",
-        "env_config.crash_after_n_steps=5000",
-        "--set",
-        "restart_failed_env_runners=false",
-        "--set",
-        "min_time_s_per_iteration=0.05",
-        "--stop-iters",
-        "1000",
-        "--seed",
-        "1",
-        "--run-dir",
-        "run",
-    ];
-    let run = impala(dir.path(), &args)?;
+    let more =
+        ["--set", "restart_failed_env_runners=false", "--set", "min_time_s_per_iteration=0.05"];
+    let run = crashing_run(dir.path(), 5000, &[&more[..], &["--stop-iters", "1000"]].concat())?;
     run.assert_one_line_error(&["env runner", "crash_after_n_steps", "can be resumed from it"]);
     let line = run.error_lines()[0];
     let (_, path) = line.split_once("the run was saved to `").ok_or("no checkpoint named")?;

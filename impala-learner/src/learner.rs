@@ -678,18 +678,23 @@ mod tests {
     use impala_core::{Observations, Policy, PolicyInput, PolicyOutput, Space};
     use rand::{Rng, SeedableRng};
 
+    /// A toy env of `dims` observations in [-1, 1] and 2 actions.
+    fn toy_spec(dims: usize) -> std::result::Result<EnvSpec, impala_core::CoreError> {
+        Ok(EnvSpec {
+            id: "Toy".into(),
+            observation_space: Space::continuous(vec![-1.0; dims], vec![1.0; dims])?,
+            action_space: Space::Discrete(2),
+            max_episode_steps: None,
+        })
+    }
+
     /// The learner's unroll over a batch (state reset after episode ends, truncated BPTT every
     /// `max_seq_len` steps) gives the values and log-probs the runner's step-by-step inference
     /// gave, and the bootstrap value of the state after the last step.
     #[test]
     fn lstm_unroll_matches_step_by_step_inference(
     ) -> std::result::Result<(), Box<dyn std::error::Error>> {
-        let spec = EnvSpec {
-            id: "Toy".into(),
-            observation_space: Space::continuous(vec![-1.0; 3], vec![1.0; 3])?,
-            action_space: Space::Discrete(2),
-            max_episode_steps: None,
-        };
+        let spec = toy_spec(3)?;
         let mut config = ImpalaConfig { seed: Some(1), ..ImpalaConfig::default() };
         config.model.fcnet_hiddens = vec![8];
         config.model.use_lstm = true;
@@ -754,12 +759,7 @@ mod tests {
     #[test]
     fn policy_lag_counts_updates_since_the_batch_was_sampled(
     ) -> std::result::Result<(), Box<dyn std::error::Error>> {
-        let spec = EnvSpec {
-            id: "Toy".into(),
-            observation_space: Space::continuous(vec![-1.0; 2], vec![1.0; 2])?,
-            action_space: Space::Discrete(2),
-            max_episode_steps: None,
-        };
+        let spec = toy_spec(2)?;
         let mut config = ImpalaConfig::default();
         config.model.fcnet_hiddens = vec![4];
         let mut learner =
