@@ -168,3 +168,42 @@ class CartPoleFrom(gym.Wrapper):
         self.k += 1
         self.env.unwrapped.state = state
         return np.array(state, dtype=np.float32), info
+
+
+class PixelCatch(gym.Env):
+    """bsuite's Catch drawn into 84x84x4 uint8 frames (cells of 8x8 pixels, the frame repeated
+    in every channel): a ball falls one row a step down a 10x10 grid, the paddle on the bottom
+    row stays or moves left or right; +1 when it catches the ball, -1 when it misses (episodes
+    of 9 steps). A pixel task that IMPALA solves in about 100k env steps, for measuring the
+    learning path (docs/DESIGN.md, "Learning on pixels")."""
+
+    def __init__(self, size=10, cell=8):
+        self.size, self.cell = int(size), int(cell)
+        self.observation_space = spaces.Box(0, 255, (84, 84, 4), np.uint8)
+        self.action_space = spaces.Discrete(3)
+        self.ball = (0, 0)
+        self.paddle = 0
+
+    def _obs(self):
+        frame = np.zeros((84, 84), np.uint8)
+        c = self.cell
+        row, col = self.ball
+        frame[row * c : (row + 1) * c, col * c : (col + 1) * c] = 255
+        bottom = self.size - 1
+        frame[bottom * c : (bottom + 1) * c, self.paddle * c : (self.paddle + 1) * c] = 128
+        return np.repeat(frame[:, :, None], 4, axis=2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.ball = (0, int(self.np_random.integers(self.size)))
+        self.paddle = self.size // 2
+        return self._obs(), {}
+
+    def step(self, action):
+        move = (0, -1, 1)[int(action)]
+        self.paddle = min(max(self.paddle + move, 0), self.size - 1)
+        row, col = self.ball
+        self.ball = (row + 1, col)
+        done = self.ball[0] == self.size - 1
+        reward = (1.0 if self.paddle == col else -1.0) if done else 0.0
+        return self._obs(), reward, done, False, {}
