@@ -67,7 +67,7 @@ const MAX_TRIALS: u64 = 10_000;
 const MAX_TAG_CHARS: usize = 80;
 
 /// The resolved config of a trial, in its run folder (the child's config file).
-pub(crate) const TRIAL_CONFIG_FILE: &str = "trial.json";
+pub(crate) const TRIAL_CONFIG_FILE: &str = impala::run::TRIAL_FILES[0];
 /// The experiment's summary: every trial, sorted by the metric, and the best.
 pub(crate) const SUMMARY_FILE: &str = "summary.json";
 /// How many lines of a failed trial's `stderr.log` are shown.
@@ -1025,8 +1025,8 @@ fn spawn_trial(
         .arg(format!("--checkpoint-score-order={}", args.mode))
         .args(stop_arguments(&args.stop))
         .stdin(Stdio::null())
-        .stdout(file("stdout.log")?)
-        .stderr(file("stderr.log")?);
+        .stdout(file(impala::run::TRIAL_FILES[1])?)
+        .stderr(file(impala::run::TRIAL_FILES[2])?);
     // Its own process group: a Ctrl-C in the terminal reaches this process only, which
     // passes it on exactly once (a second SIGINT would tell a trial to hurry its save).
     #[cfg(unix)]

@@ -188,3 +188,21 @@ fn evaluation_episodes_are_bounded() -> TestResult {
     assert!(run.stderr.contains("1..=1000000"), "{}", run.stderr);
     Ok(())
 }
+
+#[test]
+fn a_run_dir_holding_other_files_is_refused_and_left_alone() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let mine = dir.path().join("documents");
+    fs::create_dir(&mine)?;
+    fs::write(mine.join("notes.txt"), "mine")?;
+    fs::write(mine.join("thesis.tex"), "mine too")?;
+    let run = impala(dir.path(), &["train", "--stop-iters", "1", "--run-dir", "documents"])?;
+    run.assert_one_line_error(&[
+        "documents",
+        "not a run's",
+        "`notes.txt` and 1 more",
+        "new or empty",
+    ]);
+    assert_eq!(entries(&mine), ["notes.txt", "thesis.tex"]);
+    Ok(())
+}

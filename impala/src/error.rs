@@ -51,6 +51,21 @@ pub enum ImpalaError {
         /// The run folder.
         path: PathBuf,
     },
+    /// A new run was pointed at a folder holding files that are not a run's: its results
+    /// would be written among them.
+    #[error(
+        "run_dir `{path}` holds files that are not a run's (`{example}`{}); choose a new or \
+         empty folder for the run",
+        if *others > 0 { format!(" and {others} more") } else { String::new() }
+    )]
+    RunDirNotARun {
+        /// The folder.
+        path: PathBuf,
+        /// The first foreign entry by name.
+        example: String,
+        /// How many more there are.
+        others: usize,
+    },
     /// A TensorBoard event file failed its checks.
     #[error("event file `{path}` is corrupt: {reason}")]
     CorruptEventFile {

@@ -36,7 +36,7 @@ mod lock;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub use dir::{utc_stamp, Opened, RunDir, RunTarget};
+pub use dir::{utc_stamp, Opened, RunDir, RunTarget, TRIAL_FILES};
 pub use keep::{BestCheckpoint, CheckpointPolicy, ScoreOrder, BEST_CHECKPOINT_FILE};
 pub use lock::LOCK_FILE;
 

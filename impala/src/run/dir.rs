@@ -13,6 +13,10 @@ use crate::logger::{copy_history, rewind_history, HistoryCut};
 use crate::{ImpalaError, RESULT_FILE};
 
 const CHECKPOINT_PREFIX: &str = "checkpoint_";
+
+/// The files a sweep writes into a trial's run folder before the trial's run opens it: the
+/// trial's resolved config, and the run process's standard output and error.
+pub const TRIAL_FILES: [&str; 3] = ["trial.json", "stdout.log", "stderr.log"];
 /// The part of a forked run folder's name that says where it came from.
 const FORK_MARK: &str = "-from-checkpoint_";
 
@@ -136,9 +140,14 @@ impl RunDir {
         self.resume_at
     }
 
-    /// A new run in `dir` (`claimed`: this process just created it).
+    /// A new run in `dir` (`claimed`: this process just created it). A folder that exists
+    /// must be empty, a run folder, or a sweep's trial folder: a run never writes among a
+    /// user's own files.
     fn create(dir: &Path, claimed: bool) -> Result<Self, RunError> {
         let existed = claimed || dir.exists();
+        if !claimed {
+            refuse_foreign_files(dir)?;
+        }
         let not_writable =
             |source| ImpalaError::RunDirNotWritable { path: dir.to_path_buf(), source };
         fs::create_dir_all(dir).map_err(not_writable)?;
@@ -411,6 +420,47 @@ fn check_run_env(run_dir: &Path, checkpoint: &Path, checkpoint_env: &str) -> Res
             checkpoint_env: checkpoint_env.to_string(),
         }),
         _ => Ok(()),
+    }
+}
+
+/// Refuses an existing `dir` holding an entry that is none of a run's or a sweep's own files
+/// (the lock, `params.json`, `result.json`, `progress.csv`, TensorBoard events, checkpoints,
+/// the best-checkpoint link, plots and profiles, temporaries of saves, [`TRIAL_FILES`]).
+fn refuse_foreign_files(dir: &Path) -> Result<(), RunError> {
+    let Ok(entries) = fs::read_dir(dir) else {
+        return Ok(()); // missing (created next), or unreadable (reported when written)
+    };
+    let ours = |name: &str| {
+        [
+            crate::run::LOCK_FILE,
+            crate::logger::PARAMS_FILE,
+            RESULT_FILE,
+            crate::logger::PROGRESS_FILE,
+        ]
+        .contains(&name)
+            || TRIAL_FILES.contains(&name)
+            || name == crate::run::BEST_CHECKPOINT_FILE
+            || name.starts_with(CHECKPOINT_PREFIX)
+            || name.starts_with(crate::logger::EVENTS_PREFIX)
+            || name.starts_with(".write-test-")
+            || parse_temporary(name).is_some()
+            || name.ends_with(".png")
+            || name == "profile.json"
+    };
+    let mut foreign: Vec<String> = entries
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|n| !ours(n))
+        .collect();
+    foreign.sort();
+    match foreign.first() {
+        None => Ok(()),
+        Some(example) => Err(ImpalaError::RunDirNotARun {
+            path: dir.to_path_buf(),
+            example: example.clone(),
+            others: foreign.len() - 1,
+        }
+        .into()),
     }
 }
 
