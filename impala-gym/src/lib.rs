@@ -149,7 +149,9 @@ type WorkerKey = (ThreadId, usize, u64, usize);
 #[derive(Debug)]
 pub struct GymEnvPool {
     settings: GymSettings,
-    workers: Mutex<HashMap<WorkerKey, Weak<Mutex<EnvWorker>>>>,
+    /// Each worker and its process id (read without the worker's lock, which a runner blocked
+    /// in a step holds).
+    workers: Mutex<HashMap<WorkerKey, (Weak<Mutex<EnvWorker>>, u32)>>,
 }
 
 impl GymEnvPool {
@@ -170,8 +172,8 @@ impl GymEnvPool {
         let (group, slot) = (env_index / per_worker, env_index % per_worker);
         let key = (std::thread::current().id(), runner_index, incarnation, group);
         let mut workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
-        workers.retain(|_, w| w.strong_count() > 0);
-        let existing = workers.get(&key).and_then(Weak::upgrade).filter(|w| {
+        workers.retain(|_, (w, _)| w.strong_count() > 0);
+        let existing = workers.get(&key).and_then(|(w, _)| w.upgrade()).filter(|w| {
             let w = w.lock().unwrap_or_else(PoisonError::into_inner);
             slot > 0 && slot < w.count()
         });
@@ -181,8 +183,10 @@ impl GymEnvPool {
                 // Also when an env is built without its group's first env: it takes slot 0.
                 let count = (self.settings.num_envs.get().saturating_sub(group * per_worker))
                     .clamp(1, per_worker);
-                let worker = Arc::new(Mutex::new(EnvWorker::spawn(&self.settings, count)?));
-                workers.insert(key, Arc::downgrade(&worker));
+                let spawned = EnvWorker::spawn(&self.settings, count)?;
+                let pid = spawned.pid();
+                let worker = Arc::new(Mutex::new(spawned));
+                workers.insert(key, (Arc::downgrade(&worker), pid));
                 (worker, 0)
             }
         };
@@ -195,6 +199,19 @@ impl GymEnvPool {
             reset_done: false,
             episode_continues: false,
         })
+    }
+
+    /// Kills (SIGKILL) the worker processes whose envs are still in use: what stopping does
+    /// after its grace, when a runner is stuck in an env step (a hung env is not awaited for
+    /// `sample_timeout_s`). The runner then sees the pipe close and ends with an error.
+    /// Workers whose envs were dropped have exited already and are left alone.
+    pub fn kill_workers_in_use(&self) {
+        let workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
+        for (worker, pid) in workers.values() {
+            if worker.strong_count() > 0 && is_own_child(*pid) {
+                kill(*pid);
+            }
+        }
     }
 
     /// The env's spec, from a worker with one env that stops at once.
@@ -332,3 +349,24 @@ impl Env for GymEnv {
         Ok(self.outcome(reply, obs)?)
     }
 }
+
+/// Whether `pid` is a child of this process (a worker that was reaped could have its pid
+/// reused by an unrelated process, which must not be signalled).
+fn is_own_child(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // `pid (comm) state ppid ...`: the fields after the last `)`.
+    let ppid = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(1));
+    ppid.and_then(|p| p.parse::<u32>().ok()) == Some(std::process::id())
+}
+
+#[cfg(unix)]
+fn kill(pid: u32) {
+    if let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) {
+        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+    }
+}
+
+#[cfg(not(unix))]
+fn kill(_pid: u32) {}

@@ -132,6 +132,9 @@ pub struct Impala {
     pub(crate) staleness_reported: bool,
     /// Where remote env runners connect, when they sample instead of runner threads.
     pub(crate) remote: Option<Arc<crate::remote::RunnerServer>>,
+    /// The Python env workers' pool, when the envs are Python's: `stop()` kills the workers
+    /// that runners stuck in an env step still hold.
+    pub(crate) python_pool: Option<Arc<impala_gym::GymEnvPool>>,
 }
 
 impl std::fmt::Debug for Impala {
@@ -750,6 +753,11 @@ impl Impala {
         self.stopped = true;
         self.dead_learner = None;
         let runners = self.runners.take().map(EnvRunnerGroup::shutdown);
+        if let Some(pool) = &self.python_pool {
+            // Runners that did not stop within the grace are stuck in an env step: their
+            // workers are killed, not awaited, and the runners end on the closed pipes.
+            pool.kill_workers_in_use();
+        }
         let batching = self.batching.take().map(TrainBatchBuilder::shutdown);
         let learner = self.learner.take().map(LearnerHandle::stop);
         match runners {

@@ -104,11 +104,15 @@ impl ImpalaBuilder {
         // competing with the learner thread (`num_learner_threads`) and the runners (one each).
         tch::set_num_threads(1);
         check_devices(&config)?;
-        let env_factory = match (env_factory, env_creator) {
-            (None, Some(creator)) => Some(python_envs(&config, Some(creator))?),
-            (factory, _) => factory,
+        let (env_factory, creator_pool) = match (env_factory, env_creator) {
+            (None, Some(creator)) => {
+                let (factory, pool) = python_envs(&config, Some(creator))?;
+                (Some(factory), Some(pool))
+            }
+            (factory, _) => (factory, None),
         };
         let envs = run_envs(&config, env_factory)?;
+        let python_pool = creator_pool.or_else(|| envs.python.clone());
         let spec = env_spec(&config, &envs.sampling)?;
 
         // The learner seeds its initial weights from `seed`; runs without one get a fresh seed.
@@ -124,6 +128,7 @@ impl ImpalaBuilder {
             episodes: EpisodeWindow::new(config.metrics_num_episodes_for_smoothing),
             evaluator: Evaluator::new(config.clone(), envs.evaluation, policies.clone(), &streams),
             env_factory: envs.sampling,
+            python_pool,
             observation_filter: envs.filter,
             policies,
             spec,
@@ -203,12 +208,14 @@ pub(crate) struct RunEnvs {
     pub(crate) evaluation: EnvFactory,
     /// RLlib's `MeanStdFilter` of the run (what checkpoints keep).
     pub(crate) filter: Option<SharedMeanStdFilter>,
+    /// The Python env workers' pool, for `config.env` in Python.
+    pub(crate) python: Option<Arc<impala_gym::GymEnvPool>>,
 }
 
 /// The envs of `config` (see [`RunEnvs`]).
 pub(crate) fn run_envs(config: &ValidatedConfig, custom: Option<EnvFactory>) -> Result<RunEnvs> {
-    let base = match custom {
-        Some(factory) => factory,
+    let (base, python) = match custom {
+        Some(factory) => (factory, None),
         None => default_env(config)?,
     };
     // RLlib's MeanStdFilter clips to [-10, 10].
@@ -217,6 +224,7 @@ pub(crate) fn run_envs(config: &ValidatedConfig, custom: Option<EnvFactory>) -> 
         sampling: wrapped(config, Arc::clone(&base), filter.as_ref(), true),
         evaluation: wrapped(config, base, filter.as_ref(), false),
         filter,
+        python,
     })
 }
 
@@ -243,7 +251,9 @@ fn uses_python(config: &ValidatedConfig) -> Result<bool> {
 /// The env factory of `config.env` without a custom one: checked now (one env is built, so
 /// an unknown id, bad `env_config` or a Python import error is reported before any thread
 /// starts).
-fn default_env(config: &ValidatedConfig) -> Result<EnvFactory> {
+fn default_env(
+    config: &ValidatedConfig,
+) -> Result<(EnvFactory, Option<Arc<impala_gym::GymEnvPool>>)> {
     if !uses_python(config)? {
         if config.restart_failed_sub_environments {
             return Err(ImpalaError::EnvOption {
@@ -259,22 +269,28 @@ fn default_env(config: &ValidatedConfig) -> Result<EnvFactory> {
         }
         // Reported as the registry's error (unknown id with a suggestion, bad keys).
         probe_native(config)?;
-        return Ok(registered_env(config));
+        return Ok((registered_env(config), None));
     }
-    python_envs(config, None)
+    let (factory, pool) = python_envs(config, None)?;
+    Ok((factory, Some(pool)))
 }
 
 /// `config`'s Python envs, from `config.env` or from a pickled env creator; one is built now,
 /// so an import error or bad `env_config` is reported before any thread starts.
-fn python_envs(config: &ValidatedConfig, creator: Option<PathBuf>) -> Result<EnvFactory> {
+fn python_envs(
+    config: &ValidatedConfig,
+    creator: Option<PathBuf>,
+) -> Result<(EnvFactory, Arc<impala_gym::GymEnvPool>)> {
     let mut settings = gym_settings(config);
     settings.creator = creator;
     let pool = Arc::new(impala_gym::GymEnvPool::new(settings));
     pool.probe()?;
-    Ok(Arc::new(move |ctx: &EnvContext| {
-        let env = pool.make(ctx.runner_index, ctx.incarnation, ctx.env_index)?;
+    let making = Arc::clone(&pool);
+    let factory: EnvFactory = Arc::new(move |ctx: &EnvContext| {
+        let env = making.make(ctx.runner_index, ctx.incarnation, ctx.env_index)?;
         Ok(Box::new(env) as Box<dyn Env>)
-    }))
+    });
+    Ok((factory, pool))
 }
 
 /// How `config`'s Python envs are started.

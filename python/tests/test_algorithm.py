@@ -166,3 +166,68 @@ def test_logs_are_plain_text_when_stderr_is_not_a_terminal():
     assert done.returncode == 0, done.stderr
     assert "env runner failed" in done.stderr, done.stderr
     assert "\x1b[" not in done.stderr, repr(done.stderr[:500])
+
+
+HANGING_ENV = '''
+import time
+import gymnasium as gym
+import numpy as np
+
+
+class Hang(gym.Env):
+    """Steps normally 20 times, then hangs in its step."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = getattr(self, "t", 0)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t > 20:
+            time.sleep(3600)
+        return np.zeros(2, np.float32), 1.0, False, self.t % 10 == 0, {}
+'''
+
+STOP_SCRIPT = """
+import os, time
+from impala_rs import IMPALAConfig
+algo = (IMPALAConfig().environment("hangmod:Hang").env_runners(num_env_runners=1)
+        .reporting(min_time_s_per_iteration=1.0).build())
+algo.train()
+start = time.monotonic()
+algo.stop()
+print(f"stopped after {time.monotonic() - start:.1f}", flush=True)
+time.sleep(1.0)
+me = str(os.getpid())
+children = []
+for pid in filter(str.isdigit, os.listdir("/proc")):
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        continue
+    fields = stat.rsplit(")", 1)[1].split()
+    if fields[1] == me and fields[0] != "Z":
+        children.append(pid)
+print("children", len(children), flush=True)
+"""
+
+
+def test_stop_with_a_hung_env_kills_its_worker_and_returns_within_the_grace(tmp_path):
+    (tmp_path / "hangmod.py").write_text(HANGING_ENV)
+    done = subprocess.run(
+        [sys.executable, "-c", STOP_SCRIPT],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("stopped after"), done.stdout
+    # The default shutdown_grace_s is 5 s; the env's own timeout (sample_timeout_s) is 60 s.
+    assert float(lines[0].split()[-1]) < 30, done.stdout
+    assert lines[1] == "children 0", done.stdout + done.stderr
