@@ -151,8 +151,11 @@ pub struct GymEnvPool {
     settings: GymSettings,
     /// Each worker and its process id (read without the worker's lock, which a runner blocked
     /// in a step holds).
-    workers: Mutex<HashMap<WorkerKey, (Weak<Mutex<EnvWorker>>, u32)>>,
+    workers: Mutex<HashMap<WorkerKey, PooledWorker>>,
 }
+
+/// A pool's handle on a worker: the worker (while envs use it) and its process id.
+type PooledWorker = (Weak<Mutex<EnvWorker>>, u32);
 
 impl GymEnvPool {
     /// A pool for `settings`; no worker starts before [`GymEnvPool::make`].
