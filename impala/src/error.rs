@@ -7,6 +7,12 @@ use std::path::{Path, PathBuf};
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ImpalaError {
+    /// Code on the driver's thread panicked (a bug, or a caller's callback).
+    #[error("the driver panicked: {message}")]
+    DriverPanicked {
+        /// The panic's message.
+        message: String,
+    },
     /// The settings would make the run hold more memory than the machine has.
     #[error(
         "the run would hold about {needed_gib:.1} GiB, more than this machine's \

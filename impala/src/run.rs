@@ -33,6 +33,7 @@ mod dir;
 mod keep;
 mod lock;
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
@@ -187,13 +188,25 @@ pub fn run(
     let mut keeper = Keeper::open(path, &options.checkpoints)?;
     let mut score = None;
     let (last, stop_reason, interrupted) = loop {
-        let result = match algo.train() {
-            Ok(result) => result,
-            Err(cause) => return Err(save_after_failure(algo, path, &mut keeper, score, cause)),
+        // A panic on this thread (the driver's code, or the caller's `on_event`) is a failure
+        // like any other: the run is saved before it is reported.
+        let result = match catch_unwind(AssertUnwindSafe(|| algo.train())) {
+            Ok(Ok(result)) => result,
+            Ok(Err(cause)) => {
+                return Err(save_after_failure(algo, path, &mut keeper, score, cause))
+            }
+            Err(payload) => {
+                let cause = ImpalaError::DriverPanicked { message: panic_text(payload.as_ref()) };
+                return Err(save_after_failure(algo, path, &mut keeper, score, cause));
+            }
         };
         logger.log(&result)?;
         score = options.checkpoints.score(&result);
-        on_event(RunEvent::Result(&result));
+        if let Err(payload) = catch_unwind(AssertUnwindSafe(|| on_event(RunEvent::Result(&result))))
+        {
+            let cause = ImpalaError::DriverPanicked { message: panic_text(payload.as_ref()) };
+            return Err(save_after_failure(algo, path, &mut keeper, score, cause));
+        }
         if let Some(reason) = options.stop.met_by(&result) {
             break (result, reason, false);
         }
@@ -210,6 +223,15 @@ pub fn run(
     let checkpoint = algo.save(path)?;
     let best = keeper.saved(algo.iteration(), score)?;
     Ok(RunSummary { stop_reason, interrupted, last, checkpoint, best })
+}
+
+/// The message of a caught panic.
+fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 /// Saves the run after training failed (the last good weights when the learner died), so

@@ -81,3 +81,36 @@ fn save_and_restore_continue_counters_and_weights() -> TestResult {
     other.stop()?;
     Ok(())
 }
+
+/// A panic on the driver's thread (here the caller's own callback) is a failure like any
+/// other: the run is saved first and the error names the checkpoint.
+#[test]
+fn a_panic_on_the_driver_thread_saves_the_run() -> TestResult {
+    use impala::run::{run, CheckpointPolicy, RunDir, RunError, RunEvent, RunOptions, RunTarget};
+    let tmp = tempfile::tempdir()?;
+    let mut config = ImpalaConfig::default();
+    quick(&mut config);
+    let mut algo = Impala::new(config.validate()?)?;
+    let dir = RunDir::open(&RunTarget::New(tmp.path().join("run")))?;
+    let options = RunOptions {
+        stop: impala::StopCriteria { training_iteration: Some(50), ..Default::default() },
+        checkpoint_every: 0,
+        checkpoints: CheckpointPolicy::default(),
+    };
+    let interrupt = std::sync::atomic::AtomicBool::new(false);
+    let outcome = run(&mut algo, &dir, &options, &interrupt, |event| {
+        if let RunEvent::Result(result) = event {
+            assert!(result.training_iteration < 2, "the caller's callback gives up");
+        }
+    });
+    match outcome {
+        Err(RunError::FailedAndSaved { cause, checkpoint }) => {
+            assert!(cause.to_string().contains("the caller's callback gives up"), "{cause}");
+            let (state, _) = impala::checkpoint::read_checkpoint(&checkpoint)?;
+            assert_eq!(state.training_iteration, 2);
+        }
+        other => return Err(format!("expected a saved failure, got {other:?}").into()),
+    }
+    algo.stop()?;
+    Ok(())
+}
