@@ -206,3 +206,16 @@ fn a_run_dir_holding_other_files_is_refused_and_left_alone() -> TestResult {
     assert_eq!(entries(&mine), ["notes.txt", "thesis.tex"]);
     Ok(())
 }
+
+#[test]
+fn many_envs_for_the_cores_are_warned_about() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let envs = format!("num_envs_per_env_runner={}", 1024 * 64 + 1);
+    let args = ["train", "--set", &envs, "--stop-time", "1", "--run-dir", "run"];
+    let run = impala(dir.path(), &args)?;
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cores <= 64 {
+        assert!(run.stderr.contains("65537 envs (1 env runners"), "{}", run.stderr);
+    }
+    Ok(())
+}

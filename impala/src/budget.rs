@@ -25,6 +25,7 @@ pub(crate) fn check_memory(
     spec: &EnvSpec,
     model_params: u64,
 ) -> Result<()> {
+    warn_of_many_envs(config);
     let Some(memory) = machine_memory_bytes() else {
         return Ok(());
     };
@@ -71,4 +72,25 @@ pub(crate) fn check_memory(
         gib(memory)
     );
     Ok(())
+}
+
+/// Envs per core above which a run is told it will wait long for its first train batch.
+const MANY_ENVS_PER_CORE: u64 = 1024;
+
+/// Warns when the env runners step so many envs that one fragment each takes a long time on
+/// this machine's cores (100,000 envs on one runner sampled nothing for 20 s).
+fn warn_of_many_envs(config: &ValidatedConfig) {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
+    let runners = config.num_env_runners.max(1) as u64;
+    let envs = runners.saturating_mul(config.num_envs_per_env_runner as u64);
+    if envs > MANY_ENVS_PER_CORE.saturating_mul(cores) {
+        let steps = envs.saturating_mul(config.rollout_fragment_length as u64);
+        tracing::warn!(
+            "{envs} envs ({runners} env runners x num_envs_per_env_runner {}) on {cores} \
+             cores: every round of fragments is {steps} env steps (x rollout_fragment_length \
+             {}) before the first train batch; fewer envs per runner sample sooner",
+            config.num_envs_per_env_runner,
+            config.rollout_fragment_length
+        );
+    }
 }
