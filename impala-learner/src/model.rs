@@ -74,21 +74,21 @@ const TRAINING_COPIES: u64 = 9;
 struct Init {
     rng: SmallRng,
     params: u64,
-    max_params: u64,
+    /// The machine's memory, read once.
+    memory: Option<u64>,
 }
 
 impl Init {
     fn new(seed: u64) -> Self {
-        let memory = machine_memory_bytes();
-        let max_params = memory.map_or(u64::MAX / 64, |m| m / (4 * TRAINING_COPIES));
-        Init { rng: SmallRng::seed_from_u64(seed), params: 0, max_params }
+        Init { rng: SmallRng::seed_from_u64(seed), params: 0, memory: machine_memory_bytes() }
     }
 
     /// Counts a tensor of `shape` towards the model's size; fails, saying the arithmetic, when
     /// the model would not fit.
     fn claim(&mut self, shape: &[usize]) -> Result<usize> {
         let too_big = |total: Option<u64>| {
-            let memory = machine_memory_bytes()
+            let memory = self
+                .memory
                 .map_or("this machine's memory".to_string(), |m| format!("{:.1} GiB", gib(m)));
             let size = total.map_or("more than 2^64 parameters".to_string(), |t| {
                 format!(
@@ -107,10 +107,11 @@ impl Init {
                 ),
             }
         };
+        let max_params = self.memory.map_or(u64::MAX / 64, |m| m / (4 * TRAINING_COPIES));
         let n = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
         let total = n.and_then(|n| self.params.checked_add(n));
         match (n.and_then(|n| usize::try_from(n).ok()), total) {
-            (Some(n), Some(total)) if total <= self.max_params => {
+            (Some(n), Some(total)) if total <= max_params => {
                 self.params = total;
                 Ok(n)
             }
@@ -171,6 +172,7 @@ impl Dense {
         in_dim: usize,
         hiddens: &[usize],
         activation: Activation,
+        last_linear: bool,
     ) -> Result<(Self, usize)> {
         let mut layers = Vec::with_capacity(hiddens.len());
         let mut dim = in_dim;
@@ -178,7 +180,7 @@ impl Dense {
             layers.push(init.linear(path / format!("fc{i}"), dim, h, 1.0)?);
             dim = h;
         }
-        Ok((Dense { layers, activation, last_linear: false }, dim))
+        Ok((Dense { layers, activation, last_linear }, dim))
     }
 
     fn forward(&self, mut x: Tensor) -> Result<Tensor> {
@@ -256,11 +258,10 @@ impl ConvStack {
             (h, w, c) = (oh, ow, out);
         }
         let post_act = Activation::parse(&config.post_fcnet_activation)?;
-        let (mut post, dim) =
-            Dense::new(&(path / "post"), init, h * w * c, &config.post_fcnet_hiddens, post_act)?;
         // RLlib's VisionNetwork leaves the last post-fcnet layer linear: its activation goes
         // between those layers only (`post_fcnet_activation if i < len(hiddens) - 1`).
-        post.last_linear = true;
+        let hiddens = &config.post_fcnet_hiddens;
+        let (post, dim) = Dense::new(&(path / "post"), init, h * w * c, hiddens, post_act, true)?;
         Ok((
             ConvStack { convs, activation: Activation::parse(&config.conv_activation)?, post },
             dim,
@@ -471,7 +472,7 @@ impl ActorCritic {
                         .copied()
                         .collect();
                     let act = Activation::parse(&config.fcnet_activation)?;
-                    let (d, dim) = Dense::new(&path, init, in_dim, &hiddens, act)?;
+                    let (d, dim) = Dense::new(&path, init, in_dim, &hiddens, act, false)?;
                     Ok((Torso::Mlp(d), dim))
                 }
             }

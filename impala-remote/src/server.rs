@@ -407,7 +407,7 @@ impl EnvRunnerHandle for SlotHandle {
         true
     }
 
-    fn join(self: Box<Self>, _deadline: std::time::Instant) -> impala_sampler::Result<()> {
+    fn join(self: Box<Self>, _deadline: Option<std::time::Instant>) -> impala_sampler::Result<()> {
         let mut state = self.shared.lock();
         if let Some(i) = state
             .slots

@@ -93,8 +93,14 @@ impl From<impala_replay::ReplayError> for SamplerError {
 /// The crate's result alias.
 pub type Result<T, E = SamplerError> = std::result::Result<T, E>;
 
-/// The message of a caught panic payload.
-pub(crate) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+/// The message of a caught panic payload, for errors that report a panic.
+///
+/// ```
+/// let payload = std::panic::catch_unwind(|| panic!("boom")).err().ok_or("no panic")?;
+/// assert_eq!(impala_sampler::panic_message(payload.as_ref()), "panic: boom");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = payload.downcast_ref::<&str>() {
         format!("panic: {s}")
     } else if let Some(s) = payload.downcast_ref::<String>() {

@@ -449,7 +449,7 @@ impl EnvRunnerGroup {
                 handle.send(RunnerRequest::Stop);
                 // The failure is recorded already; a panic that escaped the runner is a bug
                 // in the runner's transport, logged and not fatal.
-                if let Err(e) = handle.join(stop_deadline(grace)) {
+                if let Err(e) = handle.join(deadline_after(grace)) {
                     tracing::error!(runner_id, error = %e, "env runner did not end cleanly");
                 }
             }
@@ -585,7 +585,9 @@ impl EnvRunnerGroup {
             }
         }
         let mut first_error = None;
-        let deadline = stop_deadline(self.settings.stop_grace);
+        // A runner stuck in a hung env step is not awaited for its `sample_timeout_s`, so a
+        // run ends well within the 30 s Kubernetes and Slurm give before SIGKILL.
+        let deadline = deadline_after(self.settings.stop_grace);
         for handle in handles {
             if let Err(e) = handle.join(deadline) {
                 first_error.get_or_insert(e);
@@ -604,17 +606,6 @@ impl EnvRunnerGroup {
         }
         first_error.map_or(Ok(()), Err)
     }
-}
-
-/// When stopping stops waiting for runners (`shutdown_grace_s` from now): a runner stuck in a
-/// hung env step is not awaited for its `sample_timeout_s`, so a run ends well within the 30 s
-/// Kubernetes and Slurm give before SIGKILL. A grace too long to add waits a year.
-fn stop_deadline(grace: std::time::Duration) -> Instant {
-    crate::threads::deadline_after(Some(grace))
-        .or_else(|| {
-            crate::threads::deadline_after(Some(std::time::Duration::from_secs(31_536_000)))
-        })
-        .unwrap_or_else(Instant::now)
 }
 
 /// Makes `handle` the member's running incarnation: the newest weights first, then a full

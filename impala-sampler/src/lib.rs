@@ -88,7 +88,7 @@ mod weights;
 pub use aggregation::{AggregationWorkers, ReplayParts};
 pub use batching::TrainBatchBuilder;
 pub use context::{stream_seed, EnvContext, EnvFactory, PolicyFactory};
-pub use error::{Result, SamplerError};
+pub use error::{panic_message, Result, SamplerError};
 pub use group::{EnvRunnerGroup, EnvRunnerState, SamplerMetrics};
 pub use policies::RandomPolicy;
 pub use runner::{EnvRunner, Fragment};

@@ -145,11 +145,11 @@ pub trait EnvRunnerHandle: Send {
     /// reaches the group as a [`RunnerReply::Failed`] (or the group marks it failed).
     fn send(&mut self, request: RunnerRequest) -> bool;
 
-    /// Waits until `deadline` for the runner to end after [`RunnerRequest::Stop`] (a thread
-    /// is joined, a process reaped); a runner still busy then (an env hung in a step) is left
-    /// to end on its own, so stopping takes a bounded time whatever the envs do. An error is a
-    /// failure that escaped the runner.
-    fn join(self: Box<Self>, deadline: Instant) -> Result<()>;
+    /// Waits until `deadline` (`None`: as long as it takes) for the runner to end after
+    /// [`RunnerRequest::Stop`] (a thread is joined, a process reaped); a runner still busy
+    /// then (an env hung in a step) is left to end on its own, so stopping takes a bounded
+    /// time whatever the envs do. An error is a failure that escaped the runner.
+    fn join(self: Box<Self>, deadline: Option<Instant>) -> Result<()>;
 }
 
 /// Starts env runners: threads here, worker processes, or runners on other hosts.
@@ -240,12 +240,12 @@ impl EnvRunnerHandle for ThreadHandle {
         self.requests.send(request).is_ok()
     }
 
-    fn join(self: Box<Self>, deadline: Instant) -> Result<()> {
+    fn join(self: Box<Self>, deadline: Option<Instant>) -> Result<()> {
         let ThreadHandle { requests, thread } = *self;
         // Closing the inbox ends a runner that is waiting for requests.
         drop(requests);
         while !thread.is_finished() {
-            if Instant::now() >= deadline {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 // Stuck in an env step: its envs' own timeout (`sample_timeout_s`) ends it, and
                 // env worker processes also exit with this process.
                 tracing::warn!(

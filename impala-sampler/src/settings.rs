@@ -80,8 +80,9 @@ pub struct EnvRunnerGroupSettings {
     pub restart_failed_env_runners: bool,
     /// Restarts allowed over the group's life (`max_num_env_runner_restarts`).
     pub max_num_env_runner_restarts: usize,
-    /// How long stopping waits for the runners to end, all together (`shutdown_grace_s`).
-    pub stop_grace: Duration,
+    /// How long stopping waits for the runners to end, all together (`shutdown_grace_s`);
+    /// `None` waits for all of them.
+    pub stop_grace: Option<Duration>,
 }
 
 impl EnvRunnerGroupSettings {
@@ -112,8 +113,7 @@ impl EnvRunnerGroupSettings {
             sample_timeout: wait(config.timeout_s_sampler_manager),
             restart_failed_env_runners: config.restart_failed_env_runners,
             max_num_env_runner_restarts: config.max_num_env_runner_restarts,
-            stop_grace: Duration::try_from_secs_f64(config.shutdown_grace_s)
-                .unwrap_or(Duration::MAX),
+            stop_grace: wait(config.shutdown_grace_s),
         }
     }
 }

@@ -56,7 +56,7 @@ impl EnvRunnerHandle for LosableHandle {
         !self.lost && self.inner.send(request)
     }
 
-    fn join(self: Box<Self>, deadline: std::time::Instant) -> Result<()> {
+    fn join(self: Box<Self>, deadline: Option<std::time::Instant>) -> Result<()> {
         // The far end is unreachable to the group; here it is a thread still running: end it.
         let LosableHandle { mut inner, .. } = *self;
         inner.send(RunnerRequest::Stop);

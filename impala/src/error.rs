@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 #[non_exhaustive]
 pub enum ImpalaError {
     /// Code on the driver's thread panicked (a bug, or a caller's callback).
-    #[error("the driver panicked: {message}")]
+    #[error("code on the driver's thread failed: {message}")]
     DriverPanicked {
         /// The panic's message.
         message: String,

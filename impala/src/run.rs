@@ -172,8 +172,7 @@ pub struct RunSummary {
 /// final checkpoint; checkpoints the policy no longer keeps are deleted (never the final one or
 /// the best). A resumed `dir` needs `algo` restored from its checkpoint first. When training
 /// fails (the learner died: its last good weights), the run is saved and the error names that
-/// checkpoint. `on_event` sees
-/// each result and periodic checkpoint.
+/// checkpoint. `on_event` sees each result and periodic checkpoint.
 pub fn run(
     algo: &mut Impala,
     dir: &RunDir,
@@ -196,7 +195,9 @@ pub fn run(
                 return Err(save_after_failure(algo, path, &mut keeper, score, cause))
             }
             Err(payload) => {
-                let cause = ImpalaError::DriverPanicked { message: panic_text(payload.as_ref()) };
+                let cause = ImpalaError::DriverPanicked {
+                    message: impala_sampler::panic_message(payload.as_ref()),
+                };
                 return Err(save_after_failure(algo, path, &mut keeper, score, cause));
             }
         };
@@ -204,7 +205,9 @@ pub fn run(
         score = options.checkpoints.score(&result);
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| on_event(RunEvent::Result(&result))))
         {
-            let cause = ImpalaError::DriverPanicked { message: panic_text(payload.as_ref()) };
+            let cause = ImpalaError::DriverPanicked {
+                message: impala_sampler::panic_message(payload.as_ref()),
+            };
             return Err(save_after_failure(algo, path, &mut keeper, score, cause));
         }
         if let Some(reason) = options.stop.met_by(&result) {
@@ -223,15 +226,6 @@ pub fn run(
     let checkpoint = algo.save(path)?;
     let best = keeper.saved(algo.iteration(), score)?;
     Ok(RunSummary { stop_reason, interrupted, last, checkpoint, best })
-}
-
-/// The message of a caught panic.
-fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
-    payload
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_string())
-        .or_else(|| payload.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic without a message".into())
 }
 
 /// Saves the run after training failed (the last good weights when the learner died), so

@@ -442,7 +442,6 @@ fn refuse_foreign_files(dir: &Path) -> Result<(), RunError> {
             || name == crate::run::BEST_CHECKPOINT_FILE
             || name.starts_with(CHECKPOINT_PREFIX)
             || name.starts_with(crate::logger::EVENTS_PREFIX)
-            || name.starts_with(".write-test-")
             || parse_temporary(name).is_some()
             || name.ends_with(".png")
             || name == "profile.json"
