@@ -297,8 +297,12 @@ pub struct EvaluateArgs {
     /// A checkpoint folder, or a run folder (its newest checkpoint is used).
     #[arg(long, value_name = "PATH")]
     pub checkpoint: PathBuf,
-    /// Episodes to run (1 to 1,000,000).
-    #[arg(long, default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    /// Episodes to run (1 to 1,000,000: `MAX_EVALUATION_EPISODES`).
+    #[arg(
+        long,
+        default_value_t = 10,
+        value_parser = clap::value_parser!(u64).range(1..=impala::config::MAX_EVALUATION_EPISODES as u64)
+    )]
     pub episodes: u64,
     /// Sample actions instead of acting greedily.
     #[arg(long)]

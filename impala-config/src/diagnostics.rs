@@ -54,6 +54,8 @@ pub enum Rule {
     /// wrapper skips frames, but ale-py's vector env is the only skipping here, so it would
     /// turn action repeat off.
     AtariFrameskip,
+    /// A count above what impala-rs lets one run or command take on (evaluation episodes).
+    AboveLimit,
 }
 
 /// One problem found by [`crate::ImpalaConfig::validate`]: what, where and how to fix it.

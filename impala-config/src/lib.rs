@@ -56,7 +56,7 @@ pub use model::{ConvFilter, ModelConfig};
 pub use plan::{LearnerDeviceKind, LearnerPlan};
 pub use resources::{Bundle, BundleRole, ResourceRequest};
 pub use schedule::Schedule;
-pub use validate::ValidatedConfig;
+pub use validate::{ValidatedConfig, MAX_EVALUATION_EPISODES};
 
 /// Runs the README's snippet as a doctest.
 #[doc = include_str!("../README.md")]

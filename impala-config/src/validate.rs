@@ -3,7 +3,7 @@
 
 use std::ops::Deref;
 
-use crate::config::{ImpalaConfig, OptType};
+use crate::config::{DurationUnit, ImpalaConfig, OptType};
 use crate::diagnostics::{Rule, Violation, Warning, WarningKind};
 use crate::error::{ConfigError, Result};
 use crate::model::ModelConfig;
@@ -361,6 +361,10 @@ fn check_atari_frameskip(config: &ImpalaConfig, c: &mut Checker) {
     }
 }
 
+/// The most episodes one evaluation may run (`evaluation_duration`, `impala evaluate
+/// --episodes`): more would keep a run or a command busy for days.
+pub const MAX_EVALUATION_EPISODES: usize = 1_000_000;
+
 fn check_training(config: &ImpalaConfig, c: &mut Checker) {
     if !(0.0..=1.0).contains(&config.gamma) {
         let problem = format!("is {} but a discount must be in [0, 1]", config.gamma);
@@ -707,6 +711,19 @@ fn check_rest(config: &ImpalaConfig, c: &mut Checker) {
     }
     if config.evaluation_enabled() {
         c.positive_size("evaluation_duration", config.evaluation_duration);
+        let episodes = config.evaluation_duration_unit == DurationUnit::Episodes;
+        if episodes && config.evaluation_duration > MAX_EVALUATION_EPISODES {
+            c.error(
+                "evaluation_duration",
+                Rule::AboveLimit,
+                format!(
+                    "is {} episodes, more than the {MAX_EVALUATION_EPISODES} an evaluation may \
+                     run (each iteration would wait for them)",
+                    config.evaluation_duration
+                ),
+                format!("set `evaluation_duration` to at most {MAX_EVALUATION_EPISODES}"),
+            );
+        }
     }
     if !LOG_LEVELS.contains(&config.log_level.to_ascii_uppercase().as_str()) {
         c.error(

@@ -659,3 +659,16 @@ fn shutdown_grace_is_a_non_negative_number_of_seconds() -> TestResult {
     }
     Ok(())
 }
+
+#[test]
+fn evaluation_episodes_are_bounded() -> TestResult {
+    let mut config = ImpalaConfig {
+        evaluation_interval: Some(1),
+        evaluation_duration: impala_config::MAX_EVALUATION_EPISODES,
+        ..ImpalaConfig::default()
+    };
+    config.validate()?;
+    config.evaluation_duration += 1;
+    fails(&config, Rule::AboveLimit, "evaluation_duration")?;
+    Ok(())
+}
