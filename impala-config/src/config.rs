@@ -4,32 +4,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use impala_core::{LossReduction, OptType, Schedule};
+
 use crate::model::ModelConfig;
-use crate::schedule::Schedule;
-
-/// The optimizer (`opt_type`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum OptType {
-    /// `torch.optim.Adam(lr)`.
-    #[default]
-    Adam,
-    /// `torch.optim.RMSprop(lr, alpha=decay, momentum, eps=epsilon)`: `decay` is the RMSProp
-    /// decay, as RLlib documents it (RLlib's old torch policy passes it as `weight_decay`, a bug
-    /// we do not port).
-    Rmsprop,
-}
-
-/// How the loss terms are reduced over the `T * B` steps of a train batch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
-#[serde(rename_all = "lowercase")]
-pub enum LossReduction {
-    /// Sums, as RLlib's old-stack torch policy and DeepMind's reference (lr 5e-4 is tuned for it).
-    #[default]
-    Sum,
-    /// Means, as RLlib's new API stack learner.
-    Mean,
-}
 
 /// How Ray places the resource bundles (`placement_strategy`); impala-rs runs on one machine and
 /// only reports it in the resource request.

@@ -3,11 +3,10 @@
 
 use std::collections::BTreeMap;
 
-use crate::config::{
-    DurationUnit, EnvBackend, ImpalaConfig, LossReduction, OptType, PlacementStrategy,
-};
-use crate::model::{ConvFilter, ModelConfig};
-use crate::schedule::Schedule;
+use impala_core::{ConvFilter, LossReduction, OptType, Schedule};
+
+use crate::config::{DurationUnit, EnvBackend, ImpalaConfig, PlacementStrategy};
+use crate::model::ModelConfig;
 
 /// RLlib's config groups (`AlgorithmConfig.training()`, `.env_runners()`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -37,26 +37,25 @@ mod keys;
 mod model;
 mod plan;
 mod resources;
-mod schedule;
 mod serde_util;
 mod validate;
 
-pub use config::{
-    DurationUnit, EnvBackend, ImpalaConfig, LossReduction, OptType, PlacementStrategy,
-};
+pub use config::{DurationUnit, EnvBackend, ImpalaConfig, PlacementStrategy};
 pub use diagnostics::{Rule, Violation, Warning, WarningKind};
 pub use error::{ConfigError, Origin, Position, Result};
+pub use impala_core::{
+    Activation, ConvFilter, LearnerDeviceKind, LossReduction, OptType, Schedule,
+};
 pub use io::{nearest_key, ConfigFormat, Loaded};
 pub use keys::{
     alias, key_info, keys, model_key_info, model_keys, Alias, Debugging, EnvRunners, Environment,
     Evaluation, FaultTolerance, Group, KeyInfo, Learners, Model, Reporting, Resources, Training,
     ALIASES,
 };
-pub use model::{ConvFilter, ModelConfig};
-pub use plan::{LearnerDeviceKind, LearnerPlan};
+pub use model::ModelConfig;
+pub use plan::LearnerPlan;
 pub use resources::{Bundle, BundleRole, ResourceRequest};
-pub use schedule::Schedule;
-pub use validate::{ValidatedConfig, MAX_EVALUATION_EPISODES};
+pub use validate::{ModelActivations, ValidatedConfig, MAX_EVALUATION_EPISODES};
 
 /// Runs the README's snippet as a doctest.
 #[doc = include_str!("../README.md")]

@@ -4,18 +4,9 @@
 
 use std::fmt;
 
-use crate::config::ImpalaConfig;
+use impala_core::LearnerDeviceKind;
 
-/// What the learner's towers run on.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum LearnerDeviceKind {
-    /// The CPU (no GPU asked for; with `num_learners > 1`, that many CPU towers).
-    Cpu,
-    /// CPU copies standing in for GPUs (`_fake_gpus = true`), to test the multi-GPU path.
-    FakeGpu,
-    /// CUDA devices `0..num_devices`.
-    Cuda,
-}
+use crate::config::ImpalaConfig;
 
 /// The learner's device plan, from a config: how many towers on what, which learner thread
 /// (RLlib's `LearnerThread` or `MultiGPULearnerThread`), and the batch sizes.

@@ -1,27 +1,45 @@
 //! Validation: RLlib's `validate_config` rules for IMPALA plus the checks a user needs.
 //! Problems are collected (all of them are reported at once), warnings are returned.
 
-use std::ops::Deref;
-
-use crate::config::{DurationUnit, ImpalaConfig, OptType};
+use crate::config::{DurationUnit, ImpalaConfig};
 use crate::diagnostics::{Rule, Violation, Warning, WarningKind};
 use crate::error::{ConfigError, Result};
 use crate::model::ModelConfig;
-use crate::schedule::Schedule;
+use impala_core::{Activation, OptType, Schedule, UnknownActivation};
 
 /// A config that passed [`ImpalaConfig::validate`], with RLlib's fix-ups applied
 /// (`num_data_loader_buffers` moved to `num_multi_gpu_tower_stacks`, `minibatch_buffer_size`
-/// lowered to the tower stacks) and the warnings found. Derefs to [`ImpalaConfig`].
+/// lowered to the tower stacks), the values validation parsed, and the warnings found.
+///
+/// It does not deref to [`ImpalaConfig`]: the crates below the algorithm take settings built
+/// from it, and the algorithm reads the raw options through [`ValidatedConfig::config`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct ValidatedConfig {
     config: ImpalaConfig,
+    activations: ModelActivations,
     warnings: Vec<Warning>,
 }
 
+/// The model's activations, parsed from their RLlib names once, by validation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelActivations {
+    /// `model.fcnet_activation`.
+    pub fcnet: Activation,
+    /// `model.conv_activation`.
+    pub conv: Activation,
+    /// `model.post_fcnet_activation`.
+    pub post_fcnet: Activation,
+}
+
 impl ValidatedConfig {
-    /// The validated (fixed-up) config.
+    /// The validated (fixed-up) config, as the user wrote it apart from the fix-ups.
     pub fn config(&self) -> &ImpalaConfig {
         &self.config
+    }
+
+    /// The model's activations.
+    pub fn model_activations(&self) -> ModelActivations {
+        self.activations
     }
 
     /// The warnings validation found; the caller decides how to show them.
@@ -32,14 +50,6 @@ impl ValidatedConfig {
     /// The config and the warnings.
     pub fn into_parts(self) -> (ImpalaConfig, Vec<Warning>) {
         (self.config, self.warnings)
-    }
-}
-
-impl Deref for ValidatedConfig {
-    type Target = ImpalaConfig;
-
-    fn deref(&self) -> &ImpalaConfig {
-        &self.config
     }
 }
 
@@ -146,12 +156,13 @@ impl Checker {
         }
     }
 
-    fn activation(&mut self, key: &str, name: &str) {
-        if !ModelConfig::ACTIVATIONS.contains(&name) {
-            let problem = format!("`{name}` is not an activation the models know");
-            let fix = format!("use one of {}", ModelConfig::ACTIVATIONS.join(", "));
-            self.error(key, Rule::ActivationName, problem, fix);
-        }
+    fn activation(&mut self, key: &str, name: &str) -> Option<Activation> {
+        name.parse()
+            .map_err(|e: UnknownActivation| {
+                let fix = format!("use one of {}", Activation::NAMES.join(", "));
+                self.error(key, Rule::ActivationName, e.to_string(), fix);
+            })
+            .ok()
     }
 }
 
@@ -185,15 +196,17 @@ impl ImpalaConfig {
 
         check_environment(&fixed, &mut c);
         check_training(&fixed, &mut c);
-        check_model(&fixed.model, &mut c);
+        let activations = check_model(&fixed.model, &mut c);
         check_resources(&fixed, &mut c);
         check_learner_thread(&mut fixed, &mut c);
         check_rest(&fixed, &mut c);
 
-        if c.violations.is_empty() {
-            Ok(ValidatedConfig { config: fixed, warnings: c.warnings })
-        } else {
-            Err(ConfigError::Invalid { violations: c.violations })
+        match activations {
+            // An activation that does not parse is a violation, so `None` never passes.
+            Some(activations) if c.violations.is_empty() => {
+                Ok(ValidatedConfig { config: fixed, activations, warnings: c.warnings })
+            }
+            _ => Err(ConfigError::Invalid { violations: c.violations }),
         }
     }
 
@@ -515,10 +528,11 @@ fn check_training(config: &ImpalaConfig, c: &mut Checker) {
     }
 }
 
-fn check_model(model: &ModelConfig, c: &mut Checker) {
-    c.activation("model.fcnet_activation", &model.fcnet_activation);
-    c.activation("model.conv_activation", &model.conv_activation);
-    c.activation("model.post_fcnet_activation", &model.post_fcnet_activation);
+/// Checks the model options and parses their activations.
+fn check_model(model: &ModelConfig, c: &mut Checker) -> Option<ModelActivations> {
+    let fcnet = c.activation("model.fcnet_activation", &model.fcnet_activation);
+    let conv = c.activation("model.conv_activation", &model.conv_activation);
+    let post_fcnet = c.activation("model.post_fcnet_activation", &model.post_fcnet_activation);
     for (key, sizes) in [
         ("model.fcnet_hiddens", &model.fcnet_hiddens),
         ("model.post_fcnet_hiddens", &model.post_fcnet_hiddens),
@@ -544,6 +558,7 @@ fn check_model(model: &ModelConfig, c: &mut Checker) {
         c.positive_size("model.lstm_cell_size", model.lstm_cell_size);
         c.positive_size("model.max_seq_len", model.max_seq_len);
     }
+    Some(ModelActivations { fcnet: fcnet?, conv: conv?, post_fcnet: post_fcnet? })
 }
 
 fn check_resources(config: &ImpalaConfig, c: &mut Checker) {

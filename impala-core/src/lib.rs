@@ -2,21 +2,27 @@
 #![deny(missing_docs)]
 
 mod batch;
+mod conv;
 mod env;
 mod error;
 mod machine;
 mod obs;
 mod policy;
+mod schedule;
 mod space;
 mod stats;
+mod training;
 mod weights;
 
 pub use batch::SampleBatch;
+pub use conv::ConvFilter;
 pub use env::{Env, EnvSpec, StepOutcome};
 pub use error::{CoreError, Result};
 pub use machine::{gib, machine_memory_bytes};
 pub use obs::Observations;
 pub use policy::{Policy, PolicyInput, PolicyOutput};
+pub use schedule::Schedule;
 pub use space::Space;
 pub use stats::EpisodeStats;
+pub use training::{Activation, LearnerDeviceKind, LossReduction, OptType, UnknownActivation};
 pub use weights::{NamedTensor, Weights};

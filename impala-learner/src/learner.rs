@@ -5,14 +5,14 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use impala_config::{LossReduction, ModelConfig, OptType};
 use impala_core::{EnvSpec, NamedTensor, SampleBatch, Weights};
+use impala_core::{LossReduction, OptType};
 use tch::{nn, Device, Kind, Tensor};
 
 use crate::batch::{BatchLoader, LoadedBatch, Shard};
 use crate::model::{is_vf_param, ActorCritic, Unroll};
 use crate::optim::{clip_grad, Optimizer, OptimizerKind};
-use crate::settings::{LearnerSettings, LossSettings, OptimizerSettings};
+use crate::settings::{LearnerSettings, LossSettings, ModelSettings, OptimizerSettings};
 use crate::{LearnerError, Result};
 
 /// The model file of a checkpoint directory.
@@ -60,7 +60,7 @@ struct Tower {
 }
 
 impl Tower {
-    fn new(model: &ModelConfig, spec: &EnvSpec, device: Device, seed: u64) -> Result<Self> {
+    fn new(model: &ModelSettings, spec: &EnvSpec, device: Device, seed: u64) -> Result<Self> {
         let vs = nn::VarStore::new(device);
         let model = ActorCritic::new(&vs.root(), model, spec, seed)?;
         let mut params: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
@@ -86,7 +86,6 @@ struct TowerLoss {
 /// `Sync`).
 ///
 /// ```
-/// use impala_config::ImpalaConfig;
 /// use impala_core::{EnvSpec, SampleBatch, Space};
 /// use impala_learner::{Learner, LearnerSettings};
 ///
@@ -96,9 +95,8 @@ struct TowerLoss {
 ///     action_space: Space::Discrete(2),
 ///     max_episode_steps: None,
 /// };
-/// let mut config = ImpalaConfig::default();
-/// config.model.fcnet_hiddens = vec![16];
-/// let settings = LearnerSettings::from_config(&config.validate()?);
+/// let mut settings = LearnerSettings::default();
+/// settings.model.fcnet_hiddens = vec![16];
 /// let mut learner = Learner::new(&settings, &spec, tch::Device::Cpu)?;
 /// let mut batch = SampleBatch::zeros(5, 2, &spec.observation_space, &spec.action_space, 0);
 /// batch.action_logp = vec![(0.5f32).ln(); 10];
@@ -674,7 +672,6 @@ fn explained_variance(y: &[f32], pred: &[f32]) -> f64 {
 mod tests {
     use super::*;
     use crate::TorchPolicy;
-    use impala_config::ImpalaConfig;
     use impala_core::{Observations, Policy, PolicyInput, PolicyOutput, Space};
     use rand::{Rng, SeedableRng};
 
@@ -695,12 +692,11 @@ mod tests {
     fn lstm_unroll_matches_step_by_step_inference(
     ) -> std::result::Result<(), Box<dyn std::error::Error>> {
         let spec = toy_spec(3)?;
-        let mut config = ImpalaConfig { seed: Some(1), ..ImpalaConfig::default() };
-        config.model.fcnet_hiddens = vec![8];
-        config.model.use_lstm = true;
-        config.model.lstm_cell_size = 4;
-        config.model.max_seq_len = 2;
-        let settings = LearnerSettings::from_config(&config.validate()?);
+        let mut settings = LearnerSettings { model_seed: 1, ..LearnerSettings::default() };
+        settings.model.fcnet_hiddens = vec![8];
+        settings.model.use_lstm = true;
+        settings.model.lstm_cell_size = std::num::NonZeroUsize::new(4).ok_or("4 > 0")?;
+        settings.model.max_seq_len = std::num::NonZeroUsize::new(2).ok_or("2 > 0")?;
         let learner = Learner::new(&settings, &spec, Device::Cpu)?;
         let mut policy = TorchPolicy::new(&settings.model, &spec, settings.model_seed, 0)?;
         let (t, b, sd) = (6, 2, 8);
@@ -760,10 +756,9 @@ mod tests {
     fn policy_lag_counts_updates_since_the_batch_was_sampled(
     ) -> std::result::Result<(), Box<dyn std::error::Error>> {
         let spec = toy_spec(2)?;
-        let mut config = ImpalaConfig::default();
-        config.model.fcnet_hiddens = vec![4];
-        let mut learner =
-            Learner::new(&LearnerSettings::from_config(&config.validate()?), &spec, Device::Cpu)?;
+        let mut settings = LearnerSettings::default();
+        settings.model.fcnet_hiddens = vec![4];
+        let mut learner = Learner::new(&settings, &spec, Device::Cpu)?;
         let mut batch = SampleBatch::zeros(2, 2, &spec.observation_space, &spec.action_space, 0);
         batch.action_logp = vec![(0.5f32).ln(); 4];
         assert_eq!(learner.update(&batch, 0)?.policy_lag, 0.0);

@@ -2,9 +2,10 @@
 //! RLlib's old-stack torch policy, its optimizers, the learner thread and the multi-GPU towers,
 //! plus [`TorchPolicy`], the CPU inference copy env runners act with.
 //!
-//! - [`LearnerSettings`], [`LearnerThreadSettings`], [`learner_devices`]: the little this crate
-//!   reads, built once from a validated config ([`impala_config::ValidatedConfig`]); every
-//!   field is public, so the crate can be used without an RLlib config.
+//! - [`LearnerSettings`] (with [`ModelSettings`]), [`LearnerThreadSettings`],
+//!   [`learner_devices`]: the little this crate reads, under RLlib's key names; the `impala`
+//!   crate builds them from a validated config, and their `Default`s are RLlib's defaults, so
+//!   the crate is used without an RLlib config.
 //! - [`Learner`]: towers + optimizer(s) + loss; [`Learner::update`] is one SGD step on a
 //!   time-major [`impala_core::SampleBatch`] and returns RLlib's [`LearnerStats`].
 //! - [`LearnerHandle`]: the learner thread (RLlib's `LearnerThread` / `MultiGPULearnerThread`)
@@ -16,11 +17,9 @@
 //! V-trace targets are computed on the CPU by `impala-vtrace` from the current network's
 //! values and log-probabilities (they carry no gradient, as in RLlib's `vtrace_torch_v2`).
 //!
-//! Deviation from the lead's interface note: [`Learner::weights`] returns
-//! `Result<Arc<Weights>>` (copying weights off a device can fail) instead of `Arc<Weights>`.
+//! [`Learner::weights`] returns `Result<Arc<Weights>>`: copying weights off a device can fail.
 //!
 //! ```
-//! use impala_config::ImpalaConfig;
 //! use impala_core::{EnvSpec, Policy, SampleBatch, Space};
 //! use impala_learner::{Learner, LearnerSettings, TorchPolicy};
 //!
@@ -30,8 +29,7 @@
 //!     action_space: Space::Discrete(2),
 //!     max_episode_steps: Some(500),
 //! };
-//! let config = ImpalaConfig::default().validate()?;
-//! let settings = LearnerSettings::from_config(&config);
+//! let settings = LearnerSettings::default();
 //! let mut learner = Learner::new(&settings, &spec, tch::Device::Cpu)?;
 //! let mut policy = TorchPolicy::new(&settings.model, &spec, settings.model_seed, 0)?;
 //! let mut batch = SampleBatch::zeros(50, 10, &spec.observation_space, &spec.action_space, 0);
@@ -63,8 +61,8 @@ pub use minibatch::{Minibatch, MinibatchBuffer};
 pub use model::ActorCritic;
 pub use policy::TorchPolicy;
 pub use settings::{
-    learner_devices, LearnerSettings, LearnerThreadSettings, LossSettings, OptimizerSettings,
-    MIN_LEARNER_QUEUE_TIMEOUT,
+    learner_devices, LearnerSettings, LearnerThreadSettings, LossSettings, ModelSettings,
+    OptimizerSettings, MIN_LEARNER_QUEUE_TIMEOUT,
 };
 pub use thread::{LearnerHandle, LearnerOutput, LearnerQueueStats};
 

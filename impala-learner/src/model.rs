@@ -2,14 +2,13 @@
 //! a conv net for image observations, either optionally wrapped in an LSTM, with a logits head
 //! and a value head.
 
-use impala_config::{ConvFilter, ModelConfig};
-use impala_core::{gib, machine_memory_bytes, EnvSpec, Space};
+use impala_core::{gib, machine_memory_bytes, Activation, ConvFilter, EnvSpec, Space};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use rand_distr::StandardNormal;
 use tch::{nn, Kind, Tensor};
 
-use crate::{ActionDistribution, LearnerError, Result};
+use crate::{ActionDistribution, LearnerError, ModelSettings, Result};
 
 /// Bounds of a Gaussian policy's log standard deviation (std in [2e-9, 7.4]).
 const LOG_STD_MIN: f64 = -20.0;
@@ -25,43 +24,15 @@ pub(crate) fn is_vf_param(name: &str) -> bool {
     VF_PREFIXES.iter().any(|p| name.starts_with(p))
 }
 
-/// An activation function by RLlib's name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Activation {
-    Tanh,
-    Relu,
-    Swish,
-    Elu,
-    Linear,
-}
-
-impl Activation {
-    fn parse(name: &str) -> Result<Self> {
-        Ok(match name {
-            "tanh" => Activation::Tanh,
-            "relu" => Activation::Relu,
-            "swish" | "silu" => Activation::Swish,
-            "elu" => Activation::Elu,
-            "linear" | "" => Activation::Linear,
-            other => {
-                return Err(LearnerError::Config {
-                    reason: format!(
-                        "unknown activation `{other}` (tanh, relu, swish, elu, linear)"
-                    ),
-                })
-            }
-        })
-    }
-
-    fn apply(self, x: Tensor) -> Result<Tensor> {
-        Ok(match self {
-            Activation::Tanh => x.f_tanh()?,
-            Activation::Relu => x.f_relu()?,
-            Activation::Swish => x.f_silu()?,
-            Activation::Elu => x.f_elu()?,
-            Activation::Linear => x,
-        })
-    }
+/// Applies an activation (RLlib's torch `get_activation_fn`).
+fn activate(activation: Activation, x: Tensor) -> Result<Tensor> {
+    Ok(match activation {
+        Activation::Tanh => x.f_tanh()?,
+        Activation::Relu => x.f_relu()?,
+        Activation::Swish => x.f_silu()?,
+        Activation::Elu => x.f_elu()?,
+        Activation::Linear => x,
+    })
 }
 
 /// Float copies of the parameters that training holds: the learner's weights, gradients, two
@@ -188,7 +159,7 @@ impl Dense {
         for (i, layer) in self.layers.iter().enumerate() {
             x = x.f_linear(&layer.ws, layer.bs.as_ref())?;
             if !(self.last_linear && i == last) {
-                x = self.activation.apply(x)?;
+                x = activate(self.activation, x)?;
             }
         }
         Ok(x)
@@ -221,7 +192,7 @@ impl ConvStack {
         init: &mut Init,
         hwc: [usize; 3],
         filters: &[ConvFilter],
-        config: &ModelConfig,
+        config: &ModelSettings,
     ) -> Result<(Self, usize)> {
         let [mut h, mut w, mut c] = hwc;
         let mut convs = Vec::with_capacity(filters.len());
@@ -257,15 +228,12 @@ impl ConvStack {
             convs.push(Conv { ws, bs, stride: [sh as i64, sw as i64], pad });
             (h, w, c) = (oh, ow, out);
         }
-        let post_act = Activation::parse(&config.post_fcnet_activation)?;
+        let post_act = config.post_fcnet_activation;
         // RLlib's VisionNetwork leaves the last post-fcnet layer linear: its activation goes
         // between those layers only (`post_fcnet_activation if i < len(hiddens) - 1`).
         let hiddens = &config.post_fcnet_hiddens;
         let (post, dim) = Dense::new(&(path / "post"), init, h * w * c, hiddens, post_act, true)?;
-        Ok((
-            ConvStack { convs, activation: Activation::parse(&config.conv_activation)?, post },
-            dim,
-        ))
+        Ok((ConvStack { convs, activation: config.conv_activation, post }, dim))
     }
 
     /// `x`: `[N, C, H, W]`.
@@ -275,7 +243,7 @@ impl ConvStack {
                 x = x.f_constant_pad_nd(conv.pad)?;
             }
             let y = x.f_conv2d(&conv.ws, Some(&conv.bs), conv.stride, [0, 0], [1, 1], 1)?;
-            x = self.activation.apply(y)?;
+            x = activate(self.activation, y)?;
         }
         self.post.forward(x.f_flatten(1, -1)?)
     }
@@ -442,7 +410,7 @@ impl ActorCritic {
     /// Builds the model's variables under `path` (deterministically from `seed`).
     pub(crate) fn new(
         path: &nn::Path<'_>,
-        config: &ModelConfig,
+        config: &ModelSettings,
         spec: &EnvSpec,
         seed: u64,
     ) -> Result<Self> {
@@ -471,7 +439,7 @@ impl ActorCritic {
                         .chain(&config.post_fcnet_hiddens)
                         .copied()
                         .collect();
-                    let act = Activation::parse(&config.fcnet_activation)?;
+                    let act = config.fcnet_activation;
                     let (d, dim) = Dense::new(&path, init, in_dim, &hiddens, act, false)?;
                     Ok((Torso::Mlp(d), dim))
                 }
@@ -480,12 +448,7 @@ impl ActorCritic {
         let (torso, feat_dim) = build_torso(path / "torso", &mut init)?;
         let (lstm, head_dim) = if config.use_lstm {
             let p = path / "lstm";
-            let h = config.lstm_cell_size;
-            if h == 0 || config.max_seq_len == 0 {
-                return Err(LearnerError::Config {
-                    reason: "lstm_cell_size and max_seq_len must be positive".into(),
-                });
-            }
+            let h = config.lstm_cell_size.get();
             let bound = 1.0 / (h as f32).sqrt();
             let (g, hi, fi) = (4 * h as i64, h as i64, feat_dim as i64);
             let lstm = Lstm {
@@ -494,7 +457,7 @@ impl ActorCritic {
                 b_ih: p.f_var_copy("bias_ih", &init.uniform(&[g], bound)?)?,
                 b_hh: p.f_var_copy("bias_hh", &init.uniform(&[g], bound)?)?,
                 cell_size: hi,
-                max_seq_len: config.max_seq_len,
+                max_seq_len: config.max_seq_len.get(),
             };
             (Some(lstm), h)
         } else {
@@ -646,7 +609,7 @@ mod tests {
                 &mut init,
                 [size, size, channels],
                 &filters,
-                &ModelConfig::default(),
+                &ModelSettings::default(),
             )?;
             assert_eq!(dim, flat, "{size}x{size}");
             let x = Tensor::f_zeros(
@@ -669,7 +632,7 @@ mod tests {
             action_space: Space::Discrete(3),
             max_episode_steps: None,
         };
-        let config = ModelConfig { post_fcnet_hiddens: post, ..ModelConfig::default() };
+        let config = ModelSettings { post_fcnet_hiddens: post, ..ModelSettings::default() };
         let vs = nn::VarStore::new(tch::Device::Cpu);
         ActorCritic::new(&vs.root(), &config, &spec, 3)
     }

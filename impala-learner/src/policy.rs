@@ -3,14 +3,13 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use impala_config::ModelConfig;
 use impala_core::{CoreError, EnvSpec, Policy, PolicyInput, PolicyOutput, Weights};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tch::{nn, Device, Tensor};
 
 use crate::model::{ActorCritic, ModelOutput, Unroll};
-use crate::{LearnerError, Result};
+use crate::{LearnerError, ModelSettings, Result};
 
 thread_local! {
     /// Whether this thread already limited libtorch to one intra-op thread.
@@ -33,9 +32,8 @@ fn use_one_libtorch_thread() {
 /// [`Weights`] by copying values into its own tensors; nothing is serialised.
 ///
 /// ```
-/// use impala_config::ModelConfig;
 /// use impala_core::{EnvSpec, Policy, PolicyInput, PolicyOutput, Space};
-/// use impala_learner::TorchPolicy;
+/// use impala_learner::{ModelSettings, TorchPolicy};
 ///
 /// let spec = EnvSpec {
 ///     id: "CartPole-v1".into(),
@@ -44,7 +42,7 @@ fn use_one_libtorch_thread() {
 ///     max_episode_steps: Some(500),
 /// };
 /// // RLlib's default model, the initial weights of model seed 0, action sampling seeded by 7.
-/// let mut policy = TorchPolicy::new(&ModelConfig::default(), &spec, 0, 7)?;
+/// let mut policy = TorchPolicy::new(&ModelSettings::default(), &spec, 0, 7)?;
 /// let mut out = PolicyOutput::default();
 /// let obs = [0.0f32; 8]; // two envs
 /// policy.compute_actions(&PolicyInput { obs: &obs, num_envs: 2, state: &[], explore: true }, &mut out)?;
@@ -70,7 +68,7 @@ impl TorchPolicy {
     /// the same `model_seed` ([`LearnerSettings::model_seed`](crate::LearnerSettings)), so
     /// runners can act before the first broadcast; `sample_seed` seeds action sampling.
     pub fn new(
-        model: &ModelConfig,
+        model: &ModelSettings,
         spec: &EnvSpec,
         model_seed: u64,
         sample_seed: u64,

@@ -1,23 +1,76 @@
-//! The small settings this crate reads, built once from a validated config.
+//! The small settings this crate reads, under RLlib's key names.
 //!
-//! Only [`ImpalaConfig::validate`](impala_config::ImpalaConfig::validate) makes the config the
-//! algorithm takes; the learner gets the few values it uses as typed settings, so it can be
-//! built without the whole RLlib config (every field is public) and never re-checks it.
+//! The crate never sees the RLlib config: the `impala` crate builds these from a validated
+//! config, and a user of the learner alone starts from `Default` (RLlib's defaults) and sets
+//! fields. Types rule out what validation refuses (zero counts, unknown activations), so the
+//! learner never re-checks them.
 
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use impala_config::{
-    LearnerDeviceKind, LearnerPlan, LossReduction, ModelConfig, OptType, Schedule, ValidatedConfig,
-};
+use impala_core::{Activation, ConvFilter, LearnerDeviceKind, LossReduction, OptType, Schedule};
 use tch::Device;
 
 use crate::{LearnerError, Result};
 
-/// The shortest wait for a train batch [`LearnerThreadSettings::from_config`] makes: validation
-/// allows `learner_queue_timeout = 0`, and a thread that polls an empty queue without waiting
-/// only burns a core counting stalls.
+/// The shortest wait for a train batch worth making: RLlib allows `learner_queue_timeout = 0`,
+/// and a thread that polls an empty queue without waiting only burns a core counting stalls.
 pub const MIN_LEARNER_QUEUE_TIMEOUT: Duration = Duration::from_millis(1);
+
+/// The model of RLlib's catalog (`config.model`, the keys IMPALA uses), with
+/// `MODEL_DEFAULTS` values by default.
+///
+/// ```
+/// use impala_learner::ModelSettings;
+/// let model = ModelSettings { fcnet_hiddens: vec![64], ..ModelSettings::default() };
+/// assert_eq!(model.fcnet_activation.to_string(), "tanh");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelSettings {
+    /// Hidden layer sizes of the fully connected net (`fcnet_hiddens`).
+    pub fcnet_hiddens: Vec<usize>,
+    /// Activation of the fully connected net (`fcnet_activation`).
+    pub fcnet_activation: Activation,
+    /// Conv filters (`conv_filters`); `None` picks RLlib's default for the image size (84, 96,
+    /// 64, 42, 10). Every size must be at least 1 ([`ConvFilter::has_zero`]).
+    pub conv_filters: Option<Vec<ConvFilter>>,
+    /// Activation of the conv layers (`conv_activation`).
+    pub conv_activation: Activation,
+    /// Hidden layers after the conv stack, or after the fully connected net's
+    /// (`post_fcnet_hiddens`).
+    pub post_fcnet_hiddens: Vec<usize>,
+    /// Activation of `post_fcnet_hiddens` (`post_fcnet_activation`).
+    pub post_fcnet_activation: Activation,
+    /// Share the torso between the policy and value heads (`vf_share_layers`).
+    pub vf_share_layers: bool,
+    /// Wrap the torso in an LSTM (`use_lstm`).
+    pub use_lstm: bool,
+    /// LSTM cell size (`lstm_cell_size`).
+    pub lstm_cell_size: NonZeroUsize,
+    /// Steps the LSTM is unrolled over at most (`max_seq_len`).
+    pub max_seq_len: NonZeroUsize,
+    /// A state-independent log-std for Gaussian actions (`free_log_std`).
+    pub free_log_std: bool,
+}
+
+impl Default for ModelSettings {
+    /// RLlib's `MODEL_DEFAULTS`.
+    fn default() -> Self {
+        ModelSettings {
+            fcnet_hiddens: vec![256, 256],
+            fcnet_activation: Activation::Tanh,
+            conv_filters: None,
+            conv_activation: Activation::Relu,
+            post_fcnet_hiddens: vec![],
+            post_fcnet_activation: Activation::Relu,
+            vf_share_layers: true,
+            use_lstm: false,
+            lstm_cell_size: NonZeroUsize::new(256).unwrap_or(NonZeroUsize::MIN),
+            max_seq_len: NonZeroUsize::new(20).unwrap_or(NonZeroUsize::MIN),
+            free_log_std: false,
+        }
+    }
+}
 
 /// The loss of RLlib's old-stack torch IMPALA policy (`VTraceLoss`, or the A3C loss), under
 /// RLlib's key names.
@@ -42,6 +95,23 @@ pub struct LossSettings {
     pub entropy_coeff: f64,
     /// The entropy coefficient over agent steps trained (`entropy_coeff_schedule`).
     pub entropy_coeff_schedule: Option<Schedule>,
+}
+
+impl Default for LossSettings {
+    /// RLlib's IMPALA defaults.
+    fn default() -> Self {
+        LossSettings {
+            gamma: 0.99,
+            vtrace: true,
+            vtrace_clip_rho_threshold: Some(1.0),
+            vtrace_clip_pg_rho_threshold: Some(1.0),
+            vtrace_drop_last_ts: false,
+            loss_reduction: LossReduction::Sum,
+            vf_loss_coeff: 0.5,
+            entropy_coeff: 0.01,
+            entropy_coeff_schedule: None,
+        }
+    }
 }
 
 impl LossSettings {
@@ -75,6 +145,23 @@ pub struct OptimizerSettings {
     pub lr_vf: f64,
 }
 
+impl Default for OptimizerSettings {
+    /// RLlib's IMPALA defaults.
+    fn default() -> Self {
+        OptimizerSettings {
+            opt_type: OptType::Adam,
+            lr: 5e-4,
+            lr_schedule: None,
+            grad_clip: Some(40.0),
+            epsilon: 0.1,
+            decay: 0.99,
+            momentum: 0.0,
+            separate_vf_optimizer: false,
+            lr_vf: 5e-4,
+        }
+    }
+}
+
 impl OptimizerSettings {
     /// The learning rate after `timestep` agent steps trained.
     pub fn lr_at(&self, timestep: u64) -> f64 {
@@ -86,19 +173,17 @@ impl OptimizerSettings {
 /// weights, the loss and the optimizer.
 ///
 /// ```
-/// use impala_config::ImpalaConfig;
 /// use impala_learner::LearnerSettings;
 ///
-/// let config = ImpalaConfig::default().training(|t| t.lr(1e-3)).validate()?;
-/// let mut settings = LearnerSettings::from_config(&config);
-/// assert_eq!((settings.optimizer.lr, settings.model_seed), (1e-3, 0));
-/// settings.model_seed = 7; // e.g. a fresh seed for a run without `seed`
-/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// let mut settings = LearnerSettings::default();
+/// settings.optimizer.lr = 1e-3;
+/// settings.model_seed = 7;
+/// assert_eq!((settings.optimizer.lr, settings.loss.gamma), (1e-3, 0.99));
 /// ```
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Default)]
 pub struct LearnerSettings {
     /// The model (`model`).
-    pub model: ModelConfig,
+    pub model: ModelSettings,
     /// Seeds the initial weights; a [`TorchPolicy`](crate::TorchPolicy) built with the same
     /// seed starts with the same weights.
     pub model_seed: u64,
@@ -108,63 +193,25 @@ pub struct LearnerSettings {
     pub optimizer: OptimizerSettings,
 }
 
-impl LearnerSettings {
-    /// The learner's settings from a validated config; the model seed is `seed`, or 0 when
-    /// the config has none (a caller that wants a fresh seed overrides `model_seed`).
-    pub fn from_config(config: &ValidatedConfig) -> Self {
-        LearnerSettings {
-            model: config.model.clone(),
-            model_seed: config.seed.unwrap_or(0),
-            loss: LossSettings {
-                gamma: config.gamma,
-                vtrace: config.vtrace,
-                vtrace_clip_rho_threshold: config.vtrace_clip_rho_threshold,
-                vtrace_clip_pg_rho_threshold: config.vtrace_clip_pg_rho_threshold,
-                vtrace_drop_last_ts: config.vtrace_drop_last_ts,
-                loss_reduction: config.loss_reduction,
-                vf_loss_coeff: config.vf_loss_coeff,
-                entropy_coeff: config.entropy_coeff,
-                entropy_coeff_schedule: config.entropy_coeff_schedule.clone(),
-            },
-            optimizer: OptimizerSettings {
-                opt_type: config.opt_type,
-                lr: config.lr,
-                lr_schedule: config.lr_schedule.clone(),
-                grad_clip: config.grad_clip,
-                epsilon: config.epsilon,
-                decay: config.decay,
-                momentum: config.momentum,
-                separate_vf_optimizer: config.separate_vf_optimizer,
-                lr_vf: config.lr_vf,
-            },
-        }
-    }
-}
-
 /// What [`LearnerHandle::spawn`](crate::LearnerHandle::spawn) reads: RLlib's
 /// `LearnerThread` / `MultiGPULearnerThread` options. Counts and sizes are [`NonZeroUsize`] and
 /// the timeout a [`Duration`], so a settings value cannot ask for an empty queue or zero passes.
 ///
 /// ```
-/// use impala_config::ImpalaConfig;
 /// use impala_learner::LearnerThreadSettings;
 ///
-/// let config = ImpalaConfig::default()
-///     .resources(|r| r.num_gpus(2.0).fake_gpus(true))
-///     .validate()?;
-/// let settings = LearnerThreadSettings::from_config(&config);
-/// assert!(settings.multi_gpu_thread);
+/// let settings = LearnerThreadSettings::default();
+/// assert!(!settings.multi_gpu_thread);
 /// assert_eq!(settings.learner_queue_size.get(), 16);
 /// assert_eq!(settings.learner_queue_timeout, std::time::Duration::from_secs(300));
-/// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct LearnerThreadSettings {
     /// Train batches the inqueue holds (`learner_queue_size`).
     pub learner_queue_size: NonZeroUsize,
     /// How long the thread waits for data before it counts a stall and waits again
-    /// (`learner_queue_timeout`). [`LearnerThreadSettings::from_config`] makes it at least
-    /// [`MIN_LEARNER_QUEUE_TIMEOUT`]; a zero set by hand makes the thread poll without waiting.
+    /// (`learner_queue_timeout`); the `impala` crate makes it at least
+    /// [`MIN_LEARNER_QUEUE_TIMEOUT`], a zero set by hand makes the thread poll without waiting.
     pub learner_queue_timeout: Duration,
     /// Passes over each train batch (`num_sgd_iter`).
     pub num_sgd_iter: NonZeroUsize,
@@ -179,50 +226,39 @@ pub struct LearnerThreadSettings {
     /// libtorch intra-op threads of the learner thread (`num_learner_threads`).
     pub num_learner_threads: NonZeroUsize,
     /// Run the `MultiGPULearnerThread` (loader threads, tower stacks) rather than the
-    /// single-device `LearnerThread` ([`LearnerPlan::multi_gpu_thread`]: GPUs or more than one
-    /// tower, unless `simple_optimizer`).
+    /// single-device `LearnerThread`: GPUs or more than one tower, unless `simple_optimizer`.
     pub multi_gpu_thread: bool,
 }
 
-impl LearnerThreadSettings {
-    /// The learner thread's settings from a validated config.
-    pub fn from_config(config: &ValidatedConfig) -> Self {
-        // Validation refuses zero for every count; should one slip through, the smallest
-        // working value beats a panic.
-        let count = |n: usize| NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN);
-        // Validation guarantees a finite timeout >= 0, where try_from cannot fail.
-        let timeout = Duration::try_from_secs_f64(config.learner_queue_timeout)
-            .unwrap_or(MIN_LEARNER_QUEUE_TIMEOUT)
-            .max(MIN_LEARNER_QUEUE_TIMEOUT);
+impl Default for LearnerThreadSettings {
+    /// RLlib's IMPALA defaults, on one CPU tower.
+    fn default() -> Self {
+        let n = |n: usize| NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN);
         LearnerThreadSettings {
-            learner_queue_size: count(config.learner_queue_size),
-            learner_queue_timeout: timeout,
-            num_sgd_iter: count(config.num_sgd_iter),
-            minibatch_buffer_size: count(config.minibatch_buffer_size),
-            num_multi_gpu_tower_stacks: count(config.num_multi_gpu_tower_stacks),
-            num_gpu_loader_threads: count(config.num_gpu_loader_threads),
-            num_learner_threads: count(config.num_learner_threads),
-            multi_gpu_thread: config.learner_plan().multi_gpu_thread,
+            learner_queue_size: n(16),
+            learner_queue_timeout: Duration::from_secs(300),
+            num_sgd_iter: n(1),
+            minibatch_buffer_size: n(1),
+            num_multi_gpu_tower_stacks: n(1),
+            num_gpu_loader_threads: n(8),
+            num_learner_threads: n(1),
+            multi_gpu_thread: false,
         }
     }
 }
 
-/// The devices of a learner plan's towers: `num_devices` CPUs for CPU towers and fake GPUs,
-/// else CUDA devices `0..num_devices`, or [`LearnerError::NoCuda`] when libtorch sees fewer.
+/// The devices of `n` towers of `kind`: `n` CPUs for CPU towers and fake GPUs, else CUDA
+/// devices `0..n`, or [`LearnerError::NoCuda`] when libtorch sees fewer.
 ///
 /// ```
-/// use impala_config::ImpalaConfig;
+/// use impala_core::LearnerDeviceKind;
 ///
-/// let config = ImpalaConfig::default()
-///     .resources(|r| r.num_gpus(2.0).fake_gpus(true))
-///     .validate()?;
-/// let devices = impala_learner::learner_devices(&config.learner_plan())?;
+/// let devices = impala_learner::learner_devices(LearnerDeviceKind::FakeGpu, 2)?;
 /// assert_eq!(devices, vec![tch::Device::Cpu; 2]);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
-pub fn learner_devices(plan: &LearnerPlan) -> Result<Vec<Device>> {
-    let n = plan.num_devices;
-    match plan.kind {
+pub fn learner_devices(kind: LearnerDeviceKind, n: usize) -> Result<Vec<Device>> {
+    match kind {
         LearnerDeviceKind::Cpu | LearnerDeviceKind::FakeGpu => Ok(vec![Device::Cpu; n]),
         LearnerDeviceKind::Cuda => {
             let available = tch::Cuda::device_count();

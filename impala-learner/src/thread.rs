@@ -205,7 +205,6 @@ impl Snapshots {
 ///   (the failing step is not applied), and [`LearnerHandle::finish`] hands the learner back.
 ///
 /// ```
-/// use impala_config::ImpalaConfig;
 /// use impala_core::{EnvSpec, SampleBatch, Space};
 /// use impala_learner::{Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings};
 ///
@@ -215,11 +214,10 @@ impl Snapshots {
 ///     action_space: Space::Discrete(2),
 ///     max_episode_steps: None,
 /// };
-/// let mut config = ImpalaConfig::default();
-/// config.model.fcnet_hiddens = vec![8];
-/// let config = config.validate()?;
-/// let learner = Learner::new(&LearnerSettings::from_config(&config), &spec, tch::Device::Cpu)?;
-/// let handle = LearnerHandle::spawn(&LearnerThreadSettings::from_config(&config), learner)?;
+/// let mut settings = LearnerSettings::default();
+/// settings.model.fcnet_hiddens = vec![8];
+/// let learner = Learner::new(&settings, &spec, tch::Device::Cpu)?;
+/// let handle = LearnerHandle::spawn(&LearnerThreadSettings::default(), learner)?;
 /// let batch = SampleBatch::zeros(4, 2, &spec.observation_space, &spec.action_space, 0);
 /// assert!(handle.try_enqueue(batch).is_ok());
 /// let outputs = handle.drain_wait(std::time::Duration::from_secs(60))?;

@@ -1,22 +1,16 @@
-//! The sampler's settings: what it reads of the config, in types that rule out bad values, so
-//! it never re-checks them. Build them from a validated config with `from_config`, or start
-//! from `Default` (RLlib's defaults) and set fields to use the sampler on its own.
+//! The sampler's settings, under RLlib's key names, in types that rule out bad values, so it
+//! never re-checks them. The crate never sees the RLlib config: the `impala` crate builds these
+//! from a validated config; a user of the sampler alone starts from `Default` (RLlib's
+//! defaults) and sets fields.
 
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use impala_config::{ImpalaConfig, ValidatedConfig};
 use impala_envs::EnvConfig;
 
-/// A count the config validated as positive; 1 if it somehow is not (never panics).
-fn positive(n: usize) -> NonZeroUsize {
+/// `n`, which is positive; a literal default, so the fallback is never taken.
+fn count(n: usize) -> NonZeroUsize {
     NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN)
-}
-
-/// A wait the config validated as finite and >= 0; `None` (no deadline) when it is too long to
-/// represent.
-fn wait(seconds: f64) -> Option<Duration> {
-    Duration::try_from_secs_f64(seconds.max(0.0)).ok()
 }
 
 /// What one env runner needs (RLlib's `env_runners()` and `environment()` options).
@@ -38,28 +32,18 @@ pub struct EnvRunnerSettings {
     pub env_config: EnvConfig,
 }
 
-impl EnvRunnerSettings {
-    /// The settings of a sampling runner of `config`.
-    pub fn from_config(config: &ValidatedConfig) -> Self {
-        Self::from_fields(config)
-    }
-
-    fn from_fields(config: &ImpalaConfig) -> Self {
-        EnvRunnerSettings {
-            num_envs: positive(config.num_envs_per_env_runner),
-            rollout_fragment_length: positive(config.rollout_fragment_length),
-            clip_rewards: config.clip_rewards,
-            clip_actions: config.clip_actions,
-            explore: true,
-            seed: config.seed,
-            env_config: config.env_config.clone(),
-        }
-    }
-}
-
 impl Default for EnvRunnerSettings {
+    /// RLlib's defaults: one env per runner, fragments of 50 steps, no clipping, sampling.
     fn default() -> Self {
-        Self::from_fields(&ImpalaConfig::default())
+        EnvRunnerSettings {
+            num_envs: NonZeroUsize::MIN,
+            rollout_fragment_length: count(50),
+            clip_rewards: None,
+            clip_actions: false,
+            explore: true,
+            seed: None,
+            env_config: EnvConfig::default(),
+        }
     }
 }
 
@@ -85,42 +69,19 @@ pub struct EnvRunnerGroupSettings {
     pub stop_grace: Option<Duration>,
 }
 
-impl EnvRunnerGroupSettings {
-    /// The sampling runners of `config`.
-    pub fn from_config(config: &ValidatedConfig) -> Self {
-        Self::from_fields(config)
-    }
-
-    /// The evaluation runners of `config` (RLlib's evaluation `EnvRunnerGroup`):
-    /// `evaluation_num_env_runners` runners of one env each (so short episodes are not
-    /// favoured), acting greedily unless `evaluation_explore`, seeded apart from the sampling
-    /// runners by `seed_offset`.
-    pub fn evaluation_from_config(config: &ValidatedConfig, seed_offset: u64) -> Self {
-        let mut settings = Self::from_fields(config);
-        settings.num_env_runners = config.evaluation_num_env_runners;
-        settings.max_requests_in_flight = NonZeroUsize::MIN;
-        settings.runner.num_envs = NonZeroUsize::MIN;
-        settings.runner.explore = config.evaluation_explore;
-        settings.runner.seed = config.seed.map(|s| s.wrapping_add(seed_offset));
-        settings
-    }
-
-    fn from_fields(config: &ImpalaConfig) -> Self {
-        EnvRunnerGroupSettings {
-            num_env_runners: config.num_env_runners,
-            runner: EnvRunnerSettings::from_fields(config),
-            max_requests_in_flight: positive(config.max_requests_in_flight_per_sampler_worker),
-            sample_timeout: wait(config.timeout_s_sampler_manager),
-            restart_failed_env_runners: config.restart_failed_env_runners,
-            max_num_env_runner_restarts: config.max_num_env_runner_restarts,
-            stop_grace: wait(config.shutdown_grace_s),
-        }
-    }
-}
-
 impl Default for EnvRunnerGroupSettings {
+    /// RLlib's defaults: 2 runners, 2 requests in flight each, a zero collection timeout (take
+    /// what is ready), restarts on without a cap, 5 s to stop.
     fn default() -> Self {
-        Self::from_fields(&ImpalaConfig::default())
+        EnvRunnerGroupSettings {
+            num_env_runners: 2,
+            runner: EnvRunnerSettings::default(),
+            max_requests_in_flight: count(2),
+            sample_timeout: Some(Duration::ZERO),
+            restart_failed_env_runners: true,
+            max_num_env_runner_restarts: 1000,
+            stop_grace: Some(Duration::from_secs(5)),
+        }
     }
 }
 
@@ -145,29 +106,17 @@ pub struct BatchingSettings {
     pub aggregator_timeout: Option<Duration>,
 }
 
-impl BatchingSettings {
-    /// The batching stage of `config`.
-    pub fn from_config(config: &ValidatedConfig) -> Self {
-        Self::from_fields(config)
-    }
-
-    fn from_fields(config: &ImpalaConfig) -> Self {
-        BatchingSettings {
-            train_batch_size: positive(config.learner_plan().train_batch_size),
-            replay_proportion: config.replay_proportion,
-            replay_buffer_num_slots: config.replay_buffer_num_slots,
-            seed: config.seed,
-            num_aggregation_workers: config.num_aggregation_workers,
-            max_requests_in_flight_per_aggregator_worker: positive(
-                config.max_requests_in_flight_per_aggregator_worker,
-            ),
-            aggregator_timeout: wait(config.timeout_s_aggregator_manager),
-        }
-    }
-}
-
 impl Default for BatchingSettings {
+    /// RLlib's defaults: batches of 500 env steps, no replay, replay on the driver.
     fn default() -> Self {
-        Self::from_fields(&ImpalaConfig::default())
+        BatchingSettings {
+            train_batch_size: count(500),
+            replay_proportion: 0.0,
+            replay_buffer_num_slots: 0,
+            seed: None,
+            num_aggregation_workers: 0,
+            max_requests_in_flight_per_aggregator_worker: count(2),
+            aggregator_timeout: Some(Duration::ZERO),
+        }
     }
 }

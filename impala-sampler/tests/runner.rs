@@ -2,7 +2,6 @@
 
 use std::sync::Arc;
 
-use impala_config::{ConfigError, ImpalaConfig};
 use impala_core::{CoreError, Policy, PolicyInput, PolicyOutput, Weights};
 use impala_sampler::{EnvRunner, EnvRunnerSettings, PolicyFactory, Result, SamplerError};
 
@@ -165,19 +164,6 @@ fn a_policy_with_wrong_output_sizes_is_an_error() -> Result<()> {
         Some(SamplerError::PolicyOutput { what: "actions", expected: 2, got: 1 })
     ));
     Ok(())
-}
-
-/// The settings hold `NonZeroUsize`, so a zero count cannot reach a runner: the config's
-/// validation rejects it, naming the field.
-#[test]
-fn zero_envs_is_a_config_error() {
-    let config = ImpalaConfig { num_envs_per_env_runner: 0, ..ImpalaConfig::default() };
-    let err = config.validate().err();
-    assert!(
-        matches!(&err, Some(ConfigError::Invalid { violations })
-            if violations.iter().any(|v| v.key == "num_envs_per_env_runner")),
-        "{err:?}"
-    );
 }
 
 #[test]

@@ -7,7 +7,6 @@ mod faults;
 mod group;
 mod runner;
 mod seam;
-mod settings;
 
 /// The benches' pure-Rust MLP policy, included so its unit tests run with the suite.
 #[path = "../benches/support/mlp.rs"]

@@ -11,11 +11,11 @@ use std::time::{Duration, Instant};
 use impala_config::ValidatedConfig;
 use impala_core::{EnvSpec, SampleBatch, Weights};
 use impala_envs::{MeanStdFilter, SharedMeanStdFilter};
-use impala_learner::{Learner, LearnerError, LearnerHandle, LearnerStats, LearnerThreadSettings};
+use impala_learner::{Learner, LearnerError, LearnerHandle, LearnerStats};
 use impala_profile::{span, Activity};
 use impala_sampler::{
-    EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings, EnvRunnerState, Fragment, SamplerError,
-    SamplerMetrics, TrainBatchBuilder, WeightBroadcaster,
+    EnvFactory, EnvRunnerGroup, EnvRunnerState, Fragment, SamplerError, SamplerMetrics,
+    TrainBatchBuilder, WeightBroadcaster,
 };
 
 use crate::builder::{batching_stage, new_learner, PolicySource, Streams};
@@ -25,6 +25,7 @@ use crate::checkpoint::{
 };
 use crate::evaluation::Evaluator;
 use crate::result::{LearnerQueueInfo, DEFAULT_POLICY_ID};
+use crate::settings;
 use crate::{
     peak_rss_mib, EpisodeWindow, EvaluationResult, ImpalaError, IterationResult, Perf,
     PolicyLearnerInfo, Result, ResultInfo,
@@ -228,7 +229,7 @@ impl Impala {
         if self.runners.is_none() {
             let weights = self.current_weights()?;
             let streams = self.streams();
-            let mut settings = EnvRunnerGroupSettings::from_config(&self.config);
+            let mut settings = settings::env_runner_group(&self.config);
             settings.runner.seed = streams.env_seed;
             self.runners = Some(match &self.remote {
                 Some(server) => {
@@ -288,12 +289,14 @@ impl Impala {
     pub fn train(&mut self) -> Result<IterationResult> {
         let started = Instant::now();
         let before = self.counters;
-        let min_time = Duration::from_secs_f64(self.config.min_time_s_per_iteration.max(0.0));
+        let min_time =
+            Duration::from_secs_f64(self.config.config().min_time_s_per_iteration.max(0.0));
         let evaluation_due = self
             .config
+            .config()
             .evaluation_interval
             .is_some_and(|n| n > 0 && (self.iteration + 1) % n as u64 == 0);
-        let parallel = evaluation_due && self.config.evaluation_parallel_to_training;
+        let parallel = evaluation_due && self.config.config().evaluation_parallel_to_training;
         if parallel {
             let weights = self.current_weights()?;
             self.evaluator.start(weights)?;
@@ -311,8 +314,8 @@ impl Impala {
             let sampled = self.counters.num_env_steps_sampled - before.num_env_steps_sampled;
             let trained = self.counters.num_env_steps_trained - before.num_env_steps_trained;
             let done = started.elapsed() >= min_time
-                && sampled >= self.config.min_sample_timesteps_per_iteration as u64
-                && trained >= self.config.min_train_timesteps_per_iteration as u64
+                && sampled >= self.config.config().min_sample_timesteps_per_iteration as u64
+                && trained >= self.config.config().min_train_timesteps_per_iteration as u64
                 && (!parallel || evaluation.is_some());
             if done || self.interrupted() {
                 break;
@@ -351,7 +354,7 @@ impl Impala {
         if stalls > self.stalls_reported {
             tracing::warn!(
                 new_stalls = stalls - self.stalls_reported,
-                learner_queue_timeout_s = self.config.learner_queue_timeout,
+                learner_queue_timeout_s = self.config.config().learner_queue_timeout,
                 "the learner waited a whole learner_queue_timeout for a train batch; sampling is slower than training or blocked"
             );
             self.stalls_reported = stalls;
@@ -368,7 +371,7 @@ impl Impala {
         if lag > STALE_POLICY_LAG && !self.staleness_reported {
             tracing::warn!(
                 policy_lag = lag,
-                learner_queue_size = self.config.learner_queue_size,
+                learner_queue_size = self.config.config().learner_queue_size,
                 "train batches are {lag:.0} updates old when trained (learner_stats/policy_lag): \
                  the learner is slower than sampling and its queue holds old batches, which \
                  V-trace corrects only partly; lower learner_queue_size (2 keeps batches a few \
@@ -409,7 +412,7 @@ impl Impala {
         if let Some(batching) = self.batching.as_mut() {
             self.to_place.extend(batching.ready()?);
         }
-        if self.config.skip_learners {
+        if self.config.config().skip_learners {
             self.to_place.clear();
         }
         activity.placed = self.place_on_learner_queue()?;
@@ -628,12 +631,16 @@ impl Impala {
         let learner_error =
             |path: &Path, cause| ImpalaError::LearnerCheckpoint { path: path.to_path_buf(), cause };
         match (&self.learner, &self.dead_learner) {
-            (Some(handle), _) => save_checkpoint(dir, &state, &self.config, |learner_dir| {
-                handle.save(learner_dir).map_err(|e| learner_error(learner_dir, e))
-            }),
-            (None, Some(learner)) => save_checkpoint(dir, &state, &self.config, |learner_dir| {
-                learner.save(learner_dir).map_err(|e| learner_error(learner_dir, e))
-            }),
+            (Some(handle), _) => {
+                save_checkpoint(dir, &state, self.config.config(), |learner_dir| {
+                    handle.save(learner_dir).map_err(|e| learner_error(learner_dir, e))
+                })
+            }
+            (None, Some(learner)) => {
+                save_checkpoint(dir, &state, self.config.config(), |learner_dir| {
+                    learner.save(learner_dir).map_err(|e| learner_error(learner_dir, e))
+                })
+            }
             (None, None) => Err(self.learner().err().unwrap_or(ImpalaError::Stopped)),
         }
     }
@@ -661,14 +668,14 @@ impl Impala {
                 reason: format!("it was trained with {what} {saved}, this run uses {now}"),
                 fix: format!("use the checkpoint's {what} as it is, or start a new run"),
             };
-        if saved.env != self.config.env {
-            return Err(incompatible("env", saved.env, self.config.env.clone()));
+        if saved.env != self.config.config().env {
+            return Err(incompatible("env", saved.env, self.config.config().env.clone()));
         }
-        if saved.model != self.config.model {
+        if saved.model != self.config.config().model {
             return Err(incompatible(
                 "model",
                 format!("{:?}", saved.model),
-                format!("{:?}", self.config.model),
+                format!("{:?}", self.config.config().model),
             ));
         }
         // The run's observation filter goes back with the weights that learned on it.
@@ -735,7 +742,7 @@ impl Impala {
         let streams = self.streams();
         self.batching = batching_stage(&self.config, &streams)?;
         self.evaluator.set_streams(&streams);
-        self.broadcaster = WeightBroadcaster::new(self.config.broadcast_interval);
+        self.broadcaster = WeightBroadcaster::new(self.config.config().broadcast_interval);
         self.last_evaluation = None;
         // New runners, new episodes, the restored weights from their first step.
         self.runners()?;
@@ -743,7 +750,7 @@ impl Impala {
     }
 
     fn spawn_learner(&self, learner: Learner) -> Result<LearnerHandle> {
-        Ok(LearnerHandle::spawn(&LearnerThreadSettings::from_config(&self.config), learner)?)
+        Ok(LearnerHandle::spawn(&settings::learner_thread(&self.config), learner)?)
     }
 
     /// Stops the runner, aggregation and learner threads and joins them, reporting the first
@@ -764,7 +771,7 @@ impl Impala {
             // A runner that failed while stopping would have been restarted: training did not
             // lose anything, so the run still ends as it would have.
             Some(Err(SamplerError::EnvRunnerFailed { runner_id, reason }))
-                if self.config.restart_failed_env_runners =>
+                if self.config.config().restart_failed_env_runners =>
             {
                 tracing::warn!(runner_id, %reason, "env runner failed while stopping");
             }

@@ -26,20 +26,23 @@ pub(crate) fn check_memory(
     model_params: u64,
 ) -> Result<()> {
     warn_of_many_envs(config);
+    let c = config.config();
     let Some(memory) = machine_memory_bytes() else {
         return Ok(());
     };
     let step = step_bytes(spec);
-    let runners = config.num_env_runners.max(1) as u64;
+    let runners = c.num_env_runners.max(1) as u64;
     // In flight per runner, plus the fragment it is building.
-    let fragments =
-        runners.saturating_mul(config.max_requests_in_flight_per_sampler_worker as u64 + 1);
-    let fragment_steps = config.sample_batch_size() as u64;
+    let fragments = runners
+        .saturating_mul(c.max_requests_in_flight_per_sampler_worker as u64 + 1);
+    let fragment_steps = c.sample_batch_size() as u64;
     let sampling = fragments.saturating_mul(fragment_steps).saturating_mul(step);
     // Queued, replayed, and the one being built, loaded and trained.
-    let batches = (config.learner_queue_size + config.replay_buffer_num_slots) as u64 + 3;
+    let batches =
+        (c.learner_queue_size + c.replay_buffer_num_slots) as u64 + 3;
     // A train batch holds whole sample batches (at least one).
-    let batch_steps = config.total_train_batch_size().max(config.sample_batch_size()) as u64;
+    let batch_steps =
+        c.total_train_batch_size().max(c.sample_batch_size()) as u64;
     let training = batches.saturating_mul(batch_steps).saturating_mul(step);
     // Each runner's policy: its weights and the snapshot it loads them from.
     let policies = runners.saturating_mul(model_params).saturating_mul(8);
@@ -54,7 +57,7 @@ pub(crate) fn check_memory(
          replay_buffer_num_slots + 3) of {batch_steps} steps (train_batch_size, at least one \
          sample batch) = {:.1} GiB; \
          {runners} policy copies of {model_params} parameters = {:.1} GiB; {step} bytes a step",
-        config.max_requests_in_flight_per_sampler_worker,
+        c.max_requests_in_flight_per_sampler_worker,
         gib(sampling),
         gib(training),
         gib(policies),
@@ -80,17 +83,18 @@ const MANY_ENVS_PER_CORE: u64 = 1024;
 /// Warns when the env runners step so many envs that one fragment each takes a long time on
 /// this machine's cores (100,000 envs on one runner sampled nothing for 20 s).
 fn warn_of_many_envs(config: &ValidatedConfig) {
+    let c = config.config();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u64);
-    let runners = config.num_env_runners.max(1) as u64;
-    let envs = runners.saturating_mul(config.num_envs_per_env_runner as u64);
+    let runners = c.num_env_runners.max(1) as u64;
+    let envs = runners.saturating_mul(c.num_envs_per_env_runner as u64);
     if envs > MANY_ENVS_PER_CORE.saturating_mul(cores) {
-        let steps = envs.saturating_mul(config.rollout_fragment_length as u64);
+        let steps = envs.saturating_mul(c.rollout_fragment_length as u64);
         tracing::warn!(
             "{envs} envs ({runners} env runners x num_envs_per_env_runner {}) on {cores} \
              cores: every round of fragments is {steps} env steps (x rollout_fragment_length \
              {}) before the first train batch; fewer envs per runner sample sooner",
-            config.num_envs_per_env_runner,
-            config.rollout_fragment_length
+            c.num_envs_per_env_runner,
+            c.rollout_fragment_length
         );
     }
 }

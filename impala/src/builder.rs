@@ -4,24 +4,22 @@
 //! and the seeds of the run's random streams.
 
 use std::collections::VecDeque;
-use std::num::NonZeroUsize;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use impala_config::{EnvBackend, ModelConfig, ValidatedConfig};
+use impala_config::{EnvBackend, ValidatedConfig};
 use impala_core::{CoreError, Env, EnvSpec, Policy, Weights};
 use impala_envs::SharedMeanStdFilter;
-use impala_learner::{
-    learner_devices, Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings, TorchPolicy,
-};
+use impala_learner::{learner_devices, Learner, LearnerHandle, ModelSettings, TorchPolicy};
 use impala_sampler::{
-    BatchingSettings, EnvContext, EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings,
-    TrainBatchBuilder, WeightBroadcaster,
+    EnvContext, EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings, TrainBatchBuilder,
+    WeightBroadcaster,
 };
 
 use crate::evaluation::Evaluator;
 use crate::remote::RunnerServer;
+use crate::settings;
 use crate::{EpisodeWindow, Impala, ImpalaError, Result};
 
 /// Builds an [`Impala`] (see [`Impala::builder`]).
@@ -35,7 +33,7 @@ pub struct ImpalaBuilder {
 impl std::fmt::Debug for ImpalaBuilder {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ImpalaBuilder")
-            .field("env", &self.config.env)
+            .field("env", &self.config.config().env)
             .field("custom_env_factory", &self.env_factory.is_some())
             .field("env_creator", &self.env_creator)
             .field("remote", &self.remote)
@@ -116,16 +114,17 @@ impl ImpalaBuilder {
         let spec = env_spec(&config, &envs.sampling)?;
 
         // The learner seeds its initial weights from `seed`; runs without one get a fresh seed.
-        let base_seed = config.seed.unwrap_or_else(random_seed);
+        let base_seed = config.config().seed.unwrap_or_else(random_seed);
         let learner = new_learner(&config, &spec, base_seed)?;
         crate::budget::check_memory(&config, &spec, learner.num_parameters())?;
-        let learner = LearnerHandle::spawn(&LearnerThreadSettings::from_config(&config), learner)?;
-        let policies = PolicySource { model: config.model.clone(), spec: spec.clone(), base_seed };
+        let learner = LearnerHandle::spawn(&settings::learner_thread(&config), learner)?;
+        let policies =
+            PolicySource { model: settings::model(&config), spec: spec.clone(), base_seed };
         let streams = Streams::new(&config, base_seed, 0);
         let batching = batching_stage(&config, &streams)?;
         let mut algo = Impala {
-            broadcaster: WeightBroadcaster::new(config.broadcast_interval),
-            episodes: EpisodeWindow::new(config.metrics_num_episodes_for_smoothing),
+            broadcaster: WeightBroadcaster::new(config.config().broadcast_interval),
+            episodes: EpisodeWindow::new(config.config().metrics_num_episodes_for_smoothing),
             evaluator: Evaluator::new(config.clone(), envs.evaluation, policies.clone(), &streams),
             env_factory: envs.sampling,
             python_pool,
@@ -154,9 +153,10 @@ impl ImpalaBuilder {
         };
         algo.env_runner_group()?;
         if let Some(server) = &algo.remote {
-            let expected = algo.config.num_env_runners;
-            let timeout = Duration::try_from_secs_f64(algo.config.env_runner_connect_timeout_s)
-                .unwrap_or(Duration::MAX);
+            let expected = algo.config.config().num_env_runners;
+            let timeout =
+                Duration::try_from_secs_f64(algo.config.config().env_runner_connect_timeout_s)
+                    .unwrap_or(Duration::MAX);
             tracing::info!(addr = %server.local_addr(), expected, "waiting for remote env runners");
             let ready = server.wait_for_runners(expected, timeout)?;
             if ready < expected {
@@ -178,9 +178,10 @@ pub(crate) fn new_learner(
     spec: &EnvSpec,
     base_seed: u64,
 ) -> Result<Learner> {
-    let mut learner_settings = LearnerSettings::from_config(config);
+    let mut learner_settings = settings::learner(config);
     learner_settings.model_seed = base_seed;
-    let devices = learner_devices(&config.learner_plan())?;
+    let plan = config.config().learner_plan();
+    let devices = learner_devices(plan.kind, plan.num_devices)?;
     Ok(Learner::with_devices(&learner_settings, spec, &devices)?)
 }
 
@@ -190,10 +191,10 @@ pub(crate) fn batching_stage(
     config: &ValidatedConfig,
     streams: &Streams,
 ) -> Result<Option<TrainBatchBuilder>> {
-    if config.env_runners_only {
+    if config.config().env_runners_only {
         return Ok(None);
     }
-    let mut settings = BatchingSettings::from_config(config);
+    let mut settings = settings::batching(config);
     settings.seed = streams.env_seed;
     Ok(Some(TrainBatchBuilder::new(&settings)?))
 }
@@ -219,7 +220,8 @@ pub(crate) fn run_envs(config: &ValidatedConfig, custom: Option<EnvFactory>) -> 
         None => default_env(config)?,
     };
     // RLlib's MeanStdFilter clips to [-10, 10].
-    let filter = config.normalize_observations.then(|| SharedMeanStdFilter::new(Some(10.0)));
+    let filter =
+        config.config().normalize_observations.then(|| SharedMeanStdFilter::new(Some(10.0)));
     Ok(RunEnvs {
         sampling: wrapped(config, Arc::clone(&base), filter.as_ref(), true),
         evaluation: wrapped(config, base, filter.as_ref(), false),
@@ -231,8 +233,8 @@ pub(crate) fn run_envs(config: &ValidatedConfig, custom: Option<EnvFactory>) -> 
 /// Where `config.env` comes from, per `env_backend`: the native registry, or Gymnasium in
 /// Python env workers.
 fn uses_python(config: &ValidatedConfig) -> Result<bool> {
-    let native = impala_envs::contains(&config.env);
-    match config.env_backend {
+    let native = impala_envs::contains(&config.config().env);
+    match config.config().env_backend {
         EnvBackend::Auto => Ok(!native),
         EnvBackend::Gymnasium => Ok(true),
         EnvBackend::Native if native => Ok(false),
@@ -240,7 +242,7 @@ fn uses_python(config: &ValidatedConfig) -> Result<bool> {
         EnvBackend::Native => Err(probe_native(config).err().map_or(
             ImpalaError::EnvOption {
                 key: "env_backend",
-                problem: format!("is \"native\" but `{}` is no native env", config.env),
+                problem: format!("is \"native\" but `{}` is no native env", config.config().env),
                 fix: "see `impala envs`, or set `env_backend = \"auto\"`".into(),
             },
             ImpalaError::from,
@@ -255,12 +257,12 @@ fn default_env(
     config: &ValidatedConfig,
 ) -> Result<(EnvFactory, Option<Arc<impala_gym::GymEnvPool>>)> {
     if !uses_python(config)? {
-        if config.restart_failed_sub_environments {
+        if config.config().restart_failed_sub_environments {
             return Err(ImpalaError::EnvOption {
                 key: "restart_failed_sub_environments",
                 problem: format!(
                     "is true but `{}` is a native env, which fails only as a whole runner",
-                    config.env
+                    config.config().env
                 ),
                 fix: "remove it (`restart_failed_env_runners` restarts failed runners), or set \
                       `env_backend = \"gymnasium\"`"
@@ -281,7 +283,7 @@ fn python_envs(
     config: &ValidatedConfig,
     creator: Option<PathBuf>,
 ) -> Result<(EnvFactory, Arc<impala_gym::GymEnvPool>)> {
-    let mut settings = gym_settings(config);
+    let mut settings = settings::python_envs(config);
     settings.creator = creator;
     let pool = Arc::new(impala_gym::GymEnvPool::new(settings));
     pool.probe()?;
@@ -293,37 +295,11 @@ fn python_envs(
     Ok((factory, pool))
 }
 
-/// How `config`'s Python envs are started.
-fn gym_settings(config: &ValidatedConfig) -> impala_gym::GymSettings {
-    let mut settings = impala_gym::GymSettings::new(config.env.clone());
-    settings.env_config = config.env_config.clone();
-    if let Some(python) = &config.python_executable {
-        settings.python = python.into();
-    }
-    let positive = |n: usize| NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN);
-    settings.num_envs = positive(config.num_envs_per_env_runner);
-    settings.envs_per_worker = positive(config.envs_per_env_worker());
-    settings.timeout = Duration::from_secs_f64(config.sample_timeout_s);
-    settings.restart_failed_sub_environments = config.restart_failed_sub_environments;
-    let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
-    settings.spin = busy_threads(config) <= cores;
-    settings
-}
-
-/// Threads that are busy all the time in a run of `config` with Python envs: each runner and
-/// its env workers, plus the learner threads unless nothing is trained. Spinning pays only
-/// when they all have a core ([`impala_gym::GymSettings::spin`]).
-fn busy_threads(config: &ValidatedConfig) -> usize {
-    let workers = config.num_envs_per_env_runner.div_ceil(config.envs_per_env_worker());
-    let runners = config.num_env_runners.max(1);
-    let learning = !(config.env_runners_only || config.skip_learners);
-    let learners = if learning { config.num_learner_threads.max(1) } else { 0 };
-    runners * (workers + 1) + learners
-}
-
 /// The spec of the envs `factory` builds (it builds one).
 pub(crate) fn env_spec(config: &ValidatedConfig, factory: &EnvFactory) -> Result<EnvSpec> {
-    Ok(factory(&EnvContext::new(0, 0, config.seed, config.env_config.clone()))?.spec().clone())
+    Ok(factory(&EnvContext::new(0, 0, config.config().seed, config.config().env_config.clone()))?
+        .spec()
+        .clone())
 }
 
 /// The random streams of a run: where its env seeds and its action-sampling seeds come from.
@@ -343,7 +319,7 @@ impl Streams {
     /// The streams of a run of `config` with `base_seed`, restored `num_restores` times.
     pub(crate) fn new(config: &ValidatedConfig, base_seed: u64, num_restores: u64) -> Self {
         Streams {
-            env_seed: config.seed.map(|s| stream_seed(s, num_restores)),
+            env_seed: config.config().seed.map(|s| stream_seed(s, num_restores)),
             sample_seed: stream_seed(base_seed, num_restores),
         }
     }
@@ -362,7 +338,7 @@ pub(crate) fn runner_sample_seed(sample_seed: u64, runner: usize, incarnation: u
 /// Builds runners' policies: CPU copies of the model.
 #[derive(Debug, Clone)]
 pub(crate) struct PolicySource {
-    pub(crate) model: ModelConfig,
+    pub(crate) model: ModelSettings,
     pub(crate) spec: EnvSpec,
     /// Seeds the model's initial weights (overwritten by the weights a policy is given).
     pub(crate) base_seed: u64,
@@ -413,13 +389,13 @@ pub fn check_environment(config: &ValidatedConfig) -> Result<Vec<String>> {
     check_devices(config)?;
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let gpus = tch::Cuda::device_count().max(0);
-    let warnings = config.default_resource_request().check(cpus as f64, gpus as f64)?;
+    let warnings = config.config().default_resource_request().check(cpus as f64, gpus as f64)?;
     Ok(warnings.iter().map(ToString::to_string).collect())
 }
 
 /// A GPU asked on a build or machine without CUDA is an error, never a silent CPU run.
 fn check_devices(config: &ValidatedConfig) -> Result<()> {
-    let plan = config.learner_plan();
+    let plan = config.config().learner_plan();
     let available = tch::Cuda::device_count().max(0) as usize;
     if plan.uses_cuda() && available < plan.num_devices {
         let asked = plan.num_devices;
@@ -448,13 +424,13 @@ fn check_devices(config: &ValidatedConfig) -> Result<()> {
 fn probe_native(
     config: &ValidatedConfig,
 ) -> std::result::Result<Box<dyn Env>, impala_envs::EnvError> {
-    impala_envs::make_for_worker(&config.env, &config.env_config, 0)
+    impala_envs::make_for_worker(&config.config().env, &config.config().env_config, 0)
 }
 
 /// The registered env `config.env`, each made for its runner (see
 /// [`impala_envs::make_for_worker`]).
 fn registered_env(config: &ValidatedConfig) -> EnvFactory {
-    let id = config.env.clone();
+    let id = config.config().env.clone();
     Arc::new(move |ctx: &EnvContext| {
         impala_envs::make_for_worker(&id, &ctx.env_config, ctx.runner_index)
             .map_err(|e| CoreError::Env { env: id.clone(), reason: e.to_string() })
@@ -470,12 +446,12 @@ fn wrapped(
     filter: Option<&SharedMeanStdFilter>,
     update: bool,
 ) -> EnvFactory {
-    let framestack = config.model.framestack;
+    let framestack = config.config().model.framestack;
     if filter.is_none() && framestack <= 1 {
         return base;
     }
     let filter = filter.cloned();
-    let env_id = config.env.clone();
+    let env_id = config.config().env.clone();
     Arc::new(move |ctx: &EnvContext| {
         let wrap_error = |e: impala_envs::EnvError| CoreError::Env {
             env: env_id.clone(),
@@ -559,28 +535,6 @@ mod tests {
         env.reset(None, &mut obs)?;
         let pushes = run.snapshot()?.map(|f| f.running_stats().num_pushes());
         assert_eq!(pushes, Some(saved.running_stats().num_pushes() + 1));
-        Ok(())
-    }
-
-    #[test]
-    fn busy_threads_count_runners_workers_and_learners() -> Result<()> {
-        let busy = |runners, envs, per_worker: Option<usize>, sampling_only| {
-            let config = impala_config::ImpalaConfig {
-                num_env_runners: runners,
-                num_envs_per_env_runner: envs,
-                num_envs_per_env_worker: per_worker,
-                env_runners_only: sampling_only,
-                ..Default::default()
-            };
-            config.validate().map(|c| busy_threads(&c))
-        };
-        // One runner with one worker and nothing trained: 2 (spins on 2 cores).
-        assert_eq!(busy(1, 16, None, true)?, 2);
-        // Two workers of 8: 3. Training adds the learner thread.
-        assert_eq!(busy(1, 16, Some(8), true)?, 3);
-        assert_eq!(busy(1, 16, None, false)?, 3);
-        // Two runners, 3 workers each (5 envs in workers of 2): 8, plus the learner.
-        assert_eq!(busy(2, 5, Some(2), false)?, 9);
         Ok(())
     }
 

@@ -9,10 +9,11 @@ use std::time::Duration;
 
 use impala_config::{DurationUnit, ValidatedConfig};
 use impala_core::{EpisodeStats, Weights};
-use impala_sampler::{EnvContext, EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings};
+use impala_sampler::{EnvContext, EnvFactory, EnvRunnerGroup};
 
 use crate::builder::{env_spec, run_envs, stream_seed, PolicySource, Streams};
 use crate::checkpoint::{find_checkpoint, put_saved_filter, read_checkpoint, LEARNER_DIR};
+use crate::settings;
 use crate::{EpisodeWindow, EvaluationResult, ImpalaError, Result};
 
 /// Evaluation env seeds start this far from the sampling runners' (whose envs are seeded
@@ -61,11 +62,14 @@ impl Evaluator {
         let offset = SEED_OFFSET + self.rounds * SEED_OFFSET_PER_ROUND;
         let sample_seed = stream_seed(self.streams.sample_seed ^ SAMPLE_STREAM, self.rounds + 1);
         self.rounds += 1;
-        let mut settings = EnvRunnerGroupSettings::evaluation_from_config(&self.config, offset);
+        let mut settings = settings::evaluation_runner_group(&self.config, offset);
         settings.runner.seed = self.streams.env_seed.map(|s| s.wrapping_add(offset));
         // In parallel with training, collect only what is ready; alone, wait for fragments.
-        settings.sample_timeout =
-            if self.config.evaluation_parallel_to_training { Some(Duration::ZERO) } else { None };
+        settings.sample_timeout = if self.config.config().evaluation_parallel_to_training {
+            Some(Duration::ZERO)
+        } else {
+            None
+        };
         let group =
             self.policies.start_runners(&settings, &self.env_factory, weights, sample_seed)?;
         self.running = Some(Round { group, episodes: Vec::new(), steps: 0 });
@@ -80,8 +84,8 @@ impl Evaluator {
             round.steps += fragment.batch.env_steps() as u64;
             round.episodes.extend(fragment.episodes);
         }
-        let duration = self.config.evaluation_duration.max(1);
-        let done = match self.config.evaluation_duration_unit {
+        let duration = self.config.config().evaluation_duration.max(1);
+        let done = match self.config.config().evaluation_duration_unit {
             DurationUnit::Episodes => round.episodes.len() >= duration,
             DurationUnit::Timesteps => round.steps >= duration as u64,
         };
@@ -90,7 +94,7 @@ impl Evaluator {
         }
         let Some(mut round) = self.running.take() else { return Ok(None) };
         round.group.shutdown()?;
-        if self.config.evaluation_duration_unit == DurationUnit::Episodes {
+        if self.config.config().evaluation_duration_unit == DurationUnit::Episodes {
             round.episodes.truncate(duration);
         }
         let mut window = EpisodeWindow::new(round.episodes.len().max(1));
@@ -112,7 +116,7 @@ impl Evaluator {
             if let Some(result) = self.poll()? {
                 return Ok(result);
             }
-            if self.config.evaluation_parallel_to_training {
+            if self.config.config().evaluation_parallel_to_training {
                 // Runners are sampling on their threads; do not spin the driver's core.
                 std::thread::sleep(Duration::from_millis(1));
             }
@@ -183,7 +187,8 @@ fn evaluate(
     let weights =
         impala_learner::read_model_weights(&dir.join(LEARNER_DIR), state.counters.num_grad_updates)
             .map_err(|e| corrupt(format!("its weights do not load ({e})")))?;
-    let policies = PolicySource { model: config.model.clone(), spec, base_seed: state.base_seed };
+    let policies =
+        PolicySource { model: settings::model(&config), spec, base_seed: state.base_seed };
     // The weights must fit the model its config describes (the policy checks names, shapes).
     policies.with_weights(Arc::clone(&weights), 0)(&EnvContext::default())
         .map_err(|e| corrupt(format!("its weights do not fit its config's model ({e})")))?;

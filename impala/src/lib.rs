@@ -71,6 +71,7 @@ mod metrics;
 pub mod remote;
 mod result;
 pub mod run;
+pub mod settings;
 mod stop;
 pub mod tensorboard;
 

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use impala_config::{ImpalaConfig, ValidatedConfig};
 use impala_core::{EnvSpec, Weights};
 use impala_remote::{Assignment, BuildRunner, RunSession};
-use impala_sampler::{EnvRunner, EnvRunnerSettings};
+use impala_sampler::EnvRunner;
 use serde::{Deserialize, Serialize};
 
 use crate::builder::{run_envs, PolicySource, Streams};
+use crate::settings;
 use crate::{ImpalaError, Result};
 
 pub use impala_remote::{
@@ -48,20 +49,20 @@ pub(crate) fn run_session(
     Ok(RunSession {
         spec: spec.clone(),
         session,
-        compress_observations: config.compress_observations,
+        compress_observations: config.config().compress_observations,
     })
 }
 
 /// Refuses what remote runners cannot do, before anything starts.
 pub(crate) fn check_remote_config(config: &ValidatedConfig) -> Result<()> {
-    if config.num_env_runners == 0 {
+    if config.config().num_env_runners == 0 {
         return Err(ImpalaError::EnvOption {
             key: "num_env_runners",
             problem: "is 0, but with --listen it counts the remote env runners to wait for".into(),
             fix: "set `num_env_runners` to the number of `impala env-runner` processes".into(),
         });
     }
-    if config.normalize_observations {
+    if config.config().normalize_observations {
         return Err(ImpalaError::EnvOption {
             key: "normalize_observations",
             problem: "needs the run's observation filter, which remote env runners do not share"
@@ -75,7 +76,7 @@ pub(crate) fn check_remote_config(config: &ValidatedConfig) -> Result<()> {
 /// Refuses `compress_observations` for runners in this process, where fragments never
 /// cross a wire.
 pub(crate) fn check_local_config(config: &ValidatedConfig) -> Result<()> {
-    if config.compress_observations {
+    if config.config().compress_observations {
         return Err(ImpalaError::EnvOption {
             key: "compress_observations",
             problem: "compresses fragments sent by remote env runners, and this run has none"
@@ -96,10 +97,10 @@ fn build_runner(assignment: &Assignment, weights: Arc<Weights>) -> Result<EnvRun
     })?;
     let config = data.config.validate()?;
     let envs = run_envs(&config, None)?;
-    let mut settings = EnvRunnerSettings::from_config(&config);
+    let mut settings = settings::env_runner(&config);
     settings.seed = data.env_seed;
     let policies = PolicySource {
-        model: config.model.clone(),
+        model: settings::model(&config),
         spec: assignment.spec.clone(),
         base_seed: data.base_seed,
     }

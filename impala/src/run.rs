@@ -182,7 +182,7 @@ pub fn run(
 ) -> Result<RunSummary, RunError> {
     options.checkpoints.check()?;
     let path = dir.path();
-    write_params(path, algo.config())?;
+    write_params(path, algo.config().config())?;
     let mut logger = ResultLogger::open(path, dir.resume_at())?;
     let mut keeper = Keeper::open(path, &options.checkpoints)?;
     let mut score = None;

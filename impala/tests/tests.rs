@@ -3,4 +3,6 @@
 mod algorithm;
 mod common;
 mod options;
+mod learner_settings;
+mod settings;
 mod trust;

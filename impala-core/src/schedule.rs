@@ -63,7 +63,7 @@ impl Schedule {
     /// The value at `timestep` (RLlib drives schedules by agent steps trained).
     ///
     /// ```
-    /// use impala_config::Schedule;
+    /// use impala_core::Schedule;
     /// let s = Schedule { points: vec![(0, 1.0), (100, 0.0)] };
     /// assert_eq!(s.value_at(50), 0.5);
     /// assert_eq!(s.value_at(1_000), 0.0);

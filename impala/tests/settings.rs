@@ -1,11 +1,20 @@
-//! The settings structs: what they take from a validated config, and their defaults.
+//! The lower crates' settings as `impala::settings` builds them from a validated config, and
+//! their `Default`s, which are the default config's.
 
 use std::time::Duration;
 
-use impala_config::ImpalaConfig;
-use impala_sampler::{BatchingSettings, EnvRunnerGroupSettings, EnvRunnerSettings};
+use std::num::NonZeroUsize;
 
-use crate::support::{nz, TestResult};
+use impala::config::{ConfigError, ImpalaConfig};
+use impala::learner::{LearnerSettings, LearnerThreadSettings};
+use impala::sampler::{BatchingSettings, EnvRunnerGroupSettings};
+use impala::settings;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn nz(n: usize) -> NonZeroUsize {
+    NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN)
+}
 
 #[test]
 fn settings_come_from_the_validated_config() -> TestResult {
@@ -31,7 +40,7 @@ fn settings_come_from_the_validated_config() -> TestResult {
     }
     .validate()?;
 
-    let group = EnvRunnerGroupSettings::from_config(&config);
+    let group = settings::env_runner_group(&config);
     assert_eq!(group.num_env_runners, 3);
     assert_eq!((group.runner.num_envs, group.runner.rollout_fragment_length), (nz(4), nz(7)));
     assert_eq!(group.runner.clip_rewards, Some(2.0));
@@ -40,16 +49,16 @@ fn settings_come_from_the_validated_config() -> TestResult {
     assert_eq!(group.sample_timeout, Some(Duration::from_millis(500)));
     assert!(!group.restart_failed_env_runners);
     assert_eq!(group.max_num_env_runner_restarts, 9);
-    assert_eq!(group.runner, EnvRunnerSettings::from_config(&config));
+    assert_eq!(group.runner, settings::env_runner(&config));
 
     // RLlib's evaluation group: one env per runner, one request each, its own seeds and explore.
-    let eval = EnvRunnerGroupSettings::evaluation_from_config(&config, 100);
+    let eval = settings::evaluation_runner_group(&config, 100);
     assert_eq!(eval.num_env_runners, 2);
     assert_eq!((eval.runner.num_envs, eval.max_requests_in_flight), (nz(1), nz(1)));
     assert_eq!((eval.runner.seed, eval.runner.explore), (Some(105), false));
     assert_eq!(eval.runner.rollout_fragment_length, nz(7));
 
-    let batching = BatchingSettings::from_config(&config);
+    let batching = settings::batching(&config);
     assert_eq!(batching.train_batch_size, nz(280));
     assert_eq!((batching.replay_proportion, batching.replay_buffer_num_slots), (0.5, 6));
     assert_eq!((batching.num_aggregation_workers, batching.seed), (2, Some(5)));
@@ -61,8 +70,10 @@ fn settings_come_from_the_validated_config() -> TestResult {
 #[test]
 fn defaults_are_the_default_config() -> TestResult {
     let config = ImpalaConfig::default().validate()?;
-    assert_eq!(EnvRunnerGroupSettings::from_config(&config), EnvRunnerGroupSettings::default());
-    assert_eq!(BatchingSettings::from_config(&config), BatchingSettings::default());
+    assert_eq!(settings::env_runner_group(&config), EnvRunnerGroupSettings::default());
+    assert_eq!(settings::batching(&config), BatchingSettings::default());
+    assert_eq!(settings::learner(&config), LearnerSettings::default());
+    assert_eq!(settings::learner_thread(&config), LearnerThreadSettings::default());
     // RLlib's defaults: 2 runners of 1 env, fragments of 50, 2 requests in flight, a zero
     // collection timeout (take what is ready), restarts on.
     let group = EnvRunnerGroupSettings::default();
@@ -76,3 +87,17 @@ fn defaults_are_the_default_config() -> TestResult {
     assert_eq!(batching.aggregator_timeout, Some(Duration::ZERO));
     Ok(())
 }
+
+/// The settings hold `NonZeroUsize`, so a zero count cannot reach a runner: the config's
+/// validation rejects it, naming the field.
+#[test]
+fn zero_envs_is_a_config_error() {
+    let config = ImpalaConfig { num_envs_per_env_runner: 0, ..ImpalaConfig::default() };
+    let err = config.validate().err();
+    assert!(
+        matches!(&err, Some(ConfigError::Invalid { violations })
+            if violations.iter().any(|v| v.key == "num_envs_per_env_runner")),
+        "{err:?}"
+    );
+}
+

@@ -1,0 +1,1 @@
+//! Config options as the learner sees them: device plans, refused counts, queue timeouts.
