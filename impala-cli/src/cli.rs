@@ -228,7 +228,7 @@ fn runner_server(
     let token_file = args.token_file.as_deref().context("--listen needs --token-file")?;
     let mut settings = ServerSettings::new(listen, Token::from_file(token_file)?);
     settings.stall_timeout =
-        Duration::try_from_secs_f64(config.sample_timeout_s).unwrap_or(Duration::MAX);
+        Duration::try_from_secs_f64(config.config().sample_timeout_s).unwrap_or(Duration::MAX);
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         settings.tls = Some(ServerTls {
             cert_pem: read_pem("TLS certificate", cert)?,
@@ -478,10 +478,10 @@ fn print_config(args: &ConfigArgs) -> anyhow::Result<ExitCode> {
         "json" => impala::config::ConfigFormat::Json,
         _ => impala::config::ConfigFormat::Toml,
     };
-    print!("{}", config.to_string_as(format)?);
+    print!("{}", config.config().to_string_as(format)?);
     // The learner's device mapping (num_gpus, or num_learners x num_gpus_per_learner), as a
     // comment in every format but JSON, on stderr for JSON so stdout stays parseable.
-    let plan = format!("learner: {}", config.learner_plan());
+    let plan = format!("learner: {}", config.config().learner_plan());
     match format {
         impala::config::ConfigFormat::Json => eprintln!("{plan}"),
         _ => println!("# {plan}"),
@@ -533,13 +533,13 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         }
         (None, _) => load_config(&args.source)?,
     };
-    crate::logging::init(&config.log_level);
+    crate::logging::init(&config.config().log_level);
     warnings.extend(impala::check_environment(&config)?);
     print_warnings(&warnings);
     let mut stop = args.stop.criteria();
     if stop == StopCriteria::default() {
         // No criterion given: train until solved, i.e. Gymnasium's `reward_threshold` of the env.
-        stop.episode_return_mean = impala::envs::reward_threshold(&config.env);
+        stop.episode_return_mean = impala::envs::reward_threshold(&config.config().env);
     }
     let policy = CheckpointPolicy {
         score_attribute: args.checkpoint_score_attribute.clone(),
@@ -558,12 +558,12 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
             truncate: args.truncate,
         },
         (None, Some(dir)) => RunTarget::New(dir.clone()),
-        (None, None) => default_target(&config.env),
+        (None, None) => default_target(&config.config().env),
     };
 
     // From here on SIGINT/SIGTERM finish the iteration and save instead of killing the process.
     let interrupts = Interrupts::install().context("cannot listen for SIGINT and SIGTERM")?;
-    let (env, seed) = (config.env.clone(), config.seed);
+    let (env, seed) = (config.config().env.clone(), config.config().seed);
     if args.profile {
         impala::profile::enable();
     }

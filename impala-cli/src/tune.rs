@@ -798,7 +798,7 @@ fn validate_trials(
                 continue;
             }
         }
-        let cpus = config.default_resource_request().total_cpus();
+        let cpus = config.config().default_resource_request().total_cpus();
         trials.push(Trial {
             index,
             name,
@@ -850,7 +850,7 @@ fn claim_experiment(args: &TuneArgs, trials: &[Trial]) -> Result<PathBuf, TuneEr
             Err(e) => Err(TuneError::Io { action: "create", path, source: e }),
         };
     }
-    let envs: BTreeSet<&str> = trials.iter().map(|t| t.config.env.as_str()).collect();
+    let envs: BTreeSet<&str> = trials.iter().map(|t| t.config.config().env.as_str()).collect();
     let env = match (envs.len(), envs.first()) {
         (1, Some(env)) => format!("_{env}"),
         _ => String::new(),

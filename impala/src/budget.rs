@@ -33,16 +33,13 @@ pub(crate) fn check_memory(
     let step = step_bytes(spec);
     let runners = c.num_env_runners.max(1) as u64;
     // In flight per runner, plus the fragment it is building.
-    let fragments = runners
-        .saturating_mul(c.max_requests_in_flight_per_sampler_worker as u64 + 1);
+    let fragments = runners.saturating_mul(c.max_requests_in_flight_per_sampler_worker as u64 + 1);
     let fragment_steps = c.sample_batch_size() as u64;
     let sampling = fragments.saturating_mul(fragment_steps).saturating_mul(step);
     // Queued, replayed, and the one being built, loaded and trained.
-    let batches =
-        (c.learner_queue_size + c.replay_buffer_num_slots) as u64 + 3;
+    let batches = (c.learner_queue_size + c.replay_buffer_num_slots) as u64 + 3;
     // A train batch holds whole sample batches (at least one).
-    let batch_steps =
-        c.total_train_batch_size().max(c.sample_batch_size()) as u64;
+    let batch_steps = c.total_train_batch_size().max(c.sample_batch_size()) as u64;
     let training = batches.saturating_mul(batch_steps).saturating_mul(step);
     // Each runner's policy: its weights and the snapshot it loads them from.
     let policies = runners.saturating_mul(model_params).saturating_mul(8);

@@ -222,5 +222,4 @@ mod tests {
         assert_eq!(busy(2, 5, Some(2), false)?, 9);
         Ok(())
     }
-
 }

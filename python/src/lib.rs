@@ -92,7 +92,7 @@ fn evaluate_checkpoint(
 #[pyfunction]
 fn resource_bundles(config: &Bound<'_, PyDict>) -> PyResult<(Vec<BTreeMap<String, f64>>, String)> {
     let (config, _) = validated(config)?;
-    let request = config.default_resource_request();
+    let request = config.config().default_resource_request();
     let bundles = request
         .bundles
         .iter()
