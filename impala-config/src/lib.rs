@@ -24,7 +24,7 @@
 //! // Validation collects every problem and returns warnings instead of printing them.
 //! let validated = loaded.config.validate()?;
 //! assert!(validated.warnings().is_empty());
-//! println!("{}", validated.default_resource_request());
+//! println!("{}", validated.config().default_resource_request());
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 #![deny(missing_docs)]

@@ -89,8 +89,8 @@ fn aggregation_workers_are_at_most_the_env_runners() -> TestResult {
 fn num_data_loader_buffers_is_deprecated_and_moves_to_tower_stacks() -> TestResult {
     let config = ImpalaConfig { num_data_loader_buffers: Some(4), ..ImpalaConfig::default() };
     let validated = config.validate()?;
-    assert_eq!(validated.num_multi_gpu_tower_stacks, 4);
-    assert_eq!(validated.num_data_loader_buffers, None);
+    assert_eq!(validated.config().num_multi_gpu_tower_stacks, 4);
+    assert_eq!(validated.config().num_data_loader_buffers, None);
     let expected = WarningKind::DeprecatedKey {
         old: "num_data_loader_buffers".into(),
         new: "num_multi_gpu_tower_stacks".into(),
@@ -101,7 +101,7 @@ fn num_data_loader_buffers_is_deprecated_and_moves_to_tower_stacks() -> TestResu
         "num_data_loader_buffers = 2\n",
         impala_config::ConfigFormat::Toml,
     )?;
-    assert_eq!(loaded.config.validate()?.num_multi_gpu_tower_stacks, 2);
+    assert_eq!(loaded.config.validate()?.config().num_multi_gpu_tower_stacks, 2);
     Ok(())
 }
 
@@ -113,19 +113,19 @@ fn minibatch_buffer_is_lowered_to_the_tower_stacks_in_multi_gpu_mode() -> TestRe
         .resources(|r| r.num_gpus(1.0).fake_gpus(true));
     assert!(config.learner_plan().multi_gpu_thread);
     let validated: ValidatedConfig = config.validate()?;
-    assert_eq!(validated.minibatch_buffer_size, 1);
+    assert_eq!(validated.config().minibatch_buffer_size, 1);
     assert_eq!(warnings(&config)?, [WarningKind::MinibatchBufferLowered { from: 4, to: 1 }]);
     // Enough stacks: no fix-up.
     let enough = config.clone().training(|t| t.num_multi_gpu_tower_stacks(4));
-    assert_eq!(enough.validate()?.minibatch_buffer_size, 4);
+    assert_eq!(enough.validate()?.config().minibatch_buffer_size, 4);
     assert_eq!(warnings(&enough)?, []);
     // The simple LearnerThread keeps its buffer: asked for with simple_optimizer, or chosen for
     // one CPU tower (where RLlib's torch default would run the MultiGPULearnerThread too).
     let simple = config.clone().training(|t| t.simple_optimizer(true));
-    assert_eq!(simple.validate()?.minibatch_buffer_size, 4);
+    assert_eq!(simple.validate()?.config().minibatch_buffer_size, 4);
     let cpu = config.resources(|r| r.num_gpus(0.0));
     assert!(!cpu.learner_plan().multi_gpu_thread);
-    assert_eq!(cpu.validate()?.minibatch_buffer_size, 4);
+    assert_eq!(cpu.validate()?.config().minibatch_buffer_size, 4);
     Ok(())
 }
 
@@ -560,7 +560,7 @@ fn learner_plans_for_the_old_and_new_stack() -> TestResult {
             train_batch_size,
             per_device_batch_size: per_device,
         };
-        assert_eq!(validated.learner_plan(), expected, "{what}");
+        assert_eq!(validated.config().learner_plan(), expected, "{what}");
         assert_eq!(expected.uses_cuda(), kind == Cuda, "{what}");
     }
     let text = default().resources(|r| r.num_gpus(2.0)).learner_plan().to_string();
