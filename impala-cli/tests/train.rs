@@ -199,7 +199,7 @@ fn every_example_config_loads_and_validates() -> TestResult {
             let config = loaded.config.validate()?;
             assert!(config.warnings().is_empty(), "{}: {:?}", path.display(), config.warnings());
             impala::check_environment(&config)?;
-            seen.push(config.env.clone());
+            seen.push(config.config().env.clone());
         }
     }
     seen.sort();

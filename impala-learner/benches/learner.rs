@@ -23,7 +23,6 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use impala_config::ImpalaConfig;
 use impala_core::{EnvSpec, Policy, PolicyInput, PolicyOutput, SampleBatch, Space};
 use impala_learner::{Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings, TorchPolicy};
 use rand::rngs::SmallRng;
@@ -121,15 +120,17 @@ impl Bare {
 }
 
 /// The learner's and the learner thread's settings of RLlib's defaults with seed 0.
-fn default_settings() -> Option<(LearnerSettings, LearnerThreadSettings)> {
-    let config = ImpalaConfig { seed: Some(0), ..ImpalaConfig::default() }.validate().ok()?;
-    Some((LearnerSettings::from_config(&config), LearnerThreadSettings::from_config(&config)))
+fn default_settings() -> (LearnerSettings, LearnerThreadSettings) {
+    (
+        LearnerSettings { model_seed: 0, ..LearnerSettings::default() },
+        LearnerThreadSettings::default(),
+    )
 }
 
 fn cartpole_train_batch(c: &mut Criterion) {
     tch::set_num_threads(1);
     let spec = cartpole();
-    let Some((settings, thread_settings)) = default_settings() else { return };
+    let (settings, thread_settings) = default_settings();
     let train = batch(&spec, CARTPOLE_B, 0);
     let n = (T * CARTPOLE_B) as i64;
     let mut group = c.benchmark_group("cartpole_train_batch_800");
@@ -189,7 +190,7 @@ fn cartpole_train_batch(c: &mut Criterion) {
 /// The Atari conv net's learner step on the CPU at 1 and 2 libtorch threads.
 fn atari_train_batch(c: &mut Criterion) {
     let spec = atari();
-    let Some((settings, _)) = default_settings() else { return };
+    let (settings, _) = default_settings();
     let train = batch(&spec, B, 2);
     let mut group = c.benchmark_group("atari_cnn_train_batch_500");
     group.throughput(Throughput::Elements((T * B) as u64));
@@ -208,7 +209,7 @@ fn atari_train_batch(c: &mut Criterion) {
 
 fn policy_inference(c: &mut Criterion) {
     tch::set_num_threads(1);
-    let Some((settings, _)) = default_settings() else { return };
+    let (settings, _) = default_settings();
     for (name, spec, sizes) in
         [("cartpole", cartpole(), [1usize, 8, 32]), ("atari", atari(), [1, 4, 8])]
     {
@@ -255,7 +256,7 @@ fn cuda_train_batch(c: &mut Criterion) {
     }
     let mut group = c.benchmark_group("cuda_train_batch_500");
     group.throughput(Throughput::Elements((T * B) as u64));
-    let Some((settings, _)) = default_settings() else { return };
+    let (settings, _) = default_settings();
     for (name, spec) in [("cartpole_mlp", cartpole()), ("atari_84x84x4_conv", atari())] {
         let train = batch(&spec, B, 1);
         if let Ok(mut learner) = Learner::new(&settings, &spec, Device::Cuda(0)) {

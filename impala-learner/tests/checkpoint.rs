@@ -1,31 +1,28 @@
 //! Checkpoints restore the model, the optimizer state and the counters.
 
-use impala_config::OptType;
-use impala_core::{Policy, Space};
+use impala_core::{OptType, Policy, Space};
 use impala_learner::{read_model_weights, Learner, LearnerError, LEARNER_STATE_FILE, MODEL_FILE};
 use tch::Device;
 
-use crate::common::{
-    config, max_weight_diff, random_batch, runner_policy, settings, spec, TestResult,
-};
+use crate::common::{max_weight_diff, random_batch, runner_policy, settings, spec, TestResult};
 
 pub fn checkpoint_round_trip(device: Device) -> TestResult {
     let s = spec(4, Space::Discrete(3));
     for opt in [OptType::Adam, OptType::Rmsprop] {
-        let mut c = config(vec![8]);
-        c.opt_type = opt;
-        c.momentum = 0.5;
-        c.separate_vf_optimizer = opt == OptType::Adam;
+        let mut c = settings(vec![8]);
+        c.optimizer.opt_type = opt;
+        c.optimizer.momentum = 0.5;
+        c.optimizer.separate_vf_optimizer = opt == OptType::Adam;
         c.model.vf_share_layers = false;
-        let mut a = Learner::new(&settings(&c)?, &s, device)?;
+        let mut a = Learner::new(&c, &s, device)?;
         for seed in 0..3 {
             a.update(&random_batch(&s, 5, 4, 0, seed), 0)?;
         }
         let dir = tempfile::tempdir()?;
         a.save(dir.path())?;
         // A learner with other initial weights and no optimizer history takes the state over.
-        c.seed = Some(99);
-        let mut b = Learner::new(&settings(&c)?, &s, device)?;
+        c.model_seed = 99;
+        let mut b = Learner::new(&c, &s, device)?;
         assert!(max_weight_diff(&a.weights()?, &b.weights()?) > 0.0);
         b.load(dir.path())?;
         assert_eq!((b.version(), b.agent_steps_trained()), (3, 60));
@@ -48,8 +45,8 @@ fn checkpoint_restores_model_and_optimizer_state() -> TestResult {
 fn a_checkpoint_of_another_model_is_rejected() -> TestResult {
     let s = spec(4, Space::Discrete(3));
     let dir = tempfile::tempdir()?;
-    Learner::new(&settings(&config(vec![8]))?, &s, Device::Cpu)?.save(dir.path())?;
-    let mut other = Learner::new(&settings(&config(vec![9]))?, &s, Device::Cpu)?;
+    Learner::new(&settings(vec![8]), &s, Device::Cpu)?.save(dir.path())?;
+    let mut other = Learner::new(&settings(vec![9]), &s, Device::Cpu)?;
     let err = other.load(dir.path());
     assert!(
         matches!(&err, Err(LearnerError::Checkpoint { reason, .. }) if reason.contains("shape")),
@@ -74,8 +71,8 @@ fn poison(file: &std::path::Path, tensor: &str, value: f32) -> TestResult {
 #[test]
 fn non_finite_tensors_in_a_checkpoint_are_refused_by_name() -> TestResult {
     let s = spec(4, Space::Discrete(3));
-    let c = config(vec![8]);
-    let mut a = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
+    let c = settings(vec![8]);
+    let mut a = Learner::new(&c, &s, Device::Cpu)?;
     a.update(&random_batch(&s, 5, 4, 0, 1), 0)?;
     let weights = a.weights()?;
     let name = weights.tensors[0].name.clone();
@@ -87,7 +84,7 @@ fn non_finite_tensors_in_a_checkpoint_are_refused_by_name() -> TestResult {
         let dir = tempfile::tempdir()?;
         a.save(dir.path())?;
         poison(&dir.path().join(file), &tensor, value)?;
-        let mut b = Learner::new(&settings(&config(vec![8]))?, &s, Device::Cpu)?;
+        let mut b = Learner::new(&settings(vec![8]), &s, Device::Cpu)?;
         let before = b.weights()?;
         let err = b.load(dir.path()).err().ok_or("a non-finite checkpoint loaded")?.to_string();
         assert!(err.contains("non-finite") && err.contains(&format!("`{tensor}`")), "{err}");
@@ -105,8 +102,8 @@ fn non_finite_tensors_in_a_checkpoint_are_refused_by_name() -> TestResult {
 #[test]
 fn model_weights_are_read_without_a_learner() -> TestResult {
     let s = spec(4, Space::Discrete(3));
-    let c = config(vec![8]);
-    let mut a = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
+    let c = settings(vec![8]);
+    let mut a = Learner::new(&c, &s, Device::Cpu)?;
     a.update(&random_batch(&s, 5, 4, 0, 1), 0)?;
     let dir = tempfile::tempdir()?;
     a.save(dir.path())?;

@@ -1,8 +1,9 @@
-//! Shared fixtures: specs, configs and seeded random batches.
+//! Shared fixtures: specs, settings and seeded random batches.
 
-use impala_config::{ConfigError, ImpalaConfig};
+use std::num::NonZeroUsize;
+
 use impala_core::{EnvSpec, SampleBatch, Space};
-use impala_learner::{LearnerSettings, LearnerThreadSettings, TorchPolicy};
+use impala_learner::{LearnerSettings, TorchPolicy};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -22,31 +23,25 @@ pub fn spec(obs_dim: usize, action_space: Space) -> EnvSpec {
     }
 }
 
-/// A small, seeded config.
-pub fn config(hiddens: Vec<usize>) -> ImpalaConfig {
-    let mut c = ImpalaConfig { seed: Some(3), ..ImpalaConfig::default() };
+/// Small, seeded learner settings: RLlib's defaults with `model_seed` 3 and `hiddens`.
+pub fn settings(hiddens: Vec<usize>) -> LearnerSettings {
+    let mut c = LearnerSettings { model_seed: 3, ..LearnerSettings::default() };
     c.model.fcnet_hiddens = hiddens;
     c
 }
 
-/// The learner settings of a test config, through validation as the program makes them.
-pub fn settings(c: &ImpalaConfig) -> Result<LearnerSettings, ConfigError> {
-    Ok(LearnerSettings::from_config(&c.validate()?))
+/// A count for the settings' [`NonZeroUsize`] fields (the tests only write positive ones).
+pub fn nz(n: usize) -> NonZeroUsize {
+    NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN)
 }
 
-/// The learner thread settings of a test config, through validation.
-pub fn thread_settings(c: &ImpalaConfig) -> Result<LearnerThreadSettings, ConfigError> {
-    Ok(LearnerThreadSettings::from_config(&c.validate()?))
-}
-
-/// The runners' policy for a test config: the learner's model and initial weights.
+/// The runners' policy for test settings: the learner's model and initial weights.
 pub fn runner_policy(
-    c: &ImpalaConfig,
+    c: &LearnerSettings,
     spec: &EnvSpec,
     sample_seed: u64,
 ) -> Result<TorchPolicy, Box<dyn std::error::Error>> {
-    let s = settings(c)?;
-    Ok(TorchPolicy::new(&s.model, spec, s.model_seed, sample_seed)?)
+    Ok(TorchPolicy::new(&c.model, spec, c.model_seed, sample_seed)?)
 }
 
 /// A random batch for `spec`: observations, valid actions, behaviour log-probs, rewards, some

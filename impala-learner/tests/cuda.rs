@@ -1,8 +1,11 @@
 //! The device-generic bodies on CUDA (`--features cuda-tests`, needs a CUDA machine).
 
+use impala_core::LearnerDeviceKind;
+use impala_learner::learner_devices;
 use tch::{Cuda, Device};
 
-use crate::common::{config, TestResult};
+use crate::common::TestResult;
+use crate::threads::Setup;
 
 fn cuda() -> Device {
     let n = Cuda::device_count();
@@ -39,7 +42,7 @@ fn cuda_checkpoint_round_trip() -> TestResult {
 #[test]
 fn cuda_learner_thread_failure_reaches_the_driver() -> TestResult {
     let _ = cuda();
-    let mut c = config(vec![8]);
-    c.num_gpus = 1.0;
+    // What `num_gpus = 1` plans: one CUDA tower with the MultiGPULearnerThread.
+    let c = Setup::new(vec![8]).with_towers(learner_devices(LearnerDeviceKind::Cuda, 1)?);
     crate::threads::failure_reaches_the_driver(&c)
 }

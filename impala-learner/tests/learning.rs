@@ -6,7 +6,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tch::Device;
 
-use crate::common::{config, settings, spec, TestResult};
+use crate::common::{settings, spec, TestResult};
 
 /// Observations in [-1, 1]^4; the right action is `obs[0] > 0` (reward 1, else 0); episodes
 /// last one step. Returns (mean reward, vf_loss) of each of `iters` iterations.
@@ -15,10 +15,9 @@ pub fn learn_bandit(
     iters: usize,
 ) -> Result<Vec<(f64, f64)>, Box<dyn std::error::Error>> {
     let s = spec(4, Space::Discrete(2));
-    let mut c = config(vec![32]);
-    c.lr = 0.01;
-    c.loss_reduction = impala_config::LossReduction::Mean;
-    let settings = settings(&c)?;
+    let mut settings = settings(vec![32]);
+    settings.optimizer.lr = 0.01;
+    settings.loss.loss_reduction = impala_core::LossReduction::Mean;
     let mut learner = Learner::new(&settings, &s, device)?;
     let mut policy = TorchPolicy::new(&settings.model, &s, settings.model_seed, 5)?;
     let mut rng = SmallRng::seed_from_u64(0);

@@ -10,12 +10,13 @@
 //! RLlib's `VTraceLoss`; and the analytic gradient (softmax: `-adv (onehot - p)`, entropy:
 //! `p (log p + H)`, value: `V - vs`), its global norm and the first Adam / RMSprop step.
 
-use impala_config::{ConvFilter, ImpalaConfig, LossReduction, OptType};
-use impala_core::{Observations, SampleBatch, Space, Weights};
-use impala_learner::Learner;
+use impala_core::{
+    ConvFilter, LossReduction, Observations, OptType, SampleBatch, Schedule, Space, Weights,
+};
+use impala_learner::{Learner, LearnerSettings};
 use tch::Device;
 
-use crate::common::{config, random_batch, settings, spec, TestResult};
+use crate::common::{nz, random_batch, settings, spec, TestResult};
 
 const OBS: usize = 3;
 const ACTIONS: usize = 3;
@@ -32,29 +33,29 @@ enum Variant {
     SeparateVf,
 }
 
-fn variant_config(v: Variant) -> ImpalaConfig {
-    let mut c = config(vec![]);
-    c.gamma = 0.9;
-    c.lr = 0.01;
-    c.entropy_coeff = 0.1;
-    c.vf_loss_coeff = 0.5;
-    c.grad_clip = None;
-    c.vtrace_clip_rho_threshold = Some(1.2);
-    c.vtrace_clip_pg_rho_threshold = Some(0.8);
+fn variant_settings(v: Variant) -> LearnerSettings {
+    let mut c = settings(vec![]);
+    c.loss.gamma = 0.9;
+    c.optimizer.lr = 0.01;
+    c.loss.entropy_coeff = 0.1;
+    c.loss.vf_loss_coeff = 0.5;
+    c.optimizer.grad_clip = None;
+    c.loss.vtrace_clip_rho_threshold = Some(1.2);
+    c.loss.vtrace_clip_pg_rho_threshold = Some(0.8);
     match v {
         Variant::VTraceSum => {}
         Variant::VTraceMeanDropLast => {
-            c.loss_reduction = LossReduction::Mean;
-            c.vtrace_drop_last_ts = true;
+            c.loss.loss_reduction = LossReduction::Mean;
+            c.loss.vtrace_drop_last_ts = true;
         }
-        Variant::A3cSum => c.vtrace = false,
+        Variant::A3cSum => c.loss.vtrace = false,
         Variant::RmsProp => {
-            c.opt_type = OptType::Rmsprop;
-            c.decay = 0.9;
+            c.optimizer.opt_type = OptType::Rmsprop;
+            c.optimizer.decay = 0.9;
         }
         Variant::SeparateVf => {
-            c.separate_vf_optimizer = true;
-            c.lr_vf = 0.003;
+            c.optimizer.separate_vf_optimizer = true;
+            c.optimizer.lr_vf = 0.003;
         }
     }
     c
@@ -114,17 +115,17 @@ fn ground_truth_vtrace(
     (vs, pg)
 }
 
-fn expected(c: &ImpalaConfig, w: &Weights, batch: &SampleBatch) -> Result<Expected, String> {
+fn expected(c: &LearnerSettings, w: &Weights, batch: &SampleBatch) -> Result<Expected, String> {
     let (wl, bl, wv, bv) = (
         tensor(w, "logits.weight")?,
         tensor(w, "logits.bias")?,
         tensor(w, "value.weight")?,
         tensor(w, "value.bias")?,
     );
-    let gamma = c.gamma;
+    let gamma = c.loss.gamma;
     let value = |x: &[f32]| bv[0] + (0..OBS).map(|j| wv[j] * x[j] as f64).sum::<f64>();
     let n_all = T * B;
-    let steps = if c.vtrace_drop_last_ts { T - 1 } else { T };
+    let steps = if c.loss.vtrace_drop_last_ts { T - 1 } else { T };
     let n = steps * B;
     let (all_obs, all_bootstrap) = (batch.obs.to_f32(), batch.bootstrap_obs.to_f32());
     let obs = |i: usize| &all_obs[i * OBS..(i + 1) * OBS];
@@ -147,7 +148,7 @@ fn expected(c: &ImpalaConfig, w: &Weights, batch: &SampleBatch) -> Result<Expect
         entropy[i] = -(0..ACTIONS).map(|k| logp_all[i][k].exp() * logp_all[i][k]).sum::<f64>();
         values[i] = value(x);
     }
-    let boot: Vec<f64> = if c.vtrace_drop_last_ts {
+    let boot: Vec<f64> = if c.loss.vtrace_drop_last_ts {
         (0..B).map(|b| values[(T - 1) * B + b]).collect()
     } else {
         (0..B).map(|b| value(&all_bootstrap[b * OBS..(b + 1) * OBS])).collect()
@@ -160,7 +161,7 @@ fn expected(c: &ImpalaConfig, w: &Weights, batch: &SampleBatch) -> Result<Expect
             + if trunc && !term { gamma * batch.truncation_values[i] as f64 } else { 0.0 };
         discounts[i] = if term || trunc { 0.0 } else { gamma };
     }
-    let (vs, adv) = if c.vtrace {
+    let (vs, adv) = if c.loss.vtrace {
         let log_rhos: Vec<f64> =
             (0..n).map(|i| target_logp[i] - batch.action_logp[i] as f64).collect();
         let thr = |t: Option<f64>| t.unwrap_or(f64::INFINITY);
@@ -171,7 +172,7 @@ fn expected(c: &ImpalaConfig, w: &Weights, batch: &SampleBatch) -> Result<Expect
             &values,
             &boot,
             steps,
-            (thr(c.vtrace_clip_rho_threshold), thr(c.vtrace_clip_pg_rho_threshold)),
+            (thr(c.loss.vtrace_clip_rho_threshold), thr(c.loss.vtrace_clip_pg_rho_threshold)),
         )
     } else {
         let mut ret = vec![0.0; n];
@@ -186,19 +187,19 @@ fn expected(c: &ImpalaConfig, w: &Weights, batch: &SampleBatch) -> Result<Expect
         let adv = (0..n).map(|i| ret[i] - batch.vf_preds[i] as f64).collect();
         (ret, adv)
     };
-    let scale = match c.loss_reduction {
+    let scale = match c.loss.loss_reduction {
         LossReduction::Sum => 1.0,
         LossReduction::Mean => 1.0 / n as f64,
     };
     let pi_sum: f64 = -(0..n).map(|i| target_logp[i] * adv[i]).sum::<f64>();
     let vf_sum: f64 = 0.5 * (0..n).map(|i| (values[i] - vs[i]).powi(2)).sum::<f64>();
     let ent_sum: f64 = entropy[..n].iter().sum();
-    let (ec, vc) = (c.entropy_coeff, c.vf_loss_coeff);
+    let (ec, vc) = (c.loss.entropy_coeff, c.loss.vf_loss_coeff);
     // Gradients of the linear model.
     let (mut g_wl, mut g_bl, mut g_wv, mut g_bv) =
         (vec![0.0; ACTIONS * OBS], vec![0.0; ACTIONS], vec![0.0; OBS], 0.0);
     // With a separate vf optimizer the value parameters get d(vf_loss) without the coefficient.
-    let vf_weight = if c.separate_vf_optimizer { 1.0 } else { vc };
+    let vf_weight = if c.optimizer.separate_vf_optimizer { 1.0 } else { vc };
     for i in 0..n {
         let x = obs(i);
         let a = batch.actions[i] as usize;
@@ -226,7 +227,7 @@ fn expected(c: &ImpalaConfig, w: &Weights, batch: &SampleBatch) -> Result<Expect
     let norm = |gs: &[&(String, Vec<f64>)]| {
         gs.iter().flat_map(|(_, g)| g.iter()).map(|x| x * x).sum::<f64>().sqrt()
     };
-    let grad_gnorm = if c.separate_vf_optimizer {
+    let grad_gnorm = if c.optimizer.separate_vf_optimizer {
         norm(&[&grads[0], &grads[1]]) + norm(&[&grads[2], &grads[3]])
     } else {
         norm(&grads.iter().collect::<Vec<_>>())
@@ -253,14 +254,20 @@ fn expected(c: &ImpalaConfig, w: &Weights, batch: &SampleBatch) -> Result<Expect
 
 /// The first optimizer step by hand: Adam moves by `lr * g / (|g| + 1e-8)`; RMSprop (alpha =
 /// decay, square_avg starting at 0) by `lr * g / (sqrt((1 - decay) g^2) + eps)`.
-fn expected_step(c: &ImpalaConfig, name: &str, p: f64, g: f64) -> f64 {
-    match c.opt_type {
+fn expected_step(c: &LearnerSettings, name: &str, p: f64, g: f64) -> f64 {
+    match c.optimizer.opt_type {
         OptType::Adam => {
-            let lr =
-                if c.separate_vf_optimizer && name.starts_with("value.") { c.lr_vf } else { c.lr };
+            let lr = if c.optimizer.separate_vf_optimizer && name.starts_with("value.") {
+                c.optimizer.lr_vf
+            } else {
+                c.optimizer.lr
+            };
             p - lr * g / (g.abs() + 1e-8)
         }
-        OptType::Rmsprop => p - c.lr * g / (((1.0 - c.decay) * g * g).sqrt() + c.epsilon),
+        OptType::Rmsprop => {
+            p - c.optimizer.lr * g
+                / (((1.0 - c.optimizer.decay) * g * g).sqrt() + c.optimizer.epsilon)
+        }
     }
 }
 
@@ -274,8 +281,8 @@ pub fn check_loss_and_step(device: Device) -> TestResult {
         Variant::RmsProp,
         Variant::SeparateVf,
     ] {
-        let c = variant_config(v);
-        let mut learner = Learner::new(&settings(&c)?, &s, device)?;
+        let c = variant_settings(v);
+        let mut learner = Learner::new(&c, &s, device)?;
         let before = learner.weights()?;
         let e = expected(&c, &before, &batch)?;
         let stats = learner.update(&batch, 0)?;
@@ -294,7 +301,7 @@ pub fn check_loss_and_step(device: Device) -> TestResult {
         close("grad_gnorm", stats.grad_gnorm, e.grad_gnorm);
         assert_eq!(
             (stats.cur_lr, stats.entropy_coeff, stats.num_grad_updates),
-            (c.lr, c.entropy_coeff, 1)
+            (c.optimizer.lr, c.loss.entropy_coeff, 1)
         );
         let after = learner.weights()?;
         for (name, g) in &e.grads {
@@ -320,11 +327,10 @@ fn loss_stats_and_first_step_match_a_hand_computation() -> TestResult {
 #[test]
 fn schedules_follow_the_timestep() -> TestResult {
     let s = spec(OBS, Space::Discrete(ACTIONS));
-    let mut c = variant_config(Variant::VTraceSum);
-    c.lr_schedule = Some(impala_config::Schedule { points: vec![(0, 0.1), (1000, 0.0)] });
-    c.entropy_coeff_schedule =
-        Some(impala_config::Schedule { points: vec![(0, 0.0), (1000, 1.0)] });
-    let mut learner = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
+    let mut c = variant_settings(Variant::VTraceSum);
+    c.optimizer.lr_schedule = Some(Schedule { points: vec![(0, 0.1), (1000, 0.0)] });
+    c.loss.entropy_coeff_schedule = Some(Schedule { points: vec![(0, 0.0), (1000, 1.0)] });
+    let mut learner = Learner::new(&c, &s, Device::Cpu)?;
     let stats = learner.update(&random_batch(&s, T, B, 0, 1), 250)?;
     assert!((stats.cur_lr - 0.075).abs() < 1e-12);
     assert!((stats.entropy_coeff - 0.25).abs() < 1e-12);
@@ -334,12 +340,12 @@ fn schedules_follow_the_timestep() -> TestResult {
 #[test]
 fn grad_clip_reports_the_clipped_norm_and_bounds_the_step() -> TestResult {
     let s = spec(OBS, Space::Discrete(ACTIONS));
-    let mut c = variant_config(Variant::VTraceSum);
-    c.grad_clip = Some(1e-3);
-    c.opt_type = OptType::Rmsprop;
-    c.decay = 0.0;
+    let mut c = variant_settings(Variant::VTraceSum);
+    c.optimizer.grad_clip = Some(1e-3);
+    c.optimizer.opt_type = OptType::Rmsprop;
+    c.optimizer.decay = 0.0;
     let batch = random_batch(&s, T, B, 0, 11);
-    let mut learner = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
+    let mut learner = Learner::new(&c, &s, Device::Cpu)?;
     let before = learner.weights()?;
     let stats = learner.update(&batch, 0)?;
     // RLlib's apply_grad_clipping reports min(norm, grad_clip).
@@ -353,7 +359,10 @@ fn grad_clip_reports_the_clipped_norm_and_bounds_the_step() -> TestResult {
         .flat_map(|(a, b)| a.data.iter().zip(&b.data).map(|(x, y)| ((x - y) as f64).powi(2)))
         .sum::<f64>()
         .sqrt();
-    assert!(moved <= c.lr * 1e-3 / c.epsilon * 1.01 && moved > 0.0, "moved {moved}");
+    assert!(
+        moved <= c.optimizer.lr * 1e-3 / c.optimizer.epsilon * 1.01 && moved > 0.0,
+        "moved {moved}"
+    );
     Ok(())
 }
 
@@ -372,12 +381,12 @@ fn every_model_and_action_space_trains_a_step() -> TestResult {
         (gaussian.clone(), false, false),
         (gaussian, true, true),
     ] {
-        let mut c = config(vec![8]);
+        let mut c = settings(vec![8]);
         c.model.use_lstm = lstm;
-        c.model.lstm_cell_size = 4;
+        c.model.lstm_cell_size = nz(4);
         c.model.vf_share_layers = shared;
         c.model.conv_filters = Some(vec![ConvFilter::square(4, 5, 2), ConvFilter::square(8, 5, 2)]);
-        let mut learner = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
+        let mut learner = Learner::new(&c, &s, Device::Cpu)?;
         let state_dim = learner.model().state_dim();
         let stats = learner.update(&random_batch(&s, 5, 3, state_dim, 1), 0)?;
         assert!(
@@ -406,7 +415,7 @@ fn byte_frames_train_as_unit_floats_with_rectangular_kernels() -> TestResult {
         observation_space: Space::boxed(vec![0.0; n], vec![1.0; n], shape)?,
         ..as_bytes.clone()
     };
-    let mut c = config(vec![8]);
+    let mut c = settings(vec![8]);
     c.model.conv_filters = Some(vec![
         ConvFilter { out_channels: 4, kernel: [4, 2], stride: [2, 1] },
         ConvFilter { out_channels: 8, kernel: [6, 5], stride: [1, 1] },
@@ -417,8 +426,8 @@ fn byte_frames_train_as_unit_floats_with_rectangular_kernels() -> TestResult {
     for obs in [&mut floats_batch.obs, &mut floats_batch.bootstrap_obs] {
         *obs = Observations::F32(obs.to_f32().iter().map(|v| v / 255.0).collect());
     }
-    let mut from_bytes = Learner::new(&settings(&c)?, &as_bytes, Device::Cpu)?;
-    let mut from_floats = Learner::new(&settings(&c)?, &as_floats, Device::Cpu)?;
+    let mut from_bytes = Learner::new(&c, &as_bytes, Device::Cpu)?;
+    let mut from_floats = Learner::new(&c, &as_floats, Device::Cpu)?;
     let kernels: Vec<Vec<usize>> = from_bytes
         .weights()?
         .tensors

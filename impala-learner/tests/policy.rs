@@ -7,7 +7,7 @@ use impala_core::{EnvSpec, Policy, PolicyInput, PolicyOutput, Space};
 use impala_learner::{ActionDistribution, Learner, TorchPolicy};
 use tch::{Device, Tensor};
 
-use crate::common::{config, runner_policy, settings, spec, TestResult};
+use crate::common::{nz, runner_policy, settings, spec, TestResult};
 
 fn act(
     policy: &mut TorchPolicy,
@@ -50,9 +50,9 @@ fn output_shapes_for_every_space_and_model() -> TestResult {
         (discrete_obs, true, false),
     ];
     for (s, lstm, free_log_std) in cases {
-        let mut c = config(vec![8]);
+        let mut c = settings(vec![8]);
         c.model.use_lstm = lstm;
-        c.model.lstm_cell_size = 5;
+        c.model.lstm_cell_size = nz(5);
         c.model.free_log_std = free_log_std;
         c.model.vf_share_layers = !free_log_std;
         let mut policy = runner_policy(&c, &s, 0)?;
@@ -74,7 +74,7 @@ fn output_shapes_for_every_space_and_model() -> TestResult {
         }
         assert_eq!(policy.compute_values(&obs, n, &vec![0.0; n * state_dim])?, out.vf_preds);
         // The learner builds the same model from the same seed: its weights fit.
-        let learner = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
+        let learner = Learner::new(&c, &s, Device::Cpu)?;
         policy.set_weights(&learner.weights()?)?;
     }
     Ok(())
@@ -85,7 +85,7 @@ fn logp_agrees_with_the_learner_distribution() -> TestResult {
     let box2 = Space::continuous(vec![-1.0; 2], vec![1.0; 2])?;
     for space in [Space::Discrete(3), Space::MultiDiscrete(vec![3, 2]), box2] {
         let s = spec(4, space.clone());
-        let mut policy = runner_policy(&config(vec![8]), &s, 1)?;
+        let mut policy = runner_policy(&settings(vec![8]), &s, 1)?;
         let n = 16;
         let out = act(&mut policy, &obs_for(&s, n), n, &[], true)?;
         let dist = ActionDistribution::for_space(&space)?;
@@ -111,7 +111,7 @@ fn logp_agrees_with_the_learner_distribution() -> TestResult {
 #[test]
 fn greedy_actions_are_the_mode_and_sampling_is_seeded() -> TestResult {
     let s = spec(4, Space::Discrete(3));
-    let c = config(vec![8]);
+    let c = settings(vec![8]);
     let n = 32;
     let obs = obs_for(&s, n);
     let mut p1 = runner_policy(&c, &s, 42)?;
@@ -132,8 +132,8 @@ fn greedy_actions_are_the_mode_and_sampling_is_seeded() -> TestResult {
 #[test]
 fn weights_load_and_mismatches_are_rejected() -> TestResult {
     let s = spec(4, Space::Discrete(2));
-    let c = config(vec![8]);
-    let mut learner = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
+    let c = settings(vec![8]);
+    let mut learner = Learner::new(&c, &s, Device::Cpu)?;
     let mut policy = runner_policy(&c, &s, 0)?;
     let obs = obs_for(&s, 4);
     let before = act(&mut policy, &obs, 4, &[], false)?;
@@ -143,7 +143,7 @@ fn weights_load_and_mismatches_are_rejected() -> TestResult {
     assert_eq!(policy.weights_version(), 1);
     let after = act(&mut policy, &obs, 4, &[], false)?;
     assert_ne!(before.action_dist_inputs, after.action_dist_inputs);
-    let other = Learner::new(&settings(&config(vec![9]))?, &s, Device::Cpu)?;
+    let other = Learner::new(&settings(vec![9]), &s, Device::Cpu)?;
     assert!(policy.set_weights(&other.weights()?).is_err());
     let mut truncated = (*w).clone();
     truncated.tensors.pop();
@@ -157,11 +157,11 @@ fn gaussian_log_std_is_bounded() -> TestResult {
     // A log-std head driven far negative would give std = 0 and log-probs of -inf (non-finite
     // V-trace log-rhos); far positive, a std that swamps the action range.
     let s = spec(4, Space::continuous(vec![-1.0; 2], vec![1.0; 2])?);
-    let c = config(vec![8]);
+    let c = settings(vec![8]);
     let mut policy = runner_policy(&c, &s, 0)?;
     let obs = obs_for(&s, 2);
     for bias in [-1000.0_f32, 1000.0] {
-        let mut w = (*Learner::new(&settings(&c)?, &s, Device::Cpu)?.weights()?).clone();
+        let mut w = (*Learner::new(&c, &s, Device::Cpu)?.weights()?).clone();
         w.version += 1;
         for t in w.tensors.iter_mut().filter(|t| t.name == "logits.bias") {
             // Inputs are [mean (2), log_std (2)].

@@ -4,15 +4,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use impala_config::{ConfigError, ImpalaConfig};
 use impala_core::{EnvSpec, SampleBatch, Space, Weights};
 use impala_learner::{
-    learner_devices, Learner, LearnerError, LearnerHandle, LearnerOutput, LearnerSettings,
-    LearnerThreadSettings, Minibatch, MinibatchBuffer, MIN_LEARNER_QUEUE_TIMEOUT,
+    Learner, LearnerError, LearnerHandle, LearnerOutput, LearnerSettings, LearnerThreadSettings,
+    Minibatch, MinibatchBuffer,
 };
 use tch::Device;
 
-use crate::common::{config, random_batch, settings, spec, thread_settings, TestResult};
+use crate::common::{nz, random_batch, settings, spec, TestResult};
 
 /// Hands out `n` items from a buffer fed with A, B, C, ...; `*` marks a release.
 fn sequence(size: usize, passes: usize, init: usize, n: usize) -> Vec<String> {
@@ -50,13 +49,41 @@ fn a_failed_fetch_leaves_the_buffer_as_it_was() {
     assert_eq!(buf.get(|| Err::<&str, _>(())), Ok(Minibatch::Released("A")));
 }
 
-/// Validates `c` and starts its learner thread, as the program does.
-fn setup(c: &ImpalaConfig) -> Result<(EnvSpec, LearnerHandle), Box<dyn std::error::Error>> {
-    let s = spec(4, Space::Discrete(2));
-    let config = c.validate()?;
-    let devices = learner_devices(&config.learner_plan())?;
-    let learner = Learner::with_devices(&LearnerSettings::from_config(&config), &s, &devices)?;
-    Ok((s, LearnerHandle::spawn(&LearnerThreadSettings::from_config(&config), learner)?))
+/// What a learner thread is started from, as the program builds it from a config: the
+/// learner's settings, the thread's options and the towers' devices (the `impala` crate's
+/// tests check that configs plan these: `impala/tests/learner_settings.rs`).
+#[derive(Debug, Clone)]
+pub struct Setup {
+    pub learner: LearnerSettings,
+    pub thread: LearnerThreadSettings,
+    pub devices: Vec<Device>,
+}
+
+impl Setup {
+    /// Small, seeded settings on one CPU tower with the single-device `LearnerThread`: what a
+    /// config without GPUs plans.
+    pub fn new(hiddens: Vec<usize>) -> Self {
+        Setup {
+            learner: settings(hiddens),
+            thread: LearnerThreadSettings::default(),
+            devices: vec![Device::Cpu],
+        }
+    }
+
+    /// Towers on `devices` with the `MultiGPULearnerThread`: what a config with GPUs plans
+    /// (`num_gpus = 2` with `_fake_gpus` is two CPU devices).
+    pub fn with_towers(mut self, devices: Vec<Device>) -> Self {
+        self.devices = devices;
+        self.thread.multi_gpu_thread = true;
+        self
+    }
+
+    /// Builds the learner and starts its thread, as the program does.
+    pub fn start(&self) -> Result<(EnvSpec, LearnerHandle), Box<dyn std::error::Error>> {
+        let s = spec(4, Space::Discrete(2));
+        let learner = Learner::with_devices(&self.learner, &s, &self.devices)?;
+        Ok((s, LearnerHandle::spawn(&self.thread, learner)?))
+    }
 }
 
 /// Polls [`LearnerHandle::take_new_weights`] until a snapshot arrives (or a deadline passed).
@@ -86,15 +113,14 @@ fn drain_n(h: &LearnerHandle, n: usize) -> Result<Vec<LearnerOutput>, LearnerErr
 #[test]
 fn num_sgd_iter_passes_per_batch_on_both_threads() -> TestResult {
     for fake_gpus in [false, true] {
-        let mut c = config(vec![8]);
-        c.num_sgd_iter = 3;
-        c.num_multi_gpu_tower_stacks = 2;
-        c.minibatch_buffer_size = 2;
+        let mut c = Setup::new(vec![8]);
+        c.thread.num_sgd_iter = nz(3);
+        c.thread.num_multi_gpu_tower_stacks = nz(2);
+        c.thread.minibatch_buffer_size = nz(2);
         if fake_gpus {
-            c.num_gpus = 2.0;
-            c.fake_gpus = true;
+            c = c.with_towers(vec![Device::Cpu; 2]);
         }
-        let (s, h) = setup(&c)?;
+        let (s, h) = c.start()?;
         for seed in 0..4 {
             assert!(h.try_enqueue(random_batch(&s, 5, 4, 0, seed)).is_ok());
         }
@@ -121,9 +147,9 @@ fn num_sgd_iter_passes_per_batch_on_both_threads() -> TestResult {
 
 #[test]
 fn a_full_inqueue_gives_the_batch_back() -> TestResult {
-    let mut c = config(vec![64, 64]);
-    c.learner_queue_size = 1;
-    let (s, h) = setup(&c)?;
+    let mut c = Setup::new(vec![64, 64]);
+    c.thread.learner_queue_size = nz(1);
+    let (s, h) = c.start()?;
     let batch = random_batch(&s, 50, 20, 0, 0);
     let mut rejected = None;
     for _ in 0..10_000 {
@@ -139,9 +165,9 @@ fn a_full_inqueue_gives_the_batch_back() -> TestResult {
 
 #[test]
 fn queue_timeouts_are_stalls_not_failures() -> TestResult {
-    let mut c = config(vec![8]);
-    c.learner_queue_timeout = 0.01;
-    let (s, h) = setup(&c)?;
+    let mut c = Setup::new(vec![8]);
+    c.thread.learner_queue_timeout = Duration::from_millis(10);
+    let (s, h) = c.start()?;
     let deadline = Instant::now() + Duration::from_secs(20);
     while h.queue_stats().num_learner_queue_timeouts < 3 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
@@ -155,11 +181,11 @@ fn queue_timeouts_are_stalls_not_failures() -> TestResult {
 }
 
 /// A NaN reward stops the thread; the driver gets the cause; the weights stay the last good ones.
-pub fn failure_reaches_the_driver(c: &ImpalaConfig) -> TestResult {
+pub fn failure_reaches_the_driver(c: &Setup) -> TestResult {
     for vtrace in [true, false] {
         let mut c = c.clone();
-        c.vtrace = vtrace;
-        let (s, h) = setup(&c)?;
+        c.learner.loss.vtrace = vtrace;
+        let (s, h) = c.start()?;
         assert!(h.try_enqueue(random_batch(&s, 5, 2, 0, 1)).is_ok());
         assert_eq!(drain_n(&h, 1)?.len(), 1);
         let mut bad: SampleBatch = random_batch(&s, 5, 2, 0, 2);
@@ -190,15 +216,15 @@ pub fn failure_reaches_the_driver(c: &ImpalaConfig) -> TestResult {
 
 #[test]
 fn a_nan_stops_the_learner_with_its_cause() -> TestResult {
-    failure_reaches_the_driver(&config(vec![8]))
+    failure_reaches_the_driver(&Setup::new(vec![8]))
 }
 
 #[test]
 fn an_undrained_failure_is_returned_by_stop() -> TestResult {
     // A queue that cannot fill up in this test: try_enqueue fails only once the thread is gone.
-    let mut c = config(vec![8]);
-    c.learner_queue_size = 50_000;
-    let (s, h) = setup(&c)?;
+    let mut c = Setup::new(vec![8]);
+    c.thread.learner_queue_size = nz(50_000);
+    let (s, h) = c.start()?;
     let mut bad = random_batch(&s, 5, 2, 0, 2);
     bad.obs.write(0, &[f32::NAN]);
     assert!(h.try_enqueue(bad).is_ok());
@@ -212,13 +238,13 @@ fn an_undrained_failure_is_returned_by_stop() -> TestResult {
 
 #[test]
 fn save_while_running() -> TestResult {
-    let c = config(vec![8]);
-    let (s, h) = setup(&c)?;
+    let c = Setup::new(vec![8]);
+    let (s, h) = c.start()?;
     assert!(h.try_enqueue(random_batch(&s, 5, 2, 0, 1)).is_ok());
     assert_eq!(drain_n(&h, 1)?.len(), 1);
     let dir = tempfile::tempdir()?;
     h.save(dir.path())?;
-    let mut restored = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
+    let mut restored = Learner::new(&c.learner, &s, Device::Cpu)?;
     restored.load(dir.path())?;
     assert_eq!(restored.version(), 1);
     let learner = h.stop()?;
@@ -228,7 +254,7 @@ fn save_while_running() -> TestResult {
 
 #[test]
 fn weights_are_snapshotted_only_when_asked() -> TestResult {
-    let (s, h) = setup(&config(vec![8]))?;
+    let (s, h) = Setup::new(vec![8]).start()?;
     for seed in 0..3 {
         assert!(h.try_enqueue(random_batch(&s, 5, 2, 0, seed)).is_ok());
     }
@@ -275,39 +301,19 @@ fn weights_are_snapshotted_only_when_asked() -> TestResult {
     Ok(())
 }
 
-#[test]
-fn bad_queue_settings_are_refused_by_validation() -> TestResult {
-    // The settings' NonZeroUsize fields cannot hold these: validation refuses the config.
-    for change in
-        [|c: &mut ImpalaConfig| c.learner_queue_size = 0, |c: &mut ImpalaConfig| c.num_sgd_iter = 0]
-    {
-        let mut c = config(vec![4]);
-        change(&mut c);
-        assert!(matches!(c.validate(), Err(ConfigError::Invalid { .. })));
-        assert!(matches!(setup(&c), Err(e) if e.is::<ConfigError>()));
-    }
-    // Validation allows `learner_queue_timeout = 0`; the thread then waits the shortest timeout
-    // instead of spinning, and counts stalls as usual.
-    let mut c = config(vec![4]);
-    c.learner_queue_timeout = 0.0;
-    assert_eq!(thread_settings(&c)?.learner_queue_timeout, MIN_LEARNER_QUEUE_TIMEOUT);
-    Ok(())
-}
-
+/// Towers need the `MultiGPULearnerThread`: the single-device thread refuses them. A config
+/// with fake GPUs plans it, and one that asks for the single-device thread with them
+/// (`simple_optimizer`) is refused by validation (`impala/tests/learner_settings.rs`).
 #[test]
 fn towers_need_the_multi_gpu_thread() -> TestResult {
-    let mut c = config(vec![4]);
-    c.num_gpus = 2.0;
-    c.fake_gpus = true;
-    let mut thread = thread_settings(&c)?;
-    assert!(thread.multi_gpu_thread);
+    let c = Setup::new(vec![4]).with_towers(vec![Device::Cpu; 2]);
+    let (_, h) = c.start()?;
+    h.stop()?;
+    let mut thread = c.thread.clone();
     thread.multi_gpu_thread = false;
     let learner =
-        Learner::with_devices(&settings(&c)?, &spec(4, Space::Discrete(2)), &[Device::Cpu; 2])?;
+        Learner::with_devices(&c.learner, &spec(4, Space::Discrete(2)), &[Device::Cpu; 2])?;
     assert!(matches!(LearnerHandle::spawn(&thread, learner), Err(LearnerError::Config { .. })));
-    // simple_optimizer asks for that: validation refuses it first.
-    c.simple_optimizer = true;
-    assert!(matches!(c.validate(), Err(ConfigError::Invalid { .. })));
     Ok(())
 }
 
@@ -324,8 +330,8 @@ fn a_step_that_overflows_the_weights_is_undone() -> TestResult {
     // The gradient is finite, but Adam's first step moves every weight by about lr: past f32's
     // range. The learner must refuse the step and keep its weights and optimizer state.
     let s = spec(4, Space::Discrete(2));
-    let c = config(vec![8]);
-    let mut huge = settings(&c)?;
+    let c = settings(vec![8]);
+    let mut huge = c.clone();
     huge.optimizer.lr = 1e39;
     huge.optimizer.grad_clip = None;
     let mut learner = Learner::new(&huge, &s, Device::Cpu)?;
@@ -342,9 +348,9 @@ fn a_step_that_overflows_the_weights_is_undone() -> TestResult {
     // whose first sane step matches a learner that never saw the overflow.
     let dir = tempfile::tempdir()?;
     learner.save(dir.path())?;
-    let mut loaded = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
+    let mut loaded = Learner::new(&c, &s, Device::Cpu)?;
     loaded.load(dir.path())?;
-    let mut fresh = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
+    let mut fresh = Learner::new(&c, &s, Device::Cpu)?;
     let batch = random_batch(&s, 5, 2, 0, 2);
     loaded.update(&batch, 0)?;
     fresh.update(&batch, 0)?;
@@ -356,10 +362,10 @@ fn a_step_that_overflows_the_weights_is_undone() -> TestResult {
 fn a_dead_learner_thread_hands_back_its_last_good_learner() -> TestResult {
     // lr = 1e30 without clipping: the weights blow up to ~1e30 in a step, then the loss is
     // NaN or the next step overflows; either way the thread dies.
-    let mut c = config(vec![8]);
-    c.lr = 1e30;
-    c.grad_clip = None;
-    let (s, h) = setup(&c)?;
+    let mut c = Setup::new(vec![8]);
+    c.learner.optimizer.lr = 1e30;
+    c.learner.optimizer.grad_clip = None;
+    let (s, h) = c.start()?;
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut seed = 0;
     let err = loop {
@@ -389,7 +395,7 @@ fn a_dead_learner_thread_hands_back_its_last_good_learner() -> TestResult {
     // Its last good state saves and loads.
     let dir = tempfile::tempdir()?;
     learner.save(dir.path())?;
-    let mut restored = Learner::new(&settings(&c)?, &s, Device::Cpu)?;
+    let mut restored = Learner::new(&c.learner, &s, Device::Cpu)?;
     restored.load(dir.path())?;
     assert_eq!(restored.weights()?, weights);
     Ok(())

@@ -1,11 +1,10 @@
 //! N towers make the same update as one tower on the whole batch.
 
-use impala_config::LossReduction;
-use impala_core::Space;
-use impala_learner::{Learner, LearnerError};
+use impala_core::{LearnerDeviceKind, LossReduction, Space};
+use impala_learner::{learner_devices, Learner, LearnerError};
 use tch::Device;
 
-use crate::common::{config, max_weight_diff, random_batch, settings, spec, TestResult};
+use crate::common::{max_weight_diff, nz, random_batch, settings, spec, TestResult};
 
 /// Two SGD steps with `towers` against one tower on `single`, for sum and mean reduction and a
 /// recurrent model.
@@ -14,12 +13,11 @@ pub fn towers_match_one_tower(single: Device, towers: &[Device]) -> TestResult {
     for (reduction, lstm) in
         [(LossReduction::Sum, false), (LossReduction::Mean, false), (LossReduction::Sum, true)]
     {
-        let mut c = config(vec![16, 16]);
-        c.loss_reduction = reduction;
-        c.model.use_lstm = lstm;
-        c.model.lstm_cell_size = 8;
-        c.grad_clip = Some(0.5); // the clip must act on the combined gradient
-        let settings = settings(&c)?;
+        let mut settings = settings(vec![16, 16]);
+        settings.loss.loss_reduction = reduction;
+        settings.model.use_lstm = lstm;
+        settings.model.lstm_cell_size = nz(8);
+        settings.optimizer.grad_clip = Some(0.5); // the clip must act on the combined gradient
         let mut one = Learner::new(&settings, &s, single)?;
         let mut many = Learner::with_devices(&settings, &s, towers)?;
         assert_eq!(many.num_towers(), towers.len());
@@ -54,23 +52,14 @@ fn three_cpu_towers_equal_one_tower() -> TestResult {
     towers_match_one_tower(Device::Cpu, &[Device::Cpu; 3])
 }
 
+/// Fake GPUs and CPU learners are CPU towers; the `impala` crate's tests check which kind and
+/// count a config plans (`impala/tests/learner_settings.rs`).
 #[test]
 fn fake_gpus_give_cpu_towers() -> TestResult {
-    let mut c = config(vec![4]);
-    c.num_gpus = 2.0;
-    c.fake_gpus = true;
-    assert_eq!(
-        impala_learner::learner_devices(&c.validate()?.learner_plan())?,
-        vec![Device::Cpu; 2]
-    );
-    c.num_gpus = 0.0;
-    assert_eq!(impala_learner::learner_devices(&c.validate()?.learner_plan())?, vec![Device::Cpu]);
+    assert_eq!(learner_devices(LearnerDeviceKind::FakeGpu, 2)?, vec![Device::Cpu; 2]);
+    assert_eq!(learner_devices(LearnerDeviceKind::Cpu, 1)?, vec![Device::Cpu]);
     // The new stack's CPU learners are CPU towers too.
-    c.num_learners = 2;
-    assert_eq!(
-        impala_learner::learner_devices(&c.validate()?.learner_plan())?,
-        vec![Device::Cpu; 2]
-    );
+    assert_eq!(learner_devices(LearnerDeviceKind::Cpu, 2)?, vec![Device::Cpu; 2]);
     Ok(())
 }
 
@@ -78,10 +67,7 @@ fn fake_gpus_give_cpu_towers() -> TestResult {
 fn more_cuda_devices_than_libtorch_sees_is_no_cuda() -> TestResult {
     let available = tch::Cuda::device_count();
     let requested = usize::try_from(available)? + 1;
-    let mut c = config(vec![4]);
-    c.num_gpus = requested as f64;
-    c.train_batch_size = 100 * requested; // splits evenly over the towers
-    let err = impala_learner::learner_devices(&c.validate()?.learner_plan());
+    let err = learner_devices(LearnerDeviceKind::Cuda, requested);
     assert!(
         matches!(err, Err(LearnerError::NoCuda { requested: r, available: a }) if r == requested && a == available),
         "{err:?}"
@@ -92,7 +78,7 @@ fn more_cuda_devices_than_libtorch_sees_is_no_cuda() -> TestResult {
 #[test]
 fn too_few_rows_for_the_towers_is_an_error() -> TestResult {
     let s = spec(4, Space::Discrete(3));
-    let mut learner = Learner::with_devices(&settings(&config(vec![4]))?, &s, &[Device::Cpu; 3])?;
+    let mut learner = Learner::with_devices(&settings(vec![4]), &s, &[Device::Cpu; 3])?;
     let err = learner.update(&random_batch(&s, 4, 2, 0, 0), 0);
     assert!(matches!(err, Err(LearnerError::Batch { .. })), "{err:?}");
     Ok(())

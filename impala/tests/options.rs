@@ -58,7 +58,7 @@ fn num_learners_become_cpu_towers_and_train() -> TestResult {
     config.num_learners = 2;
     config.train_batch_size_per_learner = Some(40);
     let config = config.validate()?;
-    let plan = config.learner_plan();
+    let plan = config.config().learner_plan();
     assert_eq!(
         (plan.kind, plan.num_devices, plan.train_batch_size),
         (LearnerDeviceKind::Cpu, 2, 80)

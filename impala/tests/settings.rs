@@ -100,4 +100,3 @@ fn zero_envs_is_a_config_error() {
         "{err:?}"
     );
 }
-

@@ -2,7 +2,7 @@
 
 mod algorithm;
 mod common;
-mod options;
 mod learner_settings;
+mod options;
 mod settings;
 mod trust;
