@@ -34,6 +34,7 @@ mod diagnostics;
 mod error;
 mod io;
 mod keys;
+mod log_level;
 mod model;
 mod plan;
 mod resources;
@@ -52,6 +53,7 @@ pub use keys::{
     Evaluation, FaultTolerance, Group, KeyInfo, Learners, Model, Reporting, Resources, Training,
     ALIASES,
 };
+pub use log_level::{LogLevel, UnknownLogLevel};
 pub use model::ModelConfig;
 pub use plan::LearnerPlan;
 pub use resources::{Bundle, BundleRole, ResourceRequest};

@@ -4,6 +4,7 @@
 use crate::config::{DurationUnit, ImpalaConfig};
 use crate::diagnostics::{Rule, Violation, Warning, WarningKind};
 use crate::error::{ConfigError, Result};
+use crate::log_level::LogLevel;
 use crate::model::ModelConfig;
 use impala_core::{Activation, OptType, Schedule, UnknownActivation};
 
@@ -17,6 +18,7 @@ use impala_core::{Activation, OptType, Schedule, UnknownActivation};
 pub struct ValidatedConfig {
     config: ImpalaConfig,
     activations: ModelActivations,
+    log_level: LogLevel,
     warnings: Vec<Warning>,
 }
 
@@ -42,6 +44,11 @@ impl ValidatedConfig {
         self.activations
     }
 
+    /// How much to log (`log_level`).
+    pub fn log_level(&self) -> LogLevel {
+        self.log_level
+    }
+
     /// The warnings validation found; the caller decides how to show them.
     pub fn warnings(&self) -> &[Warning] {
         &self.warnings
@@ -53,8 +60,6 @@ impl ValidatedConfig {
     }
 }
 
-/// Log levels the `impala` command knows (RLlib's `log_level` values plus TRACE).
-pub(crate) const LOG_LEVELS: [&str; 5] = ["TRACE", "DEBUG", "INFO", "WARN", "ERROR"];
 
 #[derive(Default)]
 struct Checker {
@@ -199,12 +204,12 @@ impl ImpalaConfig {
         let activations = check_model(&fixed.model, &mut c);
         check_resources(&fixed, &mut c);
         check_learner_thread(&mut fixed, &mut c);
-        check_rest(&fixed, &mut c);
+        let log_level = check_rest(&fixed, &mut c);
 
-        match activations {
-            // An activation that does not parse is a violation, so `None` never passes.
-            Some(activations) if c.violations.is_empty() => {
-                Ok(ValidatedConfig { config: fixed, activations, warnings: c.warnings })
+        match (activations, log_level) {
+            // A name that does not parse is a violation, so `None` never passes.
+            (Some(activations), Some(log_level)) if c.violations.is_empty() => {
+                Ok(ValidatedConfig { config: fixed, activations, log_level, warnings: c.warnings })
             }
             _ => Err(ConfigError::Invalid { violations: c.violations }),
         }
@@ -703,7 +708,7 @@ fn check_learner_thread(config: &mut ImpalaConfig, c: &mut Checker) {
     }
 }
 
-fn check_rest(config: &ImpalaConfig, c: &mut Checker) {
+fn check_rest(config: &ImpalaConfig, c: &mut Checker) -> Option<LogLevel> {
     c.non_negative("min_time_s_per_iteration", config.min_time_s_per_iteration);
     if config.vtrace_drop_last_ts && config.rollout_fragment_length < 2 {
         c.error(
@@ -740,14 +745,14 @@ fn check_rest(config: &ImpalaConfig, c: &mut Checker) {
             );
         }
     }
-    if !LOG_LEVELS.contains(&config.log_level.to_ascii_uppercase().as_str()) {
-        c.error(
-            "log_level",
-            Rule::LogLevel,
-            format!("`{}` is not a log level", config.log_level),
-            format!("use one of {}", LOG_LEVELS.join(", ")),
-        );
-    }
+    let log_level = config
+        .log_level
+        .parse::<LogLevel>()
+        .map_err(|e| {
+            let fix = format!("use one of {}", LogLevel::NAMES.join(", "));
+            c.error("log_level", Rule::LogLevel, e.to_string(), fix);
+        })
+        .ok();
     let (train, sample) = (config.train_batch_size, config.sample_batch_size());
     if train > 0 && sample > 0 {
         if train < sample {
@@ -769,4 +774,5 @@ fn check_rest(config: &ImpalaConfig, c: &mut Checker) {
             );
         }
     }
+    log_level
 }
