@@ -9,6 +9,7 @@ mod obs;
 mod policy;
 mod space;
 mod stats;
+pub mod suggest;
 mod weights;
 
 pub use batch::SampleBatch;

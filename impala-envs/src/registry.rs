@@ -4,11 +4,11 @@
 //! Two tables: the native envs (a `const`, so their order and keys are fixed), then the envs
 //! registered at run time (a process-wide map behind a lock, sorted by id).
 
-use crate::error::nearest;
 use crate::{
     Acrobot, CartPole, CartPoleConfig, CartPoleCrashing, CartPoleCrashingConfig, EnvError,
     MountainCar, MountainCarConfig, Pendulum, PendulumConfig, Result, StatefulEnv, TimeLimit,
 };
+use impala_core::suggest::did_you_mean;
 use impala_core::{Env, EnvSpec, StepOutcome};
 use serde_json::Value;
 use std::borrow::Cow;
@@ -328,7 +328,7 @@ fn unknown(id: &str) -> EnvError {
     let known = known_ids();
     EnvError::UnknownEnv {
         id: id.to_string(),
-        suggestion: nearest(id, known.iter().map(String::as_str)),
+        suggestion: did_you_mean(id, known.iter().map(String::as_str)).map(String::from),
         known,
     }
 }
@@ -660,7 +660,7 @@ impl<'a> Kwargs<'a> {
             return Err(EnvError::UnknownConfigKey {
                 env: entry.id.to_string(),
                 key: key.clone(),
-                suggestion: nearest(key, accepted()),
+                suggestion: did_you_mean(key, accepted()).map(String::from),
                 accepted: accepted().map(String::from).collect(),
             });
         }
