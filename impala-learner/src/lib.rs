@@ -16,8 +16,7 @@
 //! V-trace targets are computed on the CPU by `impala-vtrace` from the current network's
 //! values and log-probabilities (they carry no gradient, as in RLlib's `vtrace_torch_v2`).
 //!
-//! Deviation from the lead's interface note: [`Learner::weights`] returns
-//! `Result<Arc<Weights>>` (copying weights off a device can fail) instead of `Arc<Weights>`.
+//! [`Learner::weights`] returns `Result<Arc<Weights>>`: copying weights off a device can fail.
 //!
 //! ```
 //! use impala_config::ImpalaConfig;
