@@ -71,7 +71,7 @@ pub enum DurationUnit {
     Timesteps,
 }
 
-/// Every option of RLlib's `ImpalaConfig` (old API stack names, see the seed `impala.py`) and the
+/// Every option of RLlib's `ImpalaConfig` (old API stack names, see `rllib/algorithms/impala/impala.py`) and the
 /// general `AlgorithmConfig` options it relies on, with RLlib's defaults unless a field's doc says
 /// otherwise. New API stack names (`num_env_runners`, `num_learners`, ...) are the field names
 /// where RLlib renamed them; the old names are accepted as aliases in config files.

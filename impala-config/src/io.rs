@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
+use impala_core::suggest::nearest;
 use serde_json::Value;
 
 use crate::diagnostics::{Warning, WarningKind};
@@ -776,24 +777,12 @@ pub fn nearest_key(key: &str) -> String {
         return rllib.to_string();
     }
     if let Some(rest) = key.strip_prefix("model.") {
-        let names = keys::model_keys().iter().map(|k| (k.name, k.name));
-        return format!("model.{}", nearest(rest, names));
+        let names = keys::model_keys().iter().map(|k| k.name);
+        return format!("model.{}", nearest(rest, names).unwrap_or_default());
     }
-    let names = keys::keys()
-        .iter()
-        .map(|k| (k.name, k.name))
-        .chain(keys::ALIASES.iter().map(|a| (a.name, a.canonical)));
-    nearest(key, names).to_string()
-}
-
-fn nearest<'a>(key: &str, candidates: impl Iterator<Item = (&'a str, &'a str)>) -> &'a str {
-    let score = |name: &str| {
-        (strsim::normalized_damerau_levenshtein(key, name) + strsim::jaro_winkler(key, name)) / 2.0
-    };
-    candidates
-        .map(|(name, target)| (score(name), target))
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map_or("", |(_, target)| target)
+    let names = keys::keys().iter().map(|k| k.name).chain(keys::ALIASES.iter().map(|a| a.name));
+    let found = nearest(key, names).unwrap_or_default();
+    alias(found).map_or(found, |a| a.canonical).to_string()
 }
 
 /// Where `key` is written as a key (`key =`, `key:`, `"key":`) in `text`, for formats whose

@@ -385,7 +385,7 @@ groups! {
         evaluation_explore: bool,
     }
 
-    /// RLlib's `debugging()`: seeds, logging and the debug switches of the seed.
+    /// RLlib's `debugging()`: seeds, logging and RLlib's debug switches.
     Debugging => Debugging {
         seed: Option<u64>,
         [into] log_level: String,

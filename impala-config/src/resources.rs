@@ -58,13 +58,13 @@ pub struct ResourceRequest {
 }
 
 impl ImpalaConfig {
-    /// RLlib's `Impala.default_resource_request` (the seed's old API stack): a driver bundle
+    /// RLlib's `Impala.default_resource_request` (its old API stack): a driver bundle
     /// of `num_cpus_for_main_process + num_aggregation_workers` CPUs and `num_gpus` GPUs (0 with
     /// `_fake_gpus`), one bundle per env runner with `num_cpus_per_env_runner`,
     /// `num_gpus_per_env_runner` and the custom resources, and, when evaluation is on, one such
     /// bundle per evaluation env runner (RLlib's `evaluation_config` overrides are not
     /// supported, so they use the env runner numbers). `num_learners` / `num_gpus_per_learner`
-    /// (new API stack) are not part of it, as in the seed.
+    /// (new API stack) are not part of it, as in RLlib's.
     ///
     /// ```
     /// use impala_config::ImpalaConfig;

@@ -11,6 +11,7 @@ mod policy;
 mod schedule;
 mod space;
 mod stats;
+pub mod suggest;
 mod training;
 mod weights;
 

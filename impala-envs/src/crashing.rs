@@ -1,7 +1,8 @@
 //! `CartPoleCrashing-v1`: RLlib's `CartPoleCrashing` test env, a CartPole that fails or stalls
 //! now and then, to exercise env runner fault tolerance.
 
-use crate::{CartPole, CartPoleConfig, StatefulEnv};
+use crate::kwargs::Kwargs;
+use crate::{CartPole, CartPoleConfig, Registration, StatefulEnv};
 use impala_core::{CoreError, Env, EnvSpec, Result, StepOutcome};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -57,6 +58,42 @@ impl CartPoleCrashingConfig {
     /// No crashes and no stalls: the env then behaves exactly as `CartPole-v1`.
     pub fn never() -> Self {
         Self { p_crash: 0.0, ..Self::default() }
+    }
+
+    /// `CartPoleCrashing-v1`'s keys, checked; a stall needs `stall_time_sec`. On an env runner
+    /// not listed in `crash_on_worker_indices` (`stall_on_worker_indices`), nothing crashes
+    /// (stalls).
+    fn from_kwargs(args: &Kwargs<'_>) -> crate::Result<Self> {
+        let defaults = Self::default();
+        let mut config = Self {
+            p_crash: args.probability("p_crash", defaults.p_crash)?,
+            p_crash_reset: args.probability("p_crash_reset", defaults.p_crash_reset)?,
+            crash_after_n_steps: args.step_range("crash_after_n_steps")?,
+            p_stall: args.probability("p_stall", defaults.p_stall)?,
+            p_stall_reset: args.probability("p_stall_reset", defaults.p_stall_reset)?,
+            stall_after_n_steps: args.step_range("stall_after_n_steps")?,
+            stall_time: args.seconds("stall_time_sec")?,
+            init_time: args.seconds("init_time_s")?,
+        };
+        // RLlib: a non-empty list of runner indices spares every other runner.
+        if !args.on_listed_worker("crash_on_worker_indices")? {
+            (config.p_crash, config.p_crash_reset, config.crash_after_n_steps) = (0.0, 0.0, None);
+        }
+        if !args.on_listed_worker("stall_on_worker_indices")? {
+            (config.p_stall, config.p_stall_reset, config.stall_after_n_steps) = (0.0, 0.0, None);
+        }
+        let stalls = config.p_stall > 0.0
+            || config.p_stall_reset > 0.0
+            || config.stall_after_n_steps.is_some();
+        if stalls && config.stall_time.is_none() {
+            return Err(args.invalid(
+                "stall_time_sec",
+                "set (seconds >= 0, or [low, high]) when p_stall, p_stall_reset or \
+                 stall_after_n_steps is",
+                &"nothing",
+            ));
+        }
+        Ok(config)
     }
 }
 
@@ -118,6 +155,26 @@ pub struct CartPoleCrashing {
 impl CartPoleCrashing {
     /// The id (RLlib's class name, versioned as its CartPole).
     pub const ID: &'static str = "CartPoleCrashing-v1";
+
+    /// `CartPoleCrashing-v1` with `CartPole-v1`'s limit and threshold, taking RLlib's crash and
+    /// stall keys (and, from [`crate::make_for_worker`], its per-runner ones).
+    pub(crate) fn registration() -> Registration {
+        Registration::native(Self::ID, 500, |args: &Kwargs<'_>| {
+            Ok(Self::new(CartPoleCrashingConfig::from_kwargs(args)?))
+        })
+        .reward_threshold(475.0)
+        .config_keys([
+            "p_crash",
+            "p_crash_reset",
+            "crash_after_n_steps",
+            "p_stall",
+            "p_stall_reset",
+            "stall_after_n_steps",
+            "stall_time_sec",
+            "init_time_s",
+        ])
+        .per_worker_keys(&["crash_on_worker_indices", "stall_on_worker_indices"])
+    }
 
     /// A crashing CartPole that must be reset before its first step; sleeps for
     /// `config.init_time` first, if set.

@@ -121,17 +121,3 @@ fn did_you_mean(suggestion: &Option<String>) -> String {
 
 /// The crate's result alias.
 pub type Result<T, E = EnvError> = std::result::Result<T, E>;
-
-/// The candidate closest to `name` (case-insensitive edit distance), if it is reasonably close.
-pub(crate) fn nearest<'a>(
-    name: &str,
-    candidates: impl IntoIterator<Item = &'a str>,
-) -> Option<String> {
-    let name = name.to_lowercase();
-    candidates
-        .into_iter()
-        .map(|c| (strsim::normalized_damerau_levenshtein(&name, &c.to_lowercase()), c))
-        .filter(|(score, _)| *score >= 0.5)
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .map(|(_, c)| c.to_string())
-}

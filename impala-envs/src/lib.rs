@@ -38,6 +38,7 @@
 mod classic;
 mod crashing;
 mod error;
+mod kwargs;
 mod registry;
 mod vector;
 mod wrappers;
@@ -50,7 +51,7 @@ pub use crashing::{CartPoleCrashing, CartPoleCrashingConfig};
 pub use error::{EnvError, Result};
 pub use registry::{
     contains, list, make, make_for_worker, make_stateful, register, reward_threshold, EnvConfig,
-    EnvCreator, EnvInfo, Registration, MAX_EPISODE_STEPS,
+    EnvInfo, Registration, MAX_EPISODE_STEPS,
 };
 pub use vector::{VectorEnv, VectorStep};
 pub use wrappers::{

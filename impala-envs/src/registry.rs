@@ -1,22 +1,22 @@
 //! Creating environments by their Gymnasium id, as `gymnasium.make(id, **env_config)`, and
 //! adding your own ids, as `gymnasium.register(id, entry_point, ...)`.
 //!
-//! Two tables: the native envs (a `const`, so their order and keys are fixed), then the envs
-//! registered at run time (a process-wide map behind a lock, sorted by id).
+//! One registry of [`Registration`]s: the native envs (each registered by its own module, in a
+//! fixed order), then the envs registered at run time (sorted by id), behind one process-wide
+//! lock.
 
-use crate::error::nearest;
+use crate::kwargs::Kwargs;
 use crate::{
-    Acrobot, CartPole, CartPoleConfig, CartPoleCrashing, CartPoleCrashingConfig, EnvError,
-    MountainCar, MountainCarConfig, Pendulum, PendulumConfig, Result, StatefulEnv, TimeLimit,
+    Acrobot, CartPole, CartPoleCrashing, EnvError, MountainCar, Pendulum, Result, StatefulEnv,
+    TimeLimit,
 };
+use impala_core::suggest::did_you_mean;
 use impala_core::{Env, EnvSpec, StepOutcome};
 use serde_json::Value;
 use std::borrow::Cow;
-use std::collections::btree_map::{self, BTreeMap};
+use std::collections::BTreeMap;
 use std::fmt;
-use std::ops::{Range, RangeInclusive};
-use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Duration;
+use std::sync::{Arc, LazyLock, PoisonError, RwLock};
 
 /// An `env_config`: extra keyword arguments by name, as RLlib's `env_config` dict
 /// (`ImpalaConfig::env_config` has this type).
@@ -26,98 +26,74 @@ pub type EnvConfig = BTreeMap<String, Value>;
 /// `max_episode_steps`).
 pub const MAX_EPISODE_STEPS: &str = "max_episode_steps";
 
-/// The native environments this crate provides.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Kind {
-    CartPole,
-    Acrobot,
-    MountainCar,
-    Pendulum,
-    CartPoleCrashing,
+/// A registered creator: Gymnasium's `entry_point` (see [`Registration::new`]). An [`Arc`], so
+/// that [`make`] calls it after releasing the registry's lock (a creator may itself call
+/// [`make`]).
+type EnvCreator = Arc<dyn Fn(&EnvConfig) -> Result<Box<dyn Env>> + Send + Sync>;
+
+/// How a registration builds its env.
+#[derive(Clone)]
+enum Creator {
+    /// Given to [`Registration::new`]: gets `env_config` as it is (without
+    /// `max_episode_steps`) and checks it itself.
+    Config(EnvCreator),
+    /// A native env: its keys checked against the registration, told its env runner's index
+    /// when known, and built as its own type (so [`make_stateful`] can reach its state).
+    Native(Arc<dyn NativeCreator>),
 }
 
-/// One native id, as Gymnasium's `register(...)`.
-struct Entry {
-    id: &'static str,
-    kind: Kind,
-    max_episode_steps: usize,
-    reward_threshold: Option<f64>,
-    /// Keyword arguments of the env's constructor (besides `max_episode_steps`).
-    kwargs: &'static [&'static str],
-    /// Keys that need the env runner's index (RLlib's `env_config.worker_index`): accepted by
-    /// [`make_for_worker`], refused by [`make`].
-    per_worker: &'static [&'static str],
+/// A native env's constructor behind one type whatever the env's: it boxes the env as
+/// [`make`] or [`make_stateful`] needs.
+trait NativeCreator: Send + Sync {
+    fn make(&self, args: &Kwargs<'_>) -> Result<Box<dyn Env>>;
+    fn make_stateful(&self, args: &Kwargs<'_>) -> Result<Box<dyn StatefulEnv>>;
 }
 
-/// Why `CartPoleCrashing-v1` refuses RLlib's `*_on_worker_indices`.
-const NO_WORKER_INDEX: &str = "an env made from its id and env_config alone (`impala_envs::make`) \
-     does not know which env runner it runs on; the trainer's env runners make it with their \
-     index (`impala_envs::make_for_worker`), where this key works";
+/// A native env's constructor: reads its keyword arguments, returns the bare env.
+struct Native<E>(fn(&Kwargs<'_>) -> Result<E>);
 
-const NATIVES: [Entry; 5] = [
-    Entry {
-        id: CartPole::ID,
-        kind: Kind::CartPole,
-        max_episode_steps: 500,
-        reward_threshold: Some(475.0),
-        kwargs: &["sutton_barto_reward"],
-        per_worker: &[],
-    },
-    Entry {
-        id: Acrobot::ID,
-        kind: Kind::Acrobot,
-        max_episode_steps: 500,
-        reward_threshold: Some(-100.0),
-        kwargs: &[],
-        per_worker: &[],
-    },
-    Entry {
-        id: MountainCar::ID,
-        kind: Kind::MountainCar,
-        max_episode_steps: 200,
-        reward_threshold: Some(-110.0),
-        kwargs: &["goal_velocity"],
-        per_worker: &[],
-    },
-    Entry {
-        id: Pendulum::ID,
-        kind: Kind::Pendulum,
-        max_episode_steps: 200,
-        reward_threshold: None,
-        kwargs: &["g"],
-        per_worker: &[],
-    },
-    Entry {
-        id: CartPoleCrashing::ID,
-        kind: Kind::CartPoleCrashing,
-        max_episode_steps: 500,
-        reward_threshold: Some(475.0),
-        kwargs: &[
-            "p_crash",
-            "p_crash_reset",
-            "crash_after_n_steps",
-            "p_stall",
-            "p_stall_reset",
-            "stall_after_n_steps",
-            "stall_time_sec",
-            "init_time_s",
-        ],
-        per_worker: &["crash_on_worker_indices", "stall_on_worker_indices"],
-    },
-];
+impl<E: StatefulEnv + 'static> Native<E> {
+    /// The env behind its time limit, if one applies, in the box `B` (the limit wraps the env's
+    /// own type, so a step costs one indirection).
+    fn build<B: FromStateful>(&self, args: &Kwargs<'_>) -> Result<B> {
+        let env = (self.0)(args)?;
+        Ok(match args.max_episode_steps() {
+            Some(n) => B::from_stateful(TimeLimit::new(env, n)?),
+            None => B::from_stateful(env),
+        })
+    }
+}
 
-/// Builds a registered environment from its `env_config` (Gymnasium's `entry_point`).
-///
-/// It returns this crate's [`Result`], not [`impala_core::Result`], so that a creator can refuse
-/// its `env_config` with the errors the native envs use ([`EnvError::UnknownConfigKey`],
-/// [`EnvError::InvalidConfigValue`]) and build this crate's wrappers with `?`; an
-/// [`impala_core::CoreError`] still converts with `?` (into [`EnvError::Core`]). It is
-/// `Send + Sync` because the registry is shared by every thread, and an [`Arc`] so that [`make`]
-/// calls it after releasing the registry's lock (a creator may itself call [`make`]).
-pub type EnvCreator = Arc<dyn Fn(&EnvConfig) -> Result<Box<dyn Env>> + Send + Sync>;
+impl<E: StatefulEnv + 'static> NativeCreator for Native<E> {
+    fn make(&self, args: &Kwargs<'_>) -> Result<Box<dyn Env>> {
+        self.build(args)
+    }
+
+    fn make_stateful(&self, args: &Kwargs<'_>) -> Result<Box<dyn StatefulEnv>> {
+        self.build(args)
+    }
+}
+
+/// The two boxes a native env is built into.
+trait FromStateful {
+    fn from_stateful<E: StatefulEnv + 'static>(env: E) -> Self;
+}
+
+impl FromStateful for Box<dyn Env> {
+    fn from_stateful<E: StatefulEnv + 'static>(env: E) -> Self {
+        Box::new(env)
+    }
+}
+
+impl FromStateful for Box<dyn StatefulEnv> {
+    fn from_stateful<E: StatefulEnv + 'static>(env: E) -> Self {
+        Box::new(env)
+    }
+}
 
 /// An environment to add with [`register`]: the arguments of Gymnasium's
-/// `register(id, entry_point, max_episode_steps, reward_threshold)`.
+/// `register(id, entry_point, max_episode_steps, reward_threshold)`. The native envs are
+/// registered the same way.
 ///
 /// Build it with [`Registration::new`] and the builder methods; the fields are public to read.
 ///
@@ -138,31 +114,57 @@ pub type EnvCreator = Arc<dyn Fn(&EnvConfig) -> Result<Box<dyn Env>> + Send + Sy
 pub struct Registration {
     /// The id [`make`] takes; process-wide, so it must not be taken.
     pub id: String,
-    /// Builds the env from its `env_config` (without `max_episode_steps`, which [`make`] handles).
-    pub creator: EnvCreator,
     /// The time limit [`make`] wraps the env in ([`TimeLimit`]), unless `env_config` overrides
     /// it; `None`: no limit unless `env_config` sets one.
     pub max_episode_steps: Option<usize>,
     /// Return at which the env counts as solved (Gymnasium's `reward_threshold`), if any.
     pub reward_threshold: Option<f64>,
-    /// The `env_config` keys the creator takes, for [`list`] and `impala envs`. [`make`] does not
-    /// check keys against it: the creator checks its own `env_config`.
+    /// The `env_config` keys the env takes, for [`list`] and `impala envs`. [`make`] refuses
+    /// other keys for a native env; a creator given to [`Registration::new`] checks its own
+    /// `env_config`.
     pub config_keys: Vec<String>,
+    creator: Creator,
+    /// Keys that need the env runner's index (RLlib's `env_config.worker_index`): accepted by
+    /// [`make_for_worker`], refused by [`make`] (native envs only).
+    pub(crate) per_worker_keys: Vec<&'static str>,
 }
 
 impl Registration {
     /// A registration of `creator` under `id`, with no time limit, no reward threshold and no
     /// `env_config` keys.
+    ///
+    /// `creator` builds the env from its `env_config` (without `max_episode_steps`, which
+    /// [`make`] handles). It returns this crate's [`Result`], not [`impala_core::Result`], so
+    /// that it can refuse its `env_config` with the errors the native envs use
+    /// ([`EnvError::UnknownConfigKey`], [`EnvError::InvalidConfigValue`]) and build this
+    /// crate's wrappers with `?`; an [`impala_core::CoreError`] still converts with `?` (into
+    /// [`EnvError::Core`]). It is `Send + Sync` because the registry is shared by every thread.
     pub fn new<F>(id: impl Into<String>, creator: F) -> Self
     where
         F: Fn(&EnvConfig) -> Result<Box<dyn Env>> + Send + Sync + 'static,
     {
+        Self::with_creator(id.into(), Creator::Config(Arc::new(creator)))
+    }
+
+    /// A native env under `id` with its default time limit: `creator` reads the env's keyword
+    /// arguments (each env's module, its own) and returns the bare env.
+    pub(crate) fn native<E: StatefulEnv + 'static>(
+        id: &str,
+        max_episode_steps: usize,
+        creator: fn(&Kwargs<'_>) -> Result<E>,
+    ) -> Self {
+        Self::with_creator(id.to_string(), Creator::Native(Arc::new(Native(creator))))
+            .max_episode_steps(max_episode_steps)
+    }
+
+    fn with_creator(id: String, creator: Creator) -> Self {
         Self {
-            id: id.into(),
-            creator: Arc::new(creator),
+            id,
             max_episode_steps: None,
             reward_threshold: None,
             config_keys: Vec::new(),
+            creator,
+            per_worker_keys: Vec::new(),
         }
     }
 
@@ -191,10 +193,26 @@ impl Registration {
         self
     }
 
-    /// Builds the env, as [`make`] does: the time limit from `env_config` or the registration,
-    /// the rest of `env_config` to the creator.
-    fn make(&self, env_config: &EnvConfig) -> Result<Box<dyn Env>> {
-        let limit = max_episode_steps(&self.id, env_config)?.or(self.max_episode_steps);
+    /// Keys a native env takes only from [`make_for_worker`] (not listed by [`list`]).
+    #[must_use]
+    pub(crate) fn per_worker_keys(mut self, keys: &[&'static str]) -> Self {
+        self.per_worker_keys = keys.to_vec();
+        self
+    }
+
+    /// Builds the env, as [`make`] does; a native env learns its env runner's index when
+    /// `worker_index` is given.
+    fn make(&self, env_config: &EnvConfig, worker_index: Option<usize>) -> Result<Box<dyn Env>> {
+        match &self.creator {
+            Creator::Native(native) => native.make(&Kwargs::new(self, env_config, worker_index)?),
+            Creator::Config(creator) => self.make_with(creator, env_config),
+        }
+    }
+
+    /// Builds the env with a creator given to [`Registration::new`]: the time limit from
+    /// `env_config` or the registration, the rest of `env_config` to the creator.
+    fn make_with(&self, creator: &EnvCreator, env_config: &EnvConfig) -> Result<Box<dyn Env>> {
+        let limit = self.time_limit(env_config)?;
         let kwargs = if env_config.contains_key(MAX_EPISODE_STEPS) {
             let mut kwargs = env_config.clone();
             kwargs.remove(MAX_EPISODE_STEPS);
@@ -202,7 +220,7 @@ impl Registration {
         } else {
             Cow::Borrowed(env_config)
         };
-        let mut env = (self.creator)(&kwargs)?;
+        let mut env = creator(&kwargs)?;
         if env.spec().id != self.id {
             env = Box::new(Renamed::new(env, &self.id));
         }
@@ -210,6 +228,29 @@ impl Registration {
             Some(n) => Box::new(TimeLimit::new(env, n)?),
             None => env,
         })
+    }
+
+    /// The time limit for `env_config`: its `max_episode_steps` (a positive integer), else the
+    /// registration's.
+    pub(crate) fn time_limit(&self, env_config: &EnvConfig) -> Result<Option<usize>> {
+        let Some(v) = env_config.get(MAX_EPISODE_STEPS) else {
+            return Ok(self.max_episode_steps);
+        };
+        let n = v.as_u64().filter(|&n| n > 0).and_then(|n| usize::try_from(n).ok());
+        n.map(Some).ok_or_else(|| EnvError::InvalidConfigValue {
+            env: self.id.clone(),
+            key: MAX_EPISODE_STEPS.to_string(),
+            expected: "a positive integer".to_string(),
+            got: v.to_string(),
+        })
+    }
+
+    /// Builds a native env as [`make_stateful`] does.
+    fn make_stateful(&self, env_config: &EnvConfig) -> Result<Box<dyn StatefulEnv>> {
+        match &self.creator {
+            Creator::Native(native) => native.make_stateful(&Kwargs::new(self, env_config, None)?),
+            Creator::Config(_) => Err(EnvError::NotStateful { id: self.id.clone() }),
+        }
     }
 }
 
@@ -224,10 +265,51 @@ impl fmt::Debug for Registration {
     }
 }
 
-/// The envs added with [`register`], by id (so [`list`] reports them sorted). Only [`register`]
-/// writes, and it calls no user code under the lock, so a poisoned lock still holds a consistent
-/// map and is used as is.
-static REGISTERED: RwLock<BTreeMap<String, Registration>> = RwLock::new(BTreeMap::new());
+/// Every env [`make`] knows: the native envs first, in a fixed order, then those added with
+/// [`register`], sorted by id (as [`list`] reports them).
+struct Registry {
+    envs: Vec<Registration>,
+    /// How many of `envs` are native.
+    natives: usize,
+}
+
+impl Registry {
+    /// The native envs, each registered by its own module.
+    fn with_natives() -> Self {
+        let envs = vec![
+            CartPole::registration(),
+            Acrobot::registration(),
+            MountainCar::registration(),
+            Pendulum::registration(),
+            CartPoleCrashing::registration(),
+        ];
+        Self { natives: envs.len(), envs }
+    }
+
+    fn get(&self, id: &str) -> Option<&Registration> {
+        self.envs.iter().find(|r| r.id == id)
+    }
+
+    /// Adds `registration` in its sorted place, unless its id is taken.
+    fn insert(&mut self, registration: Registration) -> Result<()> {
+        if self.get(&registration.id).is_some() {
+            return Err(EnvError::AlreadyRegistered { id: registration.id });
+        }
+        let added = &self.envs[self.natives..];
+        let at = self.natives + added.partition_point(|r| r.id < registration.id);
+        self.envs.insert(at, registration);
+        Ok(())
+    }
+}
+
+/// The registry. Only [`register`] writes, and it calls no user code under the lock, so a
+/// poisoned lock still holds a consistent registry and is used as is.
+static REGISTRY: LazyLock<RwLock<Registry>> =
+    LazyLock::new(|| RwLock::new(Registry::with_natives()));
+
+fn registry() -> std::sync::RwLockReadGuard<'static, Registry> {
+    REGISTRY.read().unwrap_or_else(PoisonError::into_inner)
+}
 
 /// Adds an environment that [`make`] and [`list`] then know, for the rest of the process, as
 /// `gymnasium.register(...)`.
@@ -293,42 +375,21 @@ pub fn register(registration: Registration) -> Result<()> {
     if registration.reward_threshold.is_some_and(|r| !r.is_finite()) {
         return Err(invalid("reward_threshold must be finite"));
     }
-    if native(&registration.id).is_some() {
-        return Err(EnvError::AlreadyRegistered { id: registration.id });
-    }
     // Checked and inserted under one write lock, so two threads cannot both take an id.
-    let mut registered = REGISTERED.write().unwrap_or_else(PoisonError::into_inner);
-    match registered.entry(registration.id.clone()) {
-        btree_map::Entry::Occupied(_) => Err(EnvError::AlreadyRegistered { id: registration.id }),
-        btree_map::Entry::Vacant(slot) => {
-            slot.insert(registration);
-            Ok(())
-        }
-    }
+    REGISTRY.write().unwrap_or_else(PoisonError::into_inner).insert(registration)
 }
 
-/// The native env registered as `id`, if any.
-fn native(id: &str) -> Option<&'static Entry> {
-    NATIVES.iter().find(|e| e.id == id)
-}
-
-/// The env registered at run time as `id`, if any: a copy, so the lock is released before its
-/// creator runs.
+/// The env registered as `id`, if any: a copy, so the lock is released before its creator
+/// runs.
 fn registered(id: &str) -> Option<Registration> {
-    REGISTERED.read().unwrap_or_else(PoisonError::into_inner).get(id).cloned()
-}
-
-/// Every known id: the natives in their order, then the registered ones sorted.
-fn known_ids() -> Vec<String> {
-    let registered = REGISTERED.read().unwrap_or_else(PoisonError::into_inner);
-    NATIVES.iter().map(|e| e.id.to_string()).chain(registered.keys().cloned()).collect()
+    registry().get(id).cloned()
 }
 
 fn unknown(id: &str) -> EnvError {
-    let known = known_ids();
+    let known: Vec<String> = registry().envs.iter().map(|r| r.id.clone()).collect();
     EnvError::UnknownEnv {
         id: id.to_string(),
-        suggestion: nearest(id, known.iter().map(String::as_str)),
+        suggestion: did_you_mean(id, known.iter().map(String::as_str)).map(String::from),
         known,
     }
 }
@@ -359,36 +420,23 @@ pub struct EnvInfo {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn list() -> Result<Vec<EnvInfo>> {
-    let mut infos = NATIVES
-        .iter()
-        .map(|entry| {
-            let env: Box<dyn Env> = build(entry, &EnvConfig::new(), None)?;
+    // A snapshot, so no creator runs under the lock.
+    let registrations = registry().envs.clone();
+    registrations
+        .into_iter()
+        .map(|registration| {
+            let env = registration.make(&EnvConfig::new(), None).map_err(|source| {
+                EnvError::CreatorFailed { id: registration.id.clone(), source: Box::new(source) }
+            })?;
             Ok(EnvInfo {
                 spec: env.spec().clone(),
-                reward_threshold: entry.reward_threshold,
-                config_keys: std::iter::once(MAX_EPISODE_STEPS)
-                    .chain(entry.kwargs.iter().copied())
-                    .map(String::from)
+                reward_threshold: registration.reward_threshold,
+                config_keys: std::iter::once(MAX_EPISODE_STEPS.to_string())
+                    .chain(registration.config_keys.into_iter().filter(|k| k != MAX_EPISODE_STEPS))
                     .collect(),
             })
         })
-        .collect::<Result<Vec<_>>>()?;
-    // A snapshot, so no creator runs under the lock.
-    let registered: Vec<Registration> =
-        REGISTERED.read().unwrap_or_else(PoisonError::into_inner).values().cloned().collect();
-    for registration in registered {
-        let env = registration.make(&EnvConfig::new()).map_err(|source| {
-            EnvError::CreatorFailed { id: registration.id.clone(), source: Box::new(source) }
-        })?;
-        infos.push(EnvInfo {
-            spec: env.spec().clone(),
-            reward_threshold: registration.reward_threshold,
-            config_keys: std::iter::once(MAX_EPISODE_STEPS.to_string())
-                .chain(registration.config_keys.into_iter().filter(|k| k != MAX_EPISODE_STEPS))
-                .collect(),
-        });
-    }
-    Ok(infos)
+        .collect()
 }
 
 /// The return at which `id` counts as solved (Gymnasium's `reward_threshold`), without
@@ -399,10 +447,7 @@ pub fn list() -> Result<Vec<EnvInfo>> {
 /// assert_eq!(impala_envs::reward_threshold("Pendulum-v1"), None);
 /// ```
 pub fn reward_threshold(id: &str) -> Option<f64> {
-    if let Some(entry) = NATIVES.iter().find(|e| e.id == id) {
-        return entry.reward_threshold;
-    }
-    REGISTERED.read().unwrap_or_else(PoisonError::into_inner).get(id)?.reward_threshold
+    registry().get(id)?.reward_threshold
 }
 
 /// Whether `id` is a native env or one added with [`register`].
@@ -412,7 +457,7 @@ pub fn reward_threshold(id: &str) -> Option<f64> {
 /// assert!(!impala_envs::contains("LunarLander-v3"));
 /// ```
 pub fn contains(id: &str) -> bool {
-    native(id).is_some() || registered(id).is_some()
+    registry().get(id).is_some()
 }
 
 /// Creates the environment known as `id`, as `gymnasium.make(id, **env_config)`: a native env,
@@ -422,7 +467,7 @@ pub fn contains(id: &str) -> bool {
 /// time limit; the env is wrapped in a [`TimeLimit`] whenever a limit applies. Native envs take
 /// their own keyword arguments (`sutton_barto_reward` for CartPole-v1, `goal_velocity` for
 /// MountainCar-v0, `g` for Pendulum-v1, RLlib's crash and stall keys for CartPoleCrashing-v1,
-/// see [`CartPoleCrashingConfig`]) and refuse any other key. A registered env's creator gets
+/// see [`crate::CartPoleCrashingConfig`]) and refuse any other key. A registered env's creator gets
 /// the other keys unchanged (without `max_episode_steps`), checks them itself, and its errors are
 /// returned as they are; its env reports `id` in its spec, as Gymnasium's `make` sets `env.spec`.
 ///
@@ -471,10 +516,7 @@ pub fn make_for_worker(
 /// [`make`] and [`make_for_worker`]: a native env knows its runner when `worker_index` is given;
 /// a registered creator gets `env_config` either way.
 fn make_on(id: &str, env_config: &EnvConfig, worker_index: Option<usize>) -> Result<Box<dyn Env>> {
-    if let Some(entry) = native(id) {
-        return build(entry, env_config, worker_index);
-    }
-    registered(id).ok_or_else(|| unknown(id))?.make(env_config)
+    registered(id).ok_or_else(|| unknown(id))?.make(env_config, worker_index)
 }
 
 /// As [`make`], keeping access to the physical state (see [`StatefulEnv`]), e.g. to replay a
@@ -494,26 +536,7 @@ fn make_on(id: &str, env_config: &EnvConfig, worker_index: Option<usize>) -> Res
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn make_stateful(id: &str, env_config: &EnvConfig) -> Result<Box<dyn StatefulEnv>> {
-    match native(id) {
-        Some(entry) => build(entry, env_config, None),
-        None if registered(id).is_some() => Err(EnvError::NotStateful { id: id.to_string() }),
-        None => Err(unknown(id)),
-    }
-}
-
-/// `env_config`'s `max_episode_steps` for env `id`, if set (a positive integer).
-fn max_episode_steps(id: &str, env_config: &EnvConfig) -> Result<Option<usize>> {
-    let Some(v) = env_config.get(MAX_EPISODE_STEPS) else {
-        return Ok(None);
-    };
-    v.as_u64().filter(|&n| n > 0).and_then(|n| usize::try_from(n).ok()).map(Some).ok_or_else(|| {
-        EnvError::InvalidConfigValue {
-            env: id.to_string(),
-            key: MAX_EPISODE_STEPS.to_string(),
-            expected: "a positive integer".to_string(),
-            got: v.to_string(),
-        }
-    })
+    registered(id).ok_or_else(|| unknown(id))?.make_stateful(env_config)
 }
 
 /// A registered env under the id it was made with: Gymnasium's `make` sets `env.spec` from the
@@ -542,219 +565,6 @@ impl Env for Renamed {
     #[inline]
     fn step(&mut self, action: &[f32], obs: &mut [f32]) -> impala_core::Result<StepOutcome> {
         self.env.step(action, obs)
-    }
-}
-
-/// The two boxed forms [`build`] can return.
-trait FromStateful {
-    fn from_stateful<E: StatefulEnv + 'static>(env: E) -> Self;
-}
-
-impl FromStateful for Box<dyn Env> {
-    fn from_stateful<E: StatefulEnv + 'static>(env: E) -> Self {
-        Box::new(env)
-    }
-}
-
-impl FromStateful for Box<dyn StatefulEnv> {
-    fn from_stateful<E: StatefulEnv + 'static>(env: E) -> Self {
-        Box::new(env)
-    }
-}
-
-fn build<B: FromStateful>(
-    entry: &Entry,
-    env_config: &EnvConfig,
-    worker_index: Option<usize>,
-) -> Result<B> {
-    let args = Kwargs::new(entry, env_config, worker_index)?;
-    let steps = args.max_episode_steps()?;
-    Ok(match entry.kind {
-        Kind::CartPole => {
-            let sutton_barto_reward = args.bool("sutton_barto_reward", false)?;
-            B::from_stateful(TimeLimit::new(
-                CartPole::new(CartPoleConfig { sutton_barto_reward }),
-                steps,
-            )?)
-        }
-        Kind::Acrobot => B::from_stateful(TimeLimit::new(Acrobot::new(), steps)?),
-        Kind::MountainCar => {
-            let goal_velocity = args.f64("goal_velocity", 0.0)?;
-            B::from_stateful(TimeLimit::new(
-                MountainCar::new(MountainCarConfig { goal_velocity }),
-                steps,
-            )?)
-        }
-        Kind::Pendulum => {
-            let g = args.f64("g", PendulumConfig::default().g)?;
-            B::from_stateful(TimeLimit::new(Pendulum::new(PendulumConfig { g }), steps)?)
-        }
-        Kind::CartPoleCrashing => {
-            let config = crashing_config(&args)?;
-            B::from_stateful(TimeLimit::new(CartPoleCrashing::new(config), steps)?)
-        }
-    })
-}
-
-/// `CartPoleCrashing-v1`'s keys, checked; a stall needs `stall_time_sec`.
-fn crashing_config(args: &Kwargs<'_>) -> Result<CartPoleCrashingConfig> {
-    let defaults = CartPoleCrashingConfig::default();
-    let config = CartPoleCrashingConfig {
-        p_crash: args.probability("p_crash", defaults.p_crash)?,
-        p_crash_reset: args.probability("p_crash_reset", defaults.p_crash_reset)?,
-        crash_after_n_steps: args.step_range("crash_after_n_steps")?,
-        p_stall: args.probability("p_stall", defaults.p_stall)?,
-        p_stall_reset: args.probability("p_stall_reset", defaults.p_stall_reset)?,
-        stall_after_n_steps: args.step_range("stall_after_n_steps")?,
-        stall_time: args.seconds("stall_time_sec")?,
-        init_time: args.seconds("init_time_s")?,
-    };
-    // RLlib: a non-empty list of runner indices spares every other runner.
-    let mut config = config;
-    if !args.on_listed_worker("crash_on_worker_indices")? {
-        (config.p_crash, config.p_crash_reset, config.crash_after_n_steps) = (0.0, 0.0, None);
-    }
-    if !args.on_listed_worker("stall_on_worker_indices")? {
-        (config.p_stall, config.p_stall_reset, config.stall_after_n_steps) = (0.0, 0.0, None);
-    }
-    let stalls =
-        config.p_stall > 0.0 || config.p_stall_reset > 0.0 || config.stall_after_n_steps.is_some();
-    if stalls && config.stall_time.is_none() {
-        return Err(EnvError::InvalidConfigValue {
-            env: args.entry.id.to_string(),
-            key: "stall_time_sec".to_string(),
-            expected: "set (seconds >= 0, or [low, high]) when p_stall, p_stall_reset or \
-                 stall_after_n_steps is"
-                .to_string(),
-            got: "nothing".to_string(),
-        });
-    }
-    Ok(config)
-}
-
-/// Typed access to one env's `env_config`, after checking that every key is accepted.
-struct Kwargs<'a> {
-    entry: &'a Entry,
-    config: &'a EnvConfig,
-    /// The env runner the env is made for, when known ([`make_for_worker`]).
-    worker_index: Option<usize>,
-}
-
-impl<'a> Kwargs<'a> {
-    fn new(entry: &'a Entry, config: &'a EnvConfig, worker_index: Option<usize>) -> Result<Self> {
-        if worker_index.is_none() {
-            if let Some(key) = entry.per_worker.iter().find(|k| config.contains_key(**k)) {
-                return Err(EnvError::UnsupportedConfigKey {
-                    env: entry.id.to_string(),
-                    key: key.to_string(),
-                    reason: NO_WORKER_INDEX.to_string(),
-                });
-            }
-        }
-        let accepted = || {
-            std::iter::once(MAX_EPISODE_STEPS)
-                .chain(entry.kwargs.iter().copied())
-                .chain(entry.per_worker.iter().copied())
-        };
-        if let Some(key) = config.keys().find(|k| !accepted().any(|a| a == k.as_str())) {
-            return Err(EnvError::UnknownConfigKey {
-                env: entry.id.to_string(),
-                key: key.clone(),
-                suggestion: nearest(key, accepted()),
-                accepted: accepted().map(String::from).collect(),
-            });
-        }
-        Ok(Self { entry, config, worker_index })
-    }
-
-    /// Whether the env's runner is among the list of runner indices under `key` (RLlib's
-    /// `crash_on_worker_indices`); true when the key is absent or its list is empty.
-    fn on_listed_worker(&self, key: &str) -> Result<bool> {
-        let Some(value) = self.config.get(key) else { return Ok(true) };
-        let expected = "a list of env runner indices (non-negative integers), e.g. [1, 2]";
-        let indices = value
-            .as_array()
-            .and_then(|items| items.iter().map(Value::as_u64).collect::<Option<Vec<u64>>>())
-            .ok_or_else(|| self.invalid(key, expected, value))?;
-        let Some(worker) = self.worker_index else { return Ok(true) };
-        Ok(indices.is_empty() || u64::try_from(worker).is_ok_and(|w| indices.contains(&w)))
-    }
-
-    fn invalid(&self, key: &str, expected: &str, got: &Value) -> EnvError {
-        EnvError::InvalidConfigValue {
-            env: self.entry.id.to_string(),
-            key: key.to_string(),
-            expected: expected.to_string(),
-            got: got.to_string(),
-        }
-    }
-
-    fn max_episode_steps(&self) -> Result<usize> {
-        Ok(max_episode_steps(self.entry.id, self.config)?.unwrap_or(self.entry.max_episode_steps))
-    }
-
-    fn bool(&self, key: &str, default: bool) -> Result<bool> {
-        match self.config.get(key) {
-            None => Ok(default),
-            Some(v) => v.as_bool().ok_or_else(|| self.invalid(key, "a boolean", v)),
-        }
-    }
-
-    fn f64(&self, key: &str, default: f64) -> Result<f64> {
-        match self.config.get(key) {
-            None => Ok(default),
-            Some(v) => v
-                .as_f64()
-                .filter(|x| x.is_finite())
-                .ok_or_else(|| self.invalid(key, "a finite number", v)),
-        }
-    }
-
-    fn probability(&self, key: &str, default: f64) -> Result<f64> {
-        match self.config.get(key) {
-            None => Ok(default),
-            Some(v) => v
-                .as_f64()
-                .filter(|p| (0.0..=1.0).contains(p))
-                .ok_or_else(|| self.invalid(key, "a probability (a number in [0, 1])", v)),
-        }
-    }
-
-    /// A step count `n >= 1` (as `n..n + 1`) or `[low, high]` with `1 <= low < high` (RLlib's
-    /// 2-tuple, drawn from `low..high`).
-    fn step_range(&self, key: &str) -> Result<Option<Range<u64>>> {
-        let Some(v) = self.config.get(key) else { return Ok(None) };
-        let count = |v: &Value| v.as_u64().filter(|&n| n >= 1);
-        let range = match v {
-            Value::Array(pair) => match pair.as_slice() {
-                [low, high] => {
-                    count(low).zip(count(high)).filter(|(l, h)| l < h).map(|(l, h)| l..h)
-                }
-                _ => None,
-            },
-            _ => count(v).map(|n| n..n + 1),
-        };
-        range.map(Some).ok_or_else(|| {
-            self.invalid(key, "a positive integer, or [low, high] with 1 <= low < high", v)
-        })
-    }
-
-    /// Seconds `t >= 0` (as `t..=t`) or `[low, high]` with `0 <= low <= high`.
-    fn seconds(&self, key: &str) -> Result<Option<RangeInclusive<Duration>>> {
-        let Some(v) = self.config.get(key) else { return Ok(None) };
-        let secs = |v: &Value| {
-            v.as_f64().filter(|t| t.is_finite() && *t >= 0.0).map(Duration::from_secs_f64)
-        };
-        let range = match v {
-            Value::Array(pair) => match pair.as_slice() {
-                [low, high] => secs(low).zip(secs(high)).filter(|(l, h)| l <= h),
-                _ => None,
-            },
-            _ => secs(v).map(|t| (t, t)),
-        };
-        range.map(|(low, high)| Some(low..=high)).ok_or_else(|| {
-            self.invalid(key, "seconds (a number >= 0), or [low, high] with 0 <= low <= high", v)
-        })
     }
 }
 

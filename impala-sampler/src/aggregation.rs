@@ -1,5 +1,5 @@
 //! Aggregation workers (`num_aggregation_workers > 0`): threads that run the mix-in replay
-//! off the driver thread, as the seed's `AggregatorWorker` actors. Concatenation into train
+//! off the driver thread, as RLlib's `AggregatorWorker` actors. Concatenation into train
 //! batches stays in [`TrainBatchBuilder`](crate::TrainBatchBuilder), once for all workers.
 
 use impala_profile::{span, Activity};

@@ -1,6 +1,6 @@
 //! The one batching stage between the env runners and the learner queue: mix-in replay
 //! (on the driver, or on aggregation workers) followed by concatenation into train batches
-//! (always here, once): the seed's `local_mixin_buffer` add/replay and
+//! (always here, once): RLlib's `local_mixin_buffer` add/replay and
 //! `concatenate_batches_and_pre_queue`.
 
 use impala_profile::{span, Activity};

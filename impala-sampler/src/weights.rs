@@ -9,7 +9,7 @@ use impala_core::SampleBatch;
 /// the last broadcast, remember which runners returned samples since then, and broadcast to
 /// exactly those runners once `broadcast_interval` steps have passed and the learner has new
 /// weights. Runners that sent nothing keep their weights until they do (they are not sampling
-/// with them anyway), as in the seed's `workers_that_need_updates` set.
+/// with them anyway), as in RLlib's `workers_that_need_updates` set.
 ///
 /// The caller counts the broadcasts (RLlib's `num_weight_broadcasts`), one per `Some`.
 ///

@@ -4,7 +4,7 @@
 //!
 //! Memory stays flat however long a run is: the logger keeps only the CSV header, and every
 //! file is read and rewritten as a stream (a new column rewrites `progress.csv` from the old
-//! file; rewinding or copying a history streams `result.json`).
+//! file). Cutting a history at an iteration is [`crate::run::history`]'s.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
@@ -16,7 +16,7 @@ use serde::Deserialize;
 
 use crate::checkpoint::write_file_atomically;
 use crate::result::flatten;
-use crate::tensorboard::copy_events_upto;
+use crate::run::history::rewind_history;
 use crate::{EventWriter, ImpalaError, IterationResult, Result};
 
 /// Name of the per-iteration JSON lines file.
@@ -254,126 +254,9 @@ pub(crate) struct IterationOnly {
     pub training_iteration: Option<u64>,
 }
 
-/// What [`rewind_history`] or [`copy_history`] did.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub(crate) struct HistoryCut {
-    /// Iterations kept.
-    pub(crate) kept: u64,
-    /// The first and last iteration dropped (logged after the one rewound or copied to).
-    pub(crate) dropped: Option<(u64, u64)>,
-    /// The 1-based line number of a partial last line of `result.json` that was dropped.
-    pub(crate) partial_line: Option<u64>,
-}
-
-impl HistoryCut {
-    fn changed(&self) -> bool {
-        self.dropped.is_some() || self.partial_line.is_some()
-    }
-}
-
-/// Rewinds the result files of run folder `dir` to iteration `last`: `result.json` lines,
-/// `progress.csv` rows and TensorBoard events of later iterations are removed, and a partial last
-/// line is dropped. Files are only rewritten when something is cut (each atomically); a run
-/// folder already at `last` is left as it is.
-pub(crate) fn rewind_history(dir: &Path, last: u64) -> Result<HistoryCut> {
-    let result_path = dir.join(RESULT_FILE);
-    let mut cut = HistoryCut::default();
-    let scan = for_each_result(&result_path, |_, _, line: IterationOnly| {
-        match line.training_iteration {
-            Some(i) if i > last => widen(&mut cut.dropped, i),
-            _ => cut.kept += 1,
-        }
-        Ok(())
-    })?;
-    cut.partial_line = scan.partial_line;
-    if cut.changed() {
-        let tmp = tmp_sibling(&result_path);
-        copy_results_upto(&result_path, &tmp, last)?;
-        fs::rename(&tmp, &result_path).map_err(|e| ImpalaError::io("rename", &tmp, e))?;
-        write_progress_from_results(dir)?;
-        for name in event_files(dir)? {
-            let src = dir.join(&name);
-            let tmp = tmp_sibling(&src);
-            let copied = copy_events_upto(&src, &tmp, last);
-            match copied {
-                Ok(c) if c.dropped == 0 && !c.partial_tail => {
-                    fs::remove_file(&tmp).map_err(|e| ImpalaError::io("remove", &tmp, e))?;
-                }
-                Ok(_) => fs::rename(&tmp, &src).map_err(|e| ImpalaError::io("rename", &tmp, e))?,
-                Err(e) => {
-                    let _ = fs::remove_file(&tmp);
-                    return Err(e);
-                }
-            }
-        }
-    } else if scan.lines > 0 && read_csv_header(&dir.join(PROGRESS_FILE))?.is_empty() {
-        // `progress.csv` lost or never written: it is derived from `result.json`.
-        write_progress_from_results(dir)?;
-    }
-    Ok(cut)
-}
-
-/// Copies the history of run folder `src` up to iteration `last` into the new run folder `dst`:
-/// `result.json` lines, `progress.csv` (rebuilt from them) and every event file's records up
-/// to `last` (same file names, so TensorBoard shows the fork's past as it was).
-pub(crate) fn copy_history(src: &Path, dst: &Path, last: u64) -> Result<HistoryCut> {
-    let result_path = src.join(RESULT_FILE);
-    let mut cut = HistoryCut::default();
-    let scan = for_each_result(&result_path, |_, _, line: IterationOnly| {
-        match line.training_iteration {
-            Some(i) if i > last => widen(&mut cut.dropped, i),
-            _ => cut.kept += 1,
-        }
-        Ok(())
-    })?;
-    cut.partial_line = scan.partial_line;
-    let dst_results = dst.join(RESULT_FILE);
-    let tmp = tmp_sibling(&dst_results);
-    copy_results_upto(&result_path, &tmp, last)?;
-    fs::rename(&tmp, &dst_results).map_err(|e| ImpalaError::io("rename", &tmp, e))?;
-    write_progress_from_results(dst)?;
-    for name in event_files(src)? {
-        let target = dst.join(&name);
-        let copied = copy_events_upto(&src.join(&name), &target, last)?;
-        if copied.kept == 0 {
-            fs::remove_file(&target).map_err(|e| ImpalaError::io("remove", &target, e))?;
-        }
-    }
-    Ok(cut)
-}
-
-fn widen(range: &mut Option<(u64, u64)>, i: u64) {
-    *range = Some(match *range {
-        Some((a, b)) => (a.min(i), b.max(i)),
-        None => (i, i),
-    });
-}
-
-/// Writes the lines of `src` (a `result.json`) up to iteration `last` to the new file `dst`,
-/// fsynced.
-fn copy_results_upto(src: &Path, dst: &Path, last: u64) -> Result<()> {
-    let written = (|| -> Result<()> {
-        let mut out = std::io::BufWriter::new(create_file(dst)?);
-        for_each_result(src, |_, line, value: IterationOnly| {
-            if value.training_iteration.is_none_or(|i| i <= last) {
-                out.write_all(line)
-                    .and_then(|()| out.write_all(b"\n"))
-                    .map_err(|e| ImpalaError::io("write", dst, e))?;
-            }
-            Ok(())
-        })?;
-        let file = out.into_inner().map_err(|e| ImpalaError::io("write", dst, e.into()))?;
-        file.sync_all().map_err(|e| ImpalaError::io("sync", dst, e))
-    })();
-    if written.is_err() {
-        let _ = fs::remove_file(dst);
-    }
-    written
-}
-
 /// Rebuilds `dir/progress.csv` from `dir/result.json` in two streaming passes (the header,
 /// then the rows), so it matches what [`ResultLogger`] would have written.
-fn write_progress_from_results(dir: &Path) -> Result<()> {
+pub(crate) fn write_progress_from_results(dir: &Path) -> Result<()> {
     let result_path = dir.join(RESULT_FILE);
     let path = dir.join(PROGRESS_FILE);
     let mut header = Vec::new();
@@ -412,12 +295,12 @@ pub(crate) fn event_files(dir: &Path) -> Result<Vec<String>> {
 }
 
 /// `.NAME.tmp-PID` next to `path` (the pattern stale-temporary clean-up looks for).
-fn tmp_sibling(path: &Path) -> PathBuf {
+pub(crate) fn tmp_sibling(path: &Path) -> PathBuf {
     let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     path.with_file_name(format!(".{name}.tmp-{}", std::process::id()))
 }
 
-fn create_file(path: &Path) -> Result<File> {
+pub(crate) fn create_file(path: &Path) -> Result<File> {
     File::create(path).map_err(|e| ImpalaError::io("create", path, e))
 }
 
@@ -443,7 +326,7 @@ fn csv_error(action: &'static str, path: &Path, e: csv::Error) -> ImpalaError {
 }
 
 /// The columns of `progress.csv` (empty if it is missing or empty).
-fn read_csv_header(path: &Path) -> Result<Vec<String>> {
+pub(crate) fn read_csv_header(path: &Path) -> Result<Vec<String>> {
     match fs::metadata(path) {
         Ok(m) if m.len() > 0 => {}
         _ => return Ok(Vec::new()),
@@ -504,25 +387,26 @@ fn csv_value(v: &serde_json::Value) -> String {
     }
 }
 
+/// Run folders written and read back, for the tests of the logger and of
+/// [`crate::run::history`].
 #[cfg(test)]
-mod tests {
+pub(crate) mod test_runs {
     use super::*;
     use crate::tensorboard::read_scalars;
-    use crate::EvaluationResult;
 
-    fn result(i: u64) -> IterationResult {
+    pub(crate) fn result(i: u64) -> IterationResult {
         IterationResult { training_iteration: i, timesteps_total: 100 * i, ..Default::default() }
     }
 
-    fn tmp() -> Result<tempfile::TempDir> {
+    pub(crate) fn tmp() -> Result<tempfile::TempDir> {
         tempfile::tempdir().map_err(|e| ImpalaError::io("create", Path::new("tmp"), e))
     }
 
-    fn read(path: &Path) -> Result<String> {
+    pub(crate) fn read(path: &Path) -> Result<String> {
         fs::read_to_string(path).map_err(|e| ImpalaError::io("read", path, e))
     }
 
-    fn iterations(dir: &Path) -> Result<Vec<u64>> {
+    pub(crate) fn iterations(dir: &Path) -> Result<Vec<u64>> {
         Ok(read_result_lines(&dir.join(RESULT_FILE))?
             .iter()
             .filter_map(|(_, v)| v["training_iteration"].as_u64())
@@ -530,7 +414,7 @@ mod tests {
     }
 
     /// The `training_iteration` column of `progress.csv`, read with the csv crate.
-    fn csv_iterations(dir: &Path) -> Result<Vec<u64>> {
+    pub(crate) fn csv_iterations(dir: &Path) -> Result<Vec<u64>> {
         let path = dir.join(PROGRESS_FILE);
         let mut reader = csv_reader(&path)?;
         let col = reader
@@ -546,7 +430,7 @@ mod tests {
         Ok(out)
     }
 
-    fn event_iterations(dir: &Path) -> Result<Vec<u64>> {
+    pub(crate) fn event_iterations(dir: &Path) -> Result<Vec<u64>> {
         let mut out = Vec::new();
         for name in event_files(dir)? {
             for (_, tag, v) in read_scalars(&dir.join(name))? {
@@ -558,13 +442,20 @@ mod tests {
         Ok(out)
     }
 
-    fn log_run(dir: &Path, iters: std::ops::RangeInclusive<u64>) -> Result<()> {
+    pub(crate) fn log_run(dir: &Path, iters: std::ops::RangeInclusive<u64>) -> Result<()> {
         let mut log = ResultLogger::open(dir, None)?;
         for i in iters {
             log.log(&result(i))?;
         }
         Ok(())
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_runs::*;
+    use super::*;
+    use crate::EvaluationResult;
 
     #[test]
     fn new_columns_rewrite_the_csv_and_resume_truncates() -> Result<()> {
@@ -657,50 +548,6 @@ mod tests {
         assert!(err.contains("result.json"), "{err}");
         assert!(!err.contains("line 1 "), "{err}");
         assert!(ResultLogger::open(dir, Some(7)).is_err());
-        Ok(())
-    }
-
-    #[test]
-    fn copy_history_forks_up_to_an_iteration_and_leaves_the_source_alone() -> Result<()> {
-        let tmp = tmp()?;
-        let (src, dst) = (tmp.path().join("src"), tmp.path().join("dst"));
-        for d in [&src, &dst] {
-            fs::create_dir(d).map_err(|e| ImpalaError::io("create", d, e))?;
-        }
-        log_run(&src, 1..=6)?;
-        let before = read(&src.join(RESULT_FILE))?;
-        let cut = copy_history(&src, &dst, 2)?;
-        assert_eq!(cut, HistoryCut { kept: 2, dropped: Some((3, 6)), partial_line: None });
-        assert_eq!(read(&src.join(RESULT_FILE))?, before);
-        assert_eq!(iterations(&dst)?, vec![1, 2]);
-        assert_eq!(csv_iterations(&dst)?, vec![1, 2]);
-        assert_eq!(event_iterations(&dst)?, vec![1, 2]);
-        assert_eq!(event_iterations(&src)?.len(), 6);
-        // The fork continues from there.
-        let mut log = ResultLogger::open(&dst, Some(2))?;
-        log.log(&result(3))?;
-        drop(log);
-        assert_eq!(csv_iterations(&dst)?, vec![1, 2, 3]);
-        let mut tb = event_iterations(&dst)?;
-        tb.sort_unstable();
-        assert_eq!(tb, vec![1, 2, 3]);
-        Ok(())
-    }
-
-    #[test]
-    fn rewinding_a_folder_already_there_rewrites_nothing() -> Result<()> {
-        let tmp = tmp()?;
-        let dir = tmp.path();
-        log_run(dir, 1..=3)?;
-        let modified = |p: &Path| fs::metadata(p).and_then(|m| m.modified()).ok();
-        let before = modified(&dir.join(RESULT_FILE));
-        let cut = rewind_history(dir, 3)?;
-        assert_eq!(cut, HistoryCut { kept: 3, dropped: None, partial_line: None });
-        assert_eq!(modified(&dir.join(RESULT_FILE)), before);
-        // A lost progress.csv is rebuilt from result.json.
-        fs::remove_file(dir.join(PROGRESS_FILE)).map_err(|e| ImpalaError::io("rm", dir, e))?;
-        rewind_history(dir, 3)?;
-        assert_eq!(csv_iterations(dir)?, vec![1, 2, 3]);
         Ok(())
     }
 

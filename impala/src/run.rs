@@ -30,6 +30,7 @@
 //! ```
 
 mod dir;
+pub(crate) mod history;
 mod keep;
 mod lock;
 

@@ -1,4 +1,4 @@
-"""The seed docs' two IMPALAConfig examples (RLlib's), with only the import and the trainable
+"""The two IMPALAConfig examples of RLlib's IMPALA docs, with only the import and the trainable
 changed."""
 
 

@@ -1,6 +1,8 @@
 //! Acrobot-v1 (Sutton & Barto's two-link underactuated arm), as Gymnasium's `AcrobotEnv`.
 
 use super::{flat_box, numpy, Episode, ResetRng, StatefulEnv};
+use crate::kwargs::Kwargs;
+use crate::Registration;
 use impala_core::{Env, EnvSpec, Result, Space, StepOutcome};
 use std::f64::consts::PI;
 
@@ -50,6 +52,13 @@ impl Default for Acrobot {
 impl Acrobot {
     /// The Gymnasium id.
     pub const ID: &'static str = "Acrobot-v1";
+
+    /// `Acrobot-v1` as Gymnasium registers it (500 steps, solved at -100); no keyword
+    /// arguments.
+    pub(crate) fn registration() -> Registration {
+        Registration::native(Self::ID, 500, |_: &Kwargs<'_>| Ok(Self::new()))
+            .reward_threshold(-100.0)
+    }
 
     /// An Acrobot that must be reset before its first step.
     pub fn new() -> Self {

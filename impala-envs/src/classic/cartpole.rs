@@ -1,6 +1,8 @@
 //! CartPole-v1 (Barto, Sutton & Anderson), as Gymnasium's `CartPoleEnv`.
 
 use super::{flat_box, Episode, ResetRng, StatefulEnv};
+use crate::kwargs::Kwargs;
+use crate::Registration;
 use impala_core::{Env, EnvSpec, Result, Space, StepOutcome};
 
 const GRAVITY: f64 = 9.8;
@@ -51,6 +53,17 @@ pub struct CartPole {
 impl CartPole {
     /// The Gymnasium id.
     pub const ID: &'static str = "CartPole-v1";
+
+    /// `CartPole-v1` as Gymnasium registers it (500 steps, solved at 475), taking
+    /// `sutton_barto_reward`.
+    pub(crate) fn registration() -> Registration {
+        Registration::native(Self::ID, 500, |args: &Kwargs<'_>| {
+            let sutton_barto_reward = args.bool("sutton_barto_reward", false)?;
+            Ok(Self::new(CartPoleConfig { sutton_barto_reward }))
+        })
+        .reward_threshold(475.0)
+        .config_keys(["sutton_barto_reward"])
+    }
 
     /// A CartPole that must be reset before its first step.
     pub fn new(config: CartPoleConfig) -> Self {

@@ -1,6 +1,8 @@
 //! MountainCar-v0 (Moore's under-powered car), as Gymnasium's `MountainCarEnv`.
 
 use super::{flat_box, Episode, ResetRng, StatefulEnv};
+use crate::kwargs::Kwargs;
+use crate::Registration;
 use impala_core::{Env, EnvSpec, Result, Space, StepOutcome};
 
 const MIN_POSITION: f64 = -1.2;
@@ -43,6 +45,17 @@ pub struct MountainCar {
 impl MountainCar {
     /// The Gymnasium id.
     pub const ID: &'static str = "MountainCar-v0";
+
+    /// `MountainCar-v0` as Gymnasium registers it (200 steps, solved at -110), taking
+    /// `goal_velocity`.
+    pub(crate) fn registration() -> Registration {
+        Registration::native(Self::ID, 200, |args: &Kwargs<'_>| {
+            let goal_velocity = args.f64("goal_velocity", 0.0)?;
+            Ok(Self::new(MountainCarConfig { goal_velocity }))
+        })
+        .reward_threshold(-110.0)
+        .config_keys(["goal_velocity"])
+    }
 
     /// A MountainCar that must be reset before its first step.
     pub fn new(config: MountainCarConfig) -> Self {

@@ -1,6 +1,8 @@
 //! Pendulum-v1 (swing-up of a torque-limited pendulum), as Gymnasium's `PendulumEnv`.
 
 use super::{flat_box, numpy, Episode, ResetRng, StatefulEnv};
+use crate::kwargs::Kwargs;
+use crate::Registration;
 use impala_core::{Env, EnvSpec, Result, StepOutcome};
 use std::f64::consts::PI;
 
@@ -54,6 +56,15 @@ pub struct Pendulum {
 impl Pendulum {
     /// The Gymnasium id.
     pub const ID: &'static str = "Pendulum-v1";
+
+    /// `Pendulum-v1` as Gymnasium registers it (200 steps, no reward threshold), taking `g`.
+    pub(crate) fn registration() -> Registration {
+        Registration::native(Self::ID, 200, |args: &Kwargs<'_>| {
+            let g = args.f64("g", PendulumConfig::default().g)?;
+            Ok(Self::new(PendulumConfig { g }))
+        })
+        .config_keys(["g"])
+    }
 
     /// A Pendulum that must be reset before its first step.
     pub fn new(config: PendulumConfig) -> Self {

@@ -6,10 +6,10 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use super::history::{copy_history, rewind_history, HistoryCut};
 use super::lock::{process_alive, DirLock};
 use super::RunError;
 use crate::checkpoint::{find_checkpoint, read_checkpoint};
-use crate::logger::{copy_history, rewind_history, HistoryCut};
 use crate::{ImpalaError, RESULT_FILE};
 
 const CHECKPOINT_PREFIX: &str = "checkpoint_";

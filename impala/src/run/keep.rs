@@ -7,6 +7,8 @@ use std::fs;
 use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 
+use impala_core::suggest::did_you_mean;
+
 use super::dir::{checkpoint_iterations, remove_checkpoint};
 use super::RunError;
 use crate::checkpoint::{checkpoint_name, write_file_atomically};
@@ -98,12 +100,7 @@ impl CheckpointPolicy {
         if keys.contains(attribute) {
             return Ok(());
         }
-        let nearest = keys
-            .iter()
-            .map(|k| (strsim::jaro_winkler(k, attribute), k))
-            .filter(|(score, _)| *score > 0.8)
-            .max_by(|a, b| a.0.total_cmp(&b.0))
-            .map(|(_, k)| k.clone());
+        let nearest = did_you_mean(attribute, keys.iter().map(String::as_str)).map(String::from);
         Err(RunError::UnknownScoreAttribute { attribute: attribute.clone(), nearest })
     }
 
