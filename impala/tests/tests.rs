@@ -3,4 +3,6 @@
 mod algorithm;
 mod common;
 mod options;
+#[cfg(unix)]
+mod runner_processes;
 mod trust;
