@@ -136,7 +136,7 @@ enum Event {
     /// The pool: a slot may be free, or the claimed one has work or went away.
     Woken,
     /// The runner sent this.
-    Heard(runner_message::Kind),
+    Heard(Box<runner_message::Kind>),
     /// The runner is gone (its connection closed, or it sent garbage).
     Gone(String),
 }
@@ -150,7 +150,7 @@ fn session(pool: &RunnerPool, stream: UnixStream) {
     let heard = events_tx.clone();
     std::thread::spawn(move || loop {
         let event = match read_frame::<proto::RunnerMessage>(&mut input) {
-            Ok(proto::RunnerMessage { kind: Some(kind) }) => Event::Heard(kind),
+            Ok(proto::RunnerMessage { kind: Some(kind) }) => Event::Heard(Box::new(kind)),
             Ok(_) => Event::Gone("sent an empty message".into()),
             Err(e) => Event::Gone(e.to_string()),
         };
@@ -208,26 +208,29 @@ fn serve_claim(mut claim: Claim, out: &mut UnixStream, events: &Receiver<Event>)
             Ok(()) => events.recv_timeout(SILENCE).unwrap_or(Event::Gone("fell silent".into())),
             Err(e) => Event::Gone(e.to_string()),
         };
-        match event {
-            Event::Woken => {}
-            Event::Heard(runner_message::Kind::Ready(_)) => claim.ready(),
-            Event::Heard(runner_message::Kind::Fragment(f)) => {
+        let heard = match event {
+            Event::Woken => continue,
+            Event::Heard(kind) => *kind,
+            Event::Gone(reason) => {
+                claim.lost(format!("runner process gone: {reason}"));
+                return;
+            }
+        };
+        match heard {
+            runner_message::Kind::Ready(_) => claim.ready(),
+            runner_message::Kind::Fragment(f) => {
                 let (id, newest) = (claim.runner_id(), claim.newest_weights_version());
                 match codec::fragment_from_proto(f, id, &claim.run().spec, newest) {
                     Ok(fragment) => claim.deliver(fragment),
                     Err(e) => return claim.fail(format!("runner process sent a {e}")),
                 }
             }
-            Event::Heard(runner_message::Kind::WeightsApplied(w)) => {
+            runner_message::Kind::WeightsApplied(w) => {
                 claim.weights_applied(Duration::try_from_secs_f64(w.latency_s).unwrap_or_default());
             }
-            Event::Heard(runner_message::Kind::Rejected(_)) => return claim.release(),
-            Event::Heard(runner_message::Kind::Failed(f)) => return claim.fail(f.reason),
-            Event::Heard(_) => return claim.fail("runner process broke the protocol".into()),
-            Event::Gone(reason) => {
-                claim.lost(format!("runner process gone: {reason}"));
-                return;
-            }
+            runner_message::Kind::Rejected(_) => return claim.release(),
+            runner_message::Kind::Failed(f) => return claim.fail(f.reason),
+            _ => return claim.fail("runner process broke the protocol".into()),
         }
     }
 }
@@ -352,8 +355,9 @@ impl RunnerProcesses {
     /// Kills the first runner started (it holds a slot) and reaps it.
     fn kill_first(&mut self) -> std::io::Result<std::process::ExitStatus> {
         let mut first = self.0.remove(0);
-        first.kill()?;
-        first.wait()
+        let killed = first.kill();
+        let status = first.wait()?;
+        killed.map(|()| status)
     }
 
     /// Waits up to `within` for every runner to exit.
