@@ -27,6 +27,7 @@ mod client;
 pub mod codec;
 mod error;
 mod server;
+mod session;
 
 use std::path::Path;
 

@@ -318,7 +318,7 @@ struct WeightsHanded {
 }
 
 /// What the group asked of a slot since its claim last looked: send these to the runner.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Work {
     /// Weights to act with (the newest, once; none while the last ones are on their way).
     pub weights: Option<Arc<Weights>>,

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use impala_core::{EnvSpec, Space, Weights};
-use impala_runner_pool::{Lost, PoolError, RunSession, RunnerPool, Wakeup};
+use impala_runner_pool::{Lost, PoolError, RunSession, RunnerPool, RunnerTransport, Wakeup};
 use impala_sampler::{
     EnvRunnerHandle, EnvRunnerLauncher, ReplySender, RunnerMessage, RunnerReply, RunnerRequest,
 };
@@ -174,5 +174,9 @@ fn waiting_for_runners_returns_when_enough_are_ready_and_errors_when_none_came()
     claim.ready();
     assert_eq!(waiter.join().map_err(|_| "waiter panicked")??, 1);
     assert_eq!(pool.wait_for_runners(2, Duration::from_millis(20))?, 1, "one of two is enough");
+    // A pool is a transport of its own for the algorithm, with the same wait.
+    let transport: &dyn RunnerTransport = &pool;
+    let ready = transport.wait_for_runners(1, Duration::from_millis(20)).map_err(|e| e.to_string());
+    assert_eq!(ready?, 1);
     Ok(())
 }
