@@ -15,12 +15,11 @@ use impala_envs::SharedMeanStdFilter;
 use impala_learner::{
     learner_devices, Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings, TorchPolicy,
 };
+use impala_runner_pool::RunnerTransport;
 use impala_sampler::{
     BatchingSettings, EnvContext, EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings,
     TrainBatchBuilder, WeightBroadcaster,
 };
-
-use impala_runner_pool::RunnerTransport;
 
 use crate::evaluation::Evaluator;
 use crate::{EpisodeWindow, Impala, ImpalaError, Result};
