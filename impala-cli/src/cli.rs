@@ -571,7 +571,7 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         args.listen.as_ref().map(|listen| runner_server(args, listen, &config)).transpose()?;
     let mut builder = Impala::builder(config);
     if let Some(server) = &server {
-        builder = builder.remote_env_runners(Arc::clone(server));
+        builder = builder.remote_env_runners(server.clone());
         if !args.quiet {
             println!("serving env runners on {}", server.local_addr());
         }

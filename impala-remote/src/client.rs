@@ -1,20 +1,19 @@
 //! The runner's side: `impala env-runner --connect`. One session per runner slot: hello,
-//! welcome, build the env runner with the driver's weights, then serve requests with the
-//! sampler's [`serve`] loop on a thread of its own while the network runtime forwards
+//! welcome, build the env runner for the [`Assignment`] with the driver's weights, then serve
+//! requests on a thread of its own ([`serve_on_thread`]) while the network runtime forwards
 //! requests in and fragments out. A lost driver is retried with backoff until
 //! [`ClientSettings::reconnect_timeout`]; a refusal is final.
 
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use impala_core::{EnvSpec, Weights};
-use impala_sampler::{serve, EnvRunner, ReplySender, RunnerMessage, RunnerReply, RunnerRequest};
-use tokio::sync::{mpsc, oneshot};
+use impala_runner_pool::{Assignment, BuildRunner};
+use impala_sampler::{serve_on_thread, ReplySender, RunnerMessage, RunnerReply, RunnerRequest};
+use tokio::sync::{mpsc, Notify};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-use crate::codec::{fragment_to_proto, spec_difference, spec_from_proto, weights_from_proto};
+use crate::codec::{fragment_to_proto, spec_from_proto, weights_from_proto};
 use crate::proto::{
     self, driver_message, env_runner_service_client::EnvRunnerServiceClient, runner_message,
 };
@@ -67,25 +66,6 @@ impl ClientSettings {
     }
 }
 
-/// The slot a driver welcomed this runner into.
-#[derive(Debug, Clone)]
-pub struct Assignment {
-    /// The runner id (1-based) it serves.
-    pub runner_id: usize,
-    /// Which incarnation of that runner (bumped on every restart).
-    pub incarnation: u64,
-    /// The driver's env spec; the built runner's envs must match it.
-    pub spec: EnvSpec,
-    /// The driver's session data ([`RunSession::session`](crate::RunSession::session)).
-    pub session: Vec<u8>,
-}
-
-/// Builds the env runner for a slot, acting with the driver's weights from its first step:
-/// `Arc<dyn Fn(&Assignment, Arc<Weights>) -> Result<EnvRunner, String> + Send + Sync>`. An
-/// error is final: the runner rejects the run and [`run_env_runner`] returns it.
-pub type BuildRunner =
-    Arc<dyn Fn(&Assignment, Arc<Weights>) -> Result<EnvRunner, String> + Send + Sync>;
-
 /// How one session ended.
 enum End {
     /// The slot was replaced or the runner failed: open a new session now.
@@ -106,7 +86,7 @@ enum Fail {
 
 /// Serves the driver at `settings.connect` until its run is over (returns the driver's
 /// reason), the driver refuses this runner or its run cannot be served here (an error that
-/// retrying will not fix), or the driver stays unreachable for
+/// retrying will not fix, such as `build` failing), or the driver stays unreachable for
 /// [`ClientSettings::reconnect_timeout`].
 pub fn run_env_runner(
     settings: &ClientSettings,
@@ -310,17 +290,13 @@ async fn serve_welcome(
             ))
         }
     };
-    let assignment =
-        Assignment { runner_id, incarnation, spec: spec.clone(), session: welcome.session };
+    let env = spec.id.clone();
+    let assignment = Assignment { runner_id, incarnation, spec, session: welcome.session };
     let builder = Arc::clone(build);
-    let built = tokio::task::spawn_blocking(move || builder(&assignment, Arc::new(weights)))
+    let built = tokio::task::spawn_blocking(move || assignment.build(&builder, Arc::new(weights)))
         .await
         .unwrap_or_else(|e| Err(format!("building the env runner panicked: {e}")));
-    let check = built.and_then(|runner| match spec_difference(&spec, runner.spec()) {
-        Some(difference) => Err(difference),
-        None => Ok(runner),
-    });
-    let runner = match check {
+    let runner = match built {
         Ok(runner) => runner,
         Err(reason) => {
             let msg = runner_message::Kind::Rejected(proto::Rejected { reason: reason.clone() });
@@ -331,22 +307,32 @@ async fn serve_welcome(
     if out.send(runner_msg(runner_message::Kind::Ready(proto::Ready {}))).await.is_err() {
         return Err(Fail::Retry("the driver closed the connection".into()));
     }
-    tracing::info!(driver = %settings.connect, runner_id, incarnation, env = %spec.id, "serving as env runner");
-    let mut serving =
-        Serving::start(runner, runner_id, incarnation, out.clone(), welcome.compress_observations);
+    tracing::info!(driver = %settings.connect, runner_id, incarnation, env = %env, "serving as env runner");
+    let failed = Arc::new(Notify::new());
+    let replies =
+        wire_replies(runner_id, incarnation, out.clone(), welcome.compress_observations, &failed);
+    let mut serving = match serve_on_thread(runner, replies) {
+        Ok(serving) => serving,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the env runner's thread");
+            return Ok(End::Stopped);
+        }
+    };
     let end = loop {
         tokio::select! {
             msg = next(inbound) => match msg {
                 Ok(driver_message::Kind::SetWeights(w)) => match weights_from_proto(w) {
-                    Ok(weights) => serving.request(RunnerRequest::SetWeights {
-                        weights: Arc::new(weights),
-                        sent: Instant::now(),
-                    }),
+                    Ok(weights) => {
+                        serving.send(RunnerRequest::SetWeights {
+                            weights: Arc::new(weights),
+                            sent: Instant::now(),
+                        });
+                    }
                     Err(e) => break Err(rejected(e.to_string())),
                 },
                 Ok(driver_message::Kind::Sample(s)) => {
                     for _ in 0..s.count {
-                        serving.request(RunnerRequest::Sample);
+                        serving.send(RunnerRequest::Sample);
                     }
                 }
                 Ok(driver_message::Kind::Stop(_)) => break Ok(End::Stopped),
@@ -355,79 +341,46 @@ async fn serve_welcome(
                 Err(fail) => break Err(fail),
             },
             // The env runner failed (its failure went out as a reply): take a new slot.
-            _ = &mut serving.done => break Ok(End::Stopped),
+            () = failed.notified() => break Ok(End::Stopped),
         }
     };
-    serving.finish().await;
+    // Stops the env runner (it finishes its fragment) and waits for its thread.
+    serving.send(RunnerRequest::Stop);
+    let _ = tokio::task::spawn_blocking(move || serving.join(None)).await;
     end
 }
 
-/// The env runner serving on its own thread, its replies going straight onto the session.
-struct Serving {
-    requests: Option<crossbeam_channel::Sender<RunnerRequest>>,
-    done: oneshot::Receiver<()>,
-    threads: Vec<JoinHandle<()>>,
-}
-
-impl Serving {
-    fn start(
-        runner: EnvRunner,
-        runner_id: usize,
-        incarnation: u64,
-        out: mpsc::Sender<proto::RunnerMessage>,
-        compress: bool,
-    ) -> Self {
-        let (requests, inbox) = crossbeam_channel::unbounded();
-        let (done_tx, done) = oneshot::channel();
-        // Replies are encoded on the sampling thread and queued for the network: no thread in
-        // between (the queue is bounded, so a slow link slows sampling rather than piling up).
-        let replies = ReplySender::forwarding(runner_id, incarnation, move |msg: RunnerMessage| {
-            let kind = match msg.reply {
-                RunnerReply::Fragment(f) => {
-                    runner_message::Kind::Fragment(fragment_to_proto(*f, compress))
-                }
-                RunnerReply::WeightsApplied { latency } => {
-                    runner_message::Kind::WeightsApplied(proto::WeightsApplied {
-                        latency_s: latency.as_secs_f64(),
-                    })
-                }
-                RunnerReply::Failed(reason) => {
-                    tracing::warn!(%reason, "the env runner failed");
-                    runner_message::Kind::Failed(proto::Failed { reason })
-                }
-            };
-            out.blocking_send(runner_msg(kind)).is_ok()
-        });
-        let serve_thread = std::thread::Builder::new().name("env-runner".into()).spawn(move || {
-            serve(runner, &inbox, &replies);
-            let _ = done_tx.send(());
-        });
-        let threads = serve_thread
-            .map_err(|e| tracing::error!(error = %e, "cannot start the env runner's thread"))
-            .into_iter()
-            .collect();
-        Serving { requests: Some(requests), done, threads }
-    }
-
-    fn request(&self, request: RunnerRequest) {
-        if let Some(requests) = &self.requests {
-            let _ = requests.send(request);
-        }
-    }
-
-    /// Stops the env runner (it finishes its fragment) and waits for its thread.
-    async fn finish(mut self) {
-        if let Some(requests) = self.requests.take() {
-            let _ = requests.send(RunnerRequest::Stop);
-        }
-        let threads = std::mem::take(&mut self.threads);
-        let _ = tokio::task::spawn_blocking(move || {
-            for t in threads {
-                let _ = t.join();
+/// Replies that go straight onto the session: encoded on the sampling thread and queued for
+/// the network, no thread in between (the queue is bounded, so a slow link slows sampling
+/// rather than piling up). A failure also wakes `failed`.
+fn wire_replies(
+    runner_id: usize,
+    incarnation: u64,
+    out: mpsc::Sender<proto::RunnerMessage>,
+    compress: bool,
+    failed: &Arc<Notify>,
+) -> ReplySender {
+    let failed = Arc::clone(failed);
+    ReplySender::forwarding(runner_id, incarnation, move |msg: RunnerMessage| {
+        let (kind, failure) = match msg.reply {
+            RunnerReply::Fragment(f) => {
+                (runner_message::Kind::Fragment(fragment_to_proto(*f, compress)), false)
             }
-        })
-        .await;
-    }
+            RunnerReply::WeightsApplied { latency } => {
+                let applied = proto::WeightsApplied { latency_s: latency.as_secs_f64() };
+                (runner_message::Kind::WeightsApplied(applied), false)
+            }
+            RunnerReply::Failed(reason) => {
+                tracing::warn!(%reason, "the env runner failed");
+                (runner_message::Kind::Failed(proto::Failed { reason }), true)
+            }
+        };
+        let sent = out.blocking_send(runner_msg(kind)).is_ok();
+        if failure {
+            failed.notify_one();
+        }
+        sent
+    })
 }
 
 fn hostname() -> String {

@@ -86,4 +86,7 @@ pub enum RemoteError {
     /// The async runtime could not start.
     #[error("cannot start the network runtime: {0}")]
     Runtime(String),
+    /// The runner pool refused.
+    #[error(transparent)]
+    Pool(#[from] impala_runner_pool::PoolError),
 }

@@ -1,14 +1,17 @@
 //! Env runners on other hosts: what RLlib calls remote env runners, over gRPC (tonic + prost;
-//! the schema is `proto/impala_remote_v1.proto`).
+//! the schema is `proto/impala_remote_v1.proto`), as a transport of
+//! [`impala_runner_pool`].
 //!
 //! The driver serves a [`RunnerServer`]; each `impala env-runner --connect` process runs
 //! [`run_env_runner`], which opens a session, is welcomed into a free runner slot, builds its
 //! envs and policy for the driver's run and then samples fragments on request. On the driver
-//! the slots are ordinary members of an [`impala_sampler::EnvRunnerGroup`]:
-//! [`RunnerServer::launcher`] is an [`impala_sampler::EnvRunnerLauncher`], so in-flight caps,
-//! weight broadcast (sent once per broadcast per runner), restarts and counting stay the
-//! group's. A lost, silent or misbehaving runner is a failed runner; a runner process that
-//! reconnects (or a new one) takes the slot the group relaunched and gets the current weights.
+//! each session is a [`Claim`](impala_runner_pool::Claim) on the server's
+//! [`RunnerPool`](impala_runner_pool::RunnerPool), whose slots are ordinary members of an
+//! [`impala_sampler::EnvRunnerGroup`], so in-flight caps, weight broadcast (sent once per
+//! broadcast per runner), restarts and counting stay the group's; the server is a
+//! [`RunnerTransport`](impala_runner_pool::RunnerTransport). A lost, silent or misbehaving
+//! runner is a failed runner; a runner process that reconnects (or a new one) takes the slot
+//! the group relaunched and gets the current weights.
 //!
 //! Security: every session starts with the shared token (compared in constant time, never
 //! logged), optionally over TLS; the driver checks the protocol version and the env the runner
@@ -21,15 +24,17 @@
 #![deny(missing_docs)]
 
 mod client;
-mod codec;
+pub mod codec;
 mod error;
 mod server;
+mod session;
 
 use std::path::Path;
 
-pub use client::{run_env_runner, Assignment, BuildRunner, ClientSettings, ClientTls};
+pub use client::{run_env_runner, ClientSettings, ClientTls};
 pub use error::RemoteError;
-pub use server::{RemoteLauncher, RunSession, RunnerServer, ServerSettings, ServerTls};
+pub use impala_runner_pool::{Assignment, BuildRunner, RunSession};
+pub use server::{RunnerServer, ServerSettings, ServerTls};
 
 /// The generated protocol types and gRPC stubs (for tools and tests that speak the protocol
 /// directly).

@@ -206,7 +206,7 @@ impl EnvRunnerGroup {
         let spec = first.spec().clone();
         let mut group = Self::empty(settings, spec, None);
         let replies = ReplySender::new(1, 0, group.replies_tx.clone());
-        let handle = launcher.start(first, replies)?;
+        let handle = crate::seam::serve_on_thread(first, replies)?;
         group.add_member(1, handle);
         group.launcher = Some(Box::new(launcher));
         for id in 2..=settings.num_env_runners {

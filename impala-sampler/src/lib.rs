@@ -93,8 +93,8 @@ pub use group::{EnvRunnerGroup, EnvRunnerState, SamplerMetrics};
 pub use policies::RandomPolicy;
 pub use runner::{EnvRunner, Fragment};
 pub use seam::{
-    serve, EnvRunnerHandle, EnvRunnerLauncher, ReplySender, RunnerMessage, RunnerReply,
-    RunnerRequest, ThreadLauncher,
+    serve, serve_on_thread, EnvRunnerHandle, EnvRunnerLauncher, ReplySender, RunnerMessage,
+    RunnerReply, RunnerRequest, ThreadLauncher,
 };
 pub use settings::{BatchingSettings, EnvRunnerGroupSettings, EnvRunnerSettings};
 pub use weights::{policy_lag, WeightBroadcaster};

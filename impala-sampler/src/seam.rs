@@ -206,25 +206,62 @@ impl ThreadLauncher {
     }
 }
 
-impl ThreadLauncher {
-    /// Runs an already built runner on a new thread.
-    pub(crate) fn start(
-        &self,
-        runner: EnvRunner,
-        replies: ReplySender,
-    ) -> Result<Box<dyn EnvRunnerHandle>> {
-        let name = format!("env-runner-{}", replies.runner_id());
-        let (requests, inbox) = crossbeam_channel::unbounded();
-        let thread = crate::threads::spawn(name, move || serve(runner, &inbox, &replies))?;
-        Ok(Box::new(ThreadHandle { requests, thread }))
-    }
-}
-
 impl EnvRunnerLauncher for ThreadLauncher {
     fn launch(&mut self, replies: ReplySender) -> Result<Box<dyn EnvRunnerHandle>> {
         let runner = self.build(replies.runner_id(), replies.incarnation())?;
-        self.start(runner, replies)
+        serve_on_thread(runner, replies)
     }
+}
+
+/// Runs an already built runner on a thread of its own, [`serve`]-ing the requests sent through
+/// the returned handle and answering on `replies`: what [`ThreadLauncher`] does with each runner
+/// it builds, and what a transport's runner side does with the runner it built for its slot
+/// (its replies going to the wire through a [`ReplySender::forwarding`]).
+///
+/// ```
+/// use std::sync::Arc;
+/// use impala_core::{CoreError, Env, EnvSpec, Policy, Space, StepOutcome};
+/// use impala_sampler::{
+///     serve_on_thread, EnvFactory, EnvRunner, EnvRunnerSettings, RandomPolicy, ReplySender,
+///     RunnerReply, RunnerRequest,
+/// };
+///
+/// struct Still(EnvSpec);
+/// impl Env for Still {
+///     fn spec(&self) -> &EnvSpec { &self.0 }
+///     fn reset(&mut self, _: Option<u64>, _: &mut [f32]) -> Result<(), CoreError> { Ok(()) }
+///     fn step(&mut self, _: &[f32], _: &mut [f32]) -> Result<StepOutcome, CoreError> {
+///         Ok(StepOutcome::default())
+///     }
+/// }
+/// let spec = EnvSpec {
+///     id: "Still".into(),
+///     observation_space: Space::continuous(vec![0.0], vec![1.0])?,
+///     action_space: Space::Discrete(2),
+///     max_episode_steps: None,
+/// };
+/// let still = spec.clone();
+/// let envs: EnvFactory = Arc::new(move |_| Ok(Box::new(Still(still.clone())) as Box<dyn Env>));
+/// let runner = EnvRunner::build(&EnvRunnerSettings::default(), 1, 0, &envs, |_| {
+///     Ok(Box::new(RandomPolicy::new(&spec, 0)) as Box<dyn Policy>)
+/// })?;
+/// let (tx, rx) = crossbeam_channel::unbounded();
+/// let mut handle = serve_on_thread(runner, ReplySender::new(1, 0, tx))?;
+/// assert!(handle.send(RunnerRequest::Sample));
+/// let reply = rx.recv_timeout(std::time::Duration::from_secs(10))?;
+/// assert!(matches!(reply.reply, RunnerReply::Fragment(_)));
+/// handle.send(RunnerRequest::Stop);
+/// handle.join(None)?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn serve_on_thread(
+    runner: EnvRunner,
+    replies: ReplySender,
+) -> Result<Box<dyn EnvRunnerHandle>> {
+    let name = format!("env-runner-{}", replies.runner_id());
+    let (requests, inbox) = crossbeam_channel::unbounded();
+    let thread = crate::threads::spawn(name, move || serve(runner, &inbox, &replies))?;
+    Ok(Box::new(ThreadHandle { requests, thread }))
 }
 
 struct ThreadHandle {

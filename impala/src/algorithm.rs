@@ -13,6 +13,7 @@ use impala_core::{EnvSpec, SampleBatch, Weights};
 use impala_envs::{MeanStdFilter, SharedMeanStdFilter};
 use impala_learner::{Learner, LearnerError, LearnerHandle, LearnerStats};
 use impala_profile::{span, Activity};
+use impala_runner_pool::RunnerTransport;
 use impala_sampler::{
     EnvFactory, EnvRunnerGroup, EnvRunnerState, Fragment, SamplerError, SamplerMetrics,
     TrainBatchBuilder, WeightBroadcaster,
@@ -131,8 +132,8 @@ pub struct Impala {
     pub(crate) stalls_reported: u64,
     /// Whether stale train batches were reported (once a run).
     pub(crate) staleness_reported: bool,
-    /// Where remote env runners connect, when they sample instead of runner threads.
-    pub(crate) remote: Option<Arc<crate::remote::RunnerServer>>,
+    /// The transport of remote env runners, when they sample instead of runner threads.
+    pub(crate) remote: Option<Arc<dyn RunnerTransport>>,
     /// The Python env workers' pool, when the envs are Python's: `stop()` kills the workers
     /// that runners stuck in an env step still hold.
     pub(crate) python_pool: Option<Arc<impala_gym::GymEnvPool>>,
@@ -232,14 +233,14 @@ impl Impala {
             let mut settings = settings::env_runner_group(&self.config);
             settings.runner.seed = streams.env_seed;
             self.runners = Some(match &self.remote {
-                Some(server) => {
+                Some(transport) => {
                     let session = crate::remote::run_session(
                         &self.config,
                         &self.spec,
                         streams,
                         self.base_seed,
                     )?;
-                    let launcher = Box::new(server.launcher(session));
+                    let launcher = Box::new(transport.pool().launcher(session));
                     let mut group =
                         EnvRunnerGroup::with_launcher(&settings, launcher, self.spec.clone())?;
                     let ids: Vec<usize> = (1..=settings.num_env_runners).collect();

@@ -12,13 +12,13 @@ use impala_config::{EnvBackend, ValidatedConfig};
 use impala_core::{CoreError, Env, EnvSpec, Policy, Weights};
 use impala_envs::SharedMeanStdFilter;
 use impala_learner::{learner_devices, Learner, LearnerHandle, ModelSettings, TorchPolicy};
+use impala_runner_pool::RunnerTransport;
 use impala_sampler::{
     EnvContext, EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings, TrainBatchBuilder,
     WeightBroadcaster,
 };
 
 use crate::evaluation::Evaluator;
-use crate::remote::RunnerServer;
 use crate::settings;
 use crate::{EpisodeWindow, Impala, ImpalaError, Result};
 
@@ -27,7 +27,7 @@ pub struct ImpalaBuilder {
     config: ValidatedConfig,
     env_factory: Option<EnvFactory>,
     env_creator: Option<PathBuf>,
-    remote: Option<Arc<RunnerServer>>,
+    remote: Option<Arc<dyn RunnerTransport>>,
 }
 
 impl std::fmt::Debug for ImpalaBuilder {
@@ -79,13 +79,16 @@ impl ImpalaBuilder {
         self
     }
 
-    /// Samples with the remote env runners that connect to `server` (`impala train --listen`)
+    /// Samples with env runners in other processes or on other hosts, which `transport` brings
+    /// into the slots of its [`RunnerPool`](impala_runner_pool::RunnerPool) (the gRPC
+    /// [`RunnerServer`](crate::remote::RunnerServer) of `impala train --listen`, or any other),
     /// instead of runner threads: `num_env_runners` of them, waited for up to
-    /// `env_runner_connect_timeout_s` by [`build`](Self::build). Restored and restarted runner
-    /// slots are taken by whichever runner process connects next.
+    /// `env_runner_connect_timeout_s` by [`build`](Self::build). Each runner builds its env
+    /// runner with [`env_runner_builder`](crate::remote::env_runner_builder). Restored and
+    /// restarted runner slots are taken by whichever runner claims one next.
     #[must_use]
-    pub fn remote_env_runners(mut self, server: Arc<RunnerServer>) -> Self {
-        self.remote = Some(server);
+    pub fn remote_env_runners(mut self, transport: Arc<dyn RunnerTransport>) -> Self {
+        self.remote = Some(transport);
         self
     }
 
@@ -152,13 +155,14 @@ impl ImpalaBuilder {
             config,
         };
         algo.env_runner_group()?;
-        if let Some(server) = &algo.remote {
+        if let Some(transport) = &algo.remote {
             let expected = algo.config.config().num_env_runners;
-            let timeout =
-                Duration::try_from_secs_f64(algo.config.config().env_runner_connect_timeout_s)
-                    .unwrap_or(Duration::MAX);
-            tracing::info!(addr = %server.local_addr(), expected, "waiting for remote env runners");
-            let ready = server.wait_for_runners(expected, timeout)?;
+            let timeout = Duration::try_from_secs_f64(algo.config.config().env_runner_connect_timeout_s)
+                .unwrap_or(Duration::MAX);
+            tracing::info!(?transport, expected, "waiting for remote env runners");
+            let ready = transport
+                .wait_for_runners(expected, timeout)
+                .map_err(ImpalaError::RunnerTransport)?;
             if ready < expected {
                 tracing::warn!(
                     ready,

@@ -173,6 +173,9 @@ pub enum ImpalaError {
     /// Serving or reaching remote env runners failed.
     #[error(transparent)]
     Remote(#[from] impala_remote::RemoteError),
+    /// The transport of the run's remote env runners failed (none came in time).
+    #[error(transparent)]
+    RunnerTransport(Box<dyn std::error::Error + Send + Sync>),
     /// Sampling failed (env runners beyond their restarts, batch building).
     #[error(transparent)]
     Sampler(#[from] impala_sampler::SamplerError),

@@ -103,6 +103,8 @@ pub use impala_learner as learner;
 pub use impala_profile as profile;
 /// RLlib's mix-in replay buffer.
 pub use impala_replay as replay;
+/// Runner slots for env runners in other processes or on other hosts, for any transport.
+pub use impala_runner_pool as runner_pool;
 /// Env runners, the runner seam, weight broadcast and the batching stage.
 pub use impala_sampler as sampler;
 /// V-trace on slices, without libtorch.

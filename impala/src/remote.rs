@@ -1,12 +1,13 @@
-//! Env runners in other processes or on other hosts (RLlib's remote env runners), over
-//! [`impala_remote`]: what the driver hands each remote runner (the config and the run's seeds)
-//! and how a runner process builds its env runner from that ([`serve_env_runner`]).
+//! Env runners in other processes or on other hosts (RLlib's remote env runners), over any
+//! transport of [`impala_runner_pool`] ([`impala_remote`]'s gRPC is one): what the driver hands
+//! each remote runner (the config and the run's seeds) and how a runner process builds its env
+//! runner from that ([`env_runner_builder`]; [`serve_env_runner`] over gRPC).
 
 use std::sync::Arc;
 
 use impala_config::{ImpalaConfig, ValidatedConfig};
 use impala_core::{EnvSpec, Weights};
-use impala_remote::{Assignment, BuildRunner, RunSession};
+use impala_runner_pool::{Assignment, BuildRunner, RunSession};
 use impala_sampler::EnvRunner;
 use serde::{Deserialize, Serialize};
 
@@ -114,15 +115,36 @@ fn build_runner(assignment: &Assignment, weights: Arc<Weights>) -> Result<EnvRun
     )?)
 }
 
+/// How a runner process of any transport builds its env runner from the slot it was given
+/// (the driver's session data, see [`Assignment`]), acting with the driver's weights. Sets this
+/// process's libtorch to one thread: the runner's inference is small batches, and more threads
+/// only contend with the env and transport threads.
+///
+/// ```
+/// use std::sync::Arc;
+/// use impala::core::{EnvSpec, Space, Weights};
+/// use impala::runner_pool::Assignment;
+///
+/// let build = impala::remote::env_runner_builder();
+/// let spec = EnvSpec {
+///     id: "CartPole-v1".into(),
+///     observation_space: Space::continuous(vec![-5.0; 4], vec![5.0; 4])?,
+///     action_space: Space::Discrete(2),
+///     max_episode_steps: Some(500),
+/// };
+/// let garbled = Assignment { runner_id: 1, incarnation: 0, spec, session: b"{".to_vec() };
+/// let error = build(&garbled, Arc::new(Weights::new(1, vec![]))).err().ok_or("built")?;
+/// assert!(error.contains("(remote session)"), "{error}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn env_runner_builder() -> BuildRunner {
+    tch::set_num_threads(1);
+    Arc::new(|assignment, weights| build_runner(assignment, weights).map_err(|e| e.to_string()))
+}
+
 /// Runs this process as a remote env runner of the driver in `settings` (`impala env-runner`)
 /// until the driver's run is over (returns its reason), the driver refuses it, or the driver
 /// stays unreachable for the reconnect timeout.
 pub fn serve_env_runner(settings: &ClientSettings) -> Result<String> {
-    // One libtorch thread: the runner's inference is small batches, and more threads only
-    // contend with the env and network threads.
-    tch::set_num_threads(1);
-    let build: BuildRunner = Arc::new(|assignment, weights| {
-        build_runner(assignment, weights).map_err(|e| e.to_string())
-    });
-    Ok(impala_remote::run_env_runner(settings, build)?)
+    Ok(impala_remote::run_env_runner(settings, env_runner_builder())?)
 }

@@ -5,4 +5,6 @@ mod common;
 mod learner_settings;
 mod options;
 mod settings;
+#[cfg(unix)]
+mod runner_processes;
 mod trust;

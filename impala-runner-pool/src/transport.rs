@@ -1,0 +1,29 @@
+//! What the algorithm needs of a transport.
+
+use std::time::Duration;
+
+use crate::RunnerPool;
+
+/// A transport's runners as the algorithm sees them: the pool they claim slots of, and a wait
+/// for them that says, when none came, how to start them. A [`RunnerPool`] is one by itself
+/// (its error names no transport).
+pub trait RunnerTransport: Send + Sync + std::fmt::Debug {
+    /// The pool the transport's runners claim slots of.
+    fn pool(&self) -> &RunnerPool;
+
+    /// Waits until `expected` runners are ready, or `timeout` passes; returns how many are.
+    /// Errors when none came.
+    fn wait_for_runners(
+        &self,
+        expected: usize,
+        timeout: Duration,
+    ) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
+        Ok(self.pool().wait_for_runners(expected, timeout)?)
+    }
+}
+
+impl RunnerTransport for RunnerPool {
+    fn pool(&self) -> &RunnerPool {
+        self
+    }
+}

@@ -1,0 +1,3 @@
+//! Integration tests of the runner pool (one binary, modules below).
+
+mod pool;
