@@ -409,22 +409,6 @@ where
     }
 }
 
-/// The error and its causes on one line (`problem: cause: cause`), skipping causes already
-/// spelled out by the message before them, and folding multi-line lists into `; `.
-pub(crate) fn one_line(err: &anyhow::Error) -> String {
-    let mut parts: Vec<String> = Vec::new();
-    for cause in err.chain() {
-        let full = cause.to_string();
-        let lines: Vec<&str> = full.split('\n').map(str::trim).filter(|s| !s.is_empty()).collect();
-        let text = lines.join("; ").replace(":;", ":");
-        if parts.last().is_some_and(|prev| prev.contains(&text)) {
-            continue;
-        }
-        parts.push(text);
-    }
-    parts.join(": ")
-}
-
 /// Loads the config from `source` (file or embedded default, `--env`, `--seed`, `--set`),
 /// validates it and returns the validated config with its warnings.
 pub(crate) fn load_config(source: &ConfigSource) -> anyhow::Result<(ValidatedConfig, Vec<String>)> {
@@ -629,7 +613,7 @@ fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     match crate::plot::plot_run(&run_path) {
         Ok(plot) if !args.quiet => println!("plot: {}", plot.display()),
         Ok(_) => {}
-        Err(e) => eprintln!("warning: no plot: {}", one_line(&e)),
+        Err(e) => eprintln!("warning: no plot: {}", impala::one_line(e.as_ref())),
     }
     let stop_reason = if summary.interrupted {
         format!("interrupted ({})", interrupts.received_name().unwrap_or("signal"))
@@ -789,18 +773,4 @@ fn describe_profile(profile: &impala::profile::Report) -> String {
         );
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn one_line_joins_causes_without_repeats() {
-        let inner = anyhow::anyhow!("disk full");
-        let err = inner.context("could not write `x`: disk full").context("saving failed");
-        assert_eq!(one_line(&err), "saving failed: could not write `x`: disk full");
-        let multi = anyhow::anyhow!("2 problem(s) in the config:\n  - a\n  - b");
-        assert_eq!(one_line(&multi), "2 problem(s) in the config: - a; - b");
-    }
 }

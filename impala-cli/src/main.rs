@@ -17,7 +17,7 @@ fn main() -> ExitCode {
     match cli::run(std::env::args_os()) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {}", cli::one_line(&err));
+            eprintln!("error: {}", error::describe(&err));
             ExitCode::FAILURE
         }
     }

@@ -35,8 +35,9 @@ use impala::run::{utc_stamp, CheckpointPolicy, ScoreOrder, BEST_CHECKPOINT_FILE}
 use impala::{flatten, read_result_lines, RESULT_FILE};
 use serde_json::{json, Value};
 
-use crate::cli::{apply_source, one_line, ConfigSource, StopArgs};
+use crate::cli::{apply_source, ConfigSource, StopArgs};
 use crate::signals::Interrupts;
+use impala::one_line;
 
 /// The two search spaces, as Ray Tune writes them in dict form (`{"grid_search": [...]}`;
 /// `choice` is `tune.choice` spelled the same way).
@@ -774,7 +775,7 @@ fn validate_trials(
             .map_err(|e| e.to_string().replace("set(): ", "").replace("set()", "the config"));
         let validated = loaded.and_then(|loaded| {
             let found = loaded.warnings.iter().map(ToString::to_string).collect();
-            apply_source(loaded.config, source, found).map_err(|e| one_line(&e))
+            apply_source(loaded.config, source, found).map_err(|e| one_line(e.as_ref()))
         });
         let (config, found) = match validated {
             Ok(ok) => ok,
@@ -788,9 +789,9 @@ fn validate_trials(
         for (path, _) in spec.params.iter().filter(|(p, _)| !affects_environment(p)) {
             assign(&mut key_tree, path, Value::Null);
         }
-        let check = checked.entry(key_tree.to_string()).or_insert_with(|| {
-            impala::check_environment(&config).map_err(|e| one_line(&anyhow::Error::new(e)))
-        });
+        let check = checked
+            .entry(key_tree.to_string())
+            .or_insert_with(|| impala::check_environment(&config).map_err(|e| one_line(&e)));
         match check {
             Ok(found) => warnings.extend(found.iter().cloned()),
             Err(message) => {
@@ -1084,7 +1085,11 @@ impl Experiment<'_> {
                 };
                 for running in &mut children.0 {
                     if let Err(e) = send_signal(&mut running.child, forward) {
-                        eprintln!("warning: {}: {}", self.trials[running.trial].name, one_line(&e));
+                        eprintln!(
+                            "warning: {}: {}",
+                            self.trials[running.trial].name,
+                            one_line(e.as_ref())
+                        );
                     }
                 }
                 for i in pending.drain(..) {
@@ -1132,7 +1137,7 @@ impl Experiment<'_> {
                     }
                     Err(e) => {
                         done += 1;
-                        let message = one_line(&e);
+                        let message = one_line(e.as_ref());
                         let name = &self.trials[next].name;
                         println!("[{}/{total}] {name} could not start: {message}", next + 1);
                         self.trials[next].status =

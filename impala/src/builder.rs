@@ -241,7 +241,7 @@ fn uses_python(config: &ValidatedConfig) -> Result<bool> {
             ImpalaError::EnvOption {
                 key: "env_backend",
                 problem: format!("is \"native\" but `{}` is no native env", config.env),
-                fix: "see `impala envs`, or set `env_backend = \"auto\"`".into(),
+                fix: "use a native env id (`envs::list()`), or set `env_backend = \"auto\"`".into(),
             },
             ImpalaError::from,
         )),
@@ -434,7 +434,7 @@ fn check_devices(config: &ValidatedConfig) -> Result<()> {
         };
         return Err(ImpalaError::ImpossibleResources {
             reason,
-            fix: "run on a machine with that many GPUs (the `impala` binary needs `--features cuda`), \
+            fix: "run on a machine with that many GPUs (the `impala` binary needs its `cuda` feature), \
                   or set `num_gpus = 0` and `num_gpus_per_learner = 0` (or `_fake_gpus = true` to \
                   run the GPU towers on the CPU)"
                 .into(),

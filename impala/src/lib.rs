@@ -77,7 +77,7 @@ pub mod tensorboard;
 pub use algorithm::Impala;
 pub use builder::{check_environment, ImpalaBuilder};
 pub use checkpoint::{AlgorithmState, Counters};
-pub use error::{ImpalaError, Result};
+pub use error::{error_chain, one_line, ImpalaError, Result};
 pub use evaluation::{evaluate_checkpoint, evaluate_checkpoint_with_env};
 pub use logger::{
     read_result_lines, write_params, ResultLogger, PARAMS_FILE, PROGRESS_FILE, RESULT_FILE,

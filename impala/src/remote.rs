@@ -11,10 +11,11 @@ use impala_sampler::{EnvRunner, EnvRunnerSettings};
 use serde::{Deserialize, Serialize};
 
 use crate::builder::{run_envs, PolicySource, Streams};
-use crate::{ImpalaError, Result};
+use crate::{error_chain, ImpalaError, Result};
 
 pub use impala_remote::{
-    read_pem, ClientSettings, ClientTls, RunnerServer, ServerSettings, ServerTls, Token,
+    read_pem, ClientSettings, ClientTls, RemoteError, RunnerServer, ServerSettings, ServerTls,
+    Token,
 };
 
 /// What a remote runner needs besides the env spec: the run's config and the seeds of its
@@ -57,8 +58,8 @@ pub(crate) fn check_remote_config(config: &ValidatedConfig) -> Result<()> {
     if config.num_env_runners == 0 {
         return Err(ImpalaError::EnvOption {
             key: "num_env_runners",
-            problem: "is 0, but with --listen it counts the remote env runners to wait for".into(),
-            fix: "set `num_env_runners` to the number of `impala env-runner` processes".into(),
+            problem: "is 0, but with remote env runners it counts the runners to wait for".into(),
+            fix: "set `num_env_runners` to the number of remote env runners".into(),
         });
     }
     if config.normalize_observations {
@@ -66,7 +67,7 @@ pub(crate) fn check_remote_config(config: &ValidatedConfig) -> Result<()> {
             key: "normalize_observations",
             problem: "needs the run's observation filter, which remote env runners do not share"
                 .into(),
-            fix: "turn it off, or train with local env runners (without --listen)".into(),
+            fix: "turn it off, or train with local env runners".into(),
         });
     }
     Ok(())
@@ -80,7 +81,7 @@ pub(crate) fn check_local_config(config: &ValidatedConfig) -> Result<()> {
             key: "compress_observations",
             problem: "compresses fragments sent by remote env runners, and this run has none"
                 .into(),
-            fix: "remove it, or serve remote env runners with `impala train --listen`".into(),
+            fix: "remove it, or serve remote env runners".into(),
         });
     }
     Ok(())
@@ -121,7 +122,7 @@ pub fn serve_env_runner(settings: &ClientSettings) -> Result<String> {
     // contend with the env and network threads.
     tch::set_num_threads(1);
     let build: BuildRunner = Arc::new(|assignment, weights| {
-        build_runner(assignment, weights).map_err(|e| e.to_string())
+        build_runner(assignment, weights).map_err(|e| error_chain(&e))
     });
     Ok(impala_remote::run_env_runner(settings, build)?)
 }

@@ -41,7 +41,9 @@ pub use dir::{utc_stamp, Opened, RunDir, RunTarget, TRIAL_FILES};
 pub use keep::{BestCheckpoint, CheckpointPolicy, ScoreOrder, BEST_CHECKPOINT_FILE};
 pub use lock::LOCK_FILE;
 
-use crate::{write_params, Impala, ImpalaError, IterationResult, ResultLogger, StopCriteria};
+use crate::{
+    error_chain, write_params, Impala, ImpalaError, IterationResult, ResultLogger, StopCriteria,
+};
 use keep::Keeper;
 
 /// How a run ends in error.
@@ -70,7 +72,7 @@ pub enum RunError {
     /// Another process holds the run folder.
     #[error(
         "run folder `{path}` is in use by another impala process ({}); wait for it to end, or \
-         pass another folder with --run-dir",
+         choose another run_dir",
         pid.map_or_else(|| "PID unknown".to_string(), |p| format!("PID {p}"))
     )]
     Locked {
@@ -79,21 +81,24 @@ pub enum RunError {
         /// The other process, if its lock file says.
         pid: Option<u32>,
     },
-    /// The learner died; the last good weights were saved first.
-    #[error("{cause}; the last good checkpoint is `{checkpoint}`")]
+    /// The learner died; the last good weights were saved first. The cause is in the message
+    /// (not the source), so that it ends with the checkpoint to go on from.
+    #[error("{}; the last good checkpoint is `{checkpoint}`", error_chain(cause.as_ref()))]
     LearnerDied {
         /// The learner's failure ([`ImpalaError::LearnerDied`]).
-        #[source]
         cause: Box<ImpalaError>,
         /// The checkpoint saved after it died.
         checkpoint: PathBuf,
     },
     /// Training failed otherwise (env runners failed beyond their restarts, a driver error);
     /// the run's state was saved first, so the run can be resumed from it.
-    #[error("{cause}; the run was saved to `{checkpoint}` and can be resumed from it")]
+    /// As [`RunError::LearnerDied`], the cause is in the message, before the checkpoint.
+    #[error(
+        "{}; the run was saved to `{checkpoint}` and can be resumed from it",
+        error_chain(cause.as_ref())
+    )]
     FailedAndSaved {
         /// Why training failed.
-        #[source]
         cause: Box<ImpalaError>,
         /// The checkpoint saved after the failure.
         checkpoint: PathBuf,
@@ -112,8 +117,9 @@ pub enum RunError {
     },
     /// `truncate` with a run folder other than the checkpoint's.
     #[error(
-        "--truncate rewinds the checkpoint's own run folder `{run_dir}`, but the run was \
-         asked to write to `{other}`; drop --truncate to fork into `{other}`, or drop --run-dir"
+        "`truncate` rewinds the checkpoint's own run folder `{run_dir}`, but the run was \
+         asked to write to `{other}`; resume without `truncate` to fork into `{other}`, or \
+         without a `run_dir` to rewind `{run_dir}`"
     )]
     TruncateElsewhere {
         /// The checkpoint's run folder.
@@ -240,7 +246,7 @@ fn save_after_failure(
     match algo.save(dir) {
         Ok(checkpoint) => {
             if let Err(e) = keeper.saved(algo.iteration(), score) {
-                tracing::warn!("{e}");
+                tracing::warn!("{}", error_chain(&e));
             }
             let cause = Box::new(cause);
             match *cause {
@@ -249,7 +255,7 @@ fn save_after_failure(
             }
         }
         Err(e) => {
-            tracing::debug!("no checkpoint after training failed: {e}");
+            tracing::debug!("no checkpoint after training failed: {}", error_chain(&e));
             RunError::Impala(cause)
         }
     }
