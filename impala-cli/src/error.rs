@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use impala::remote::RemoteError;
 use impala::run::RunError;
 use impala::ImpalaError;
+use impala_tune::TuneError;
 
 /// A command-line value that cannot work, or a library error worded for this command.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +68,17 @@ fn flag_hint(err: &(dyn std::error::Error + 'static)) -> Option<String> {
     }
     if let Some(err) = err.downcast_ref::<ImpalaError>() {
         return impala_hint(err);
+    }
+    if let Some(err) = err.downcast_ref::<TuneError>() {
+        return match err {
+            TuneError::BadMetric { .. } => Some(" (--metric)".into()),
+            TuneError::BadName { .. } | TuneError::ExperimentExists { .. } => {
+                Some(" (--name, --output-dir)".into())
+            }
+            TuneError::TooManyTrials { .. } => Some(" (--num-samples)".into()),
+            TuneError::RunsDirTaken { .. } => Some(" (--runs-dir)".into()),
+            _ => None,
+        };
     }
     err.downcast_ref::<RemoteError>().and_then(remote_hint)
 }

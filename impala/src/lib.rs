@@ -71,6 +71,7 @@ mod metrics;
 pub mod remote;
 mod result;
 pub mod run;
+mod source;
 mod stop;
 pub mod tensorboard;
 
@@ -80,13 +81,15 @@ pub use checkpoint::{AlgorithmState, Counters};
 pub use error::{error_chain, one_line, ImpalaError, Result};
 pub use evaluation::{evaluate_checkpoint, evaluate_checkpoint_with_env};
 pub use logger::{
-    read_result_lines, write_params, ResultLogger, PARAMS_FILE, PROGRESS_FILE, RESULT_FILE,
+    params_env, read_result_lines, read_results, write_params, ResultLogger, PARAMS_FILE,
+    PROGRESS_FILE, RESULT_FILE,
 };
 pub use metrics::{peak_rss_mib, EpisodeSummary, EpisodeWindow};
 pub use result::{
     flatten, EvaluationResult, IterationResult, LearnerQueueInfo, Perf, PolicyLearnerInfo,
     ResultInfo, DEFAULT_POLICY_ID,
 };
+pub use source::{ConfigSource, EXAMPLE_CONFIGS};
 pub use stop::StopCriteria;
 pub use tensorboard::EventWriter;
 

@@ -37,7 +37,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub use dir::{utc_stamp, Opened, RunDir, RunTarget, TRIAL_FILES};
+pub use dir::{folder_safe, utc_stamp, Opened, RunDir, RunTarget, TRIAL_FILES};
 pub use keep::{BestCheckpoint, CheckpointPolicy, ScoreOrder, BEST_CHECKPOINT_FILE};
 pub use lock::LOCK_FILE;
 
