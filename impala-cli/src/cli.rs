@@ -12,9 +12,7 @@ use impala::remote::{
     read_pem, serve_env_runner, ClientSettings, ClientTls, RunnerServer, ServerSettings, ServerTls,
     Token,
 };
-use impala::run::{
-    BestCheckpoint, CheckpointPolicy, Opened, RunDir, RunEvent, RunOptions, RunTarget,
-};
+use impala::run::{CheckpointPolicy, Opened, RunDir, RunOptions, RunTarget};
 use impala::{Impala, ImpalaError, StopCriteria};
 use impala_tune::TrainSummary;
 
@@ -174,14 +172,12 @@ pub(crate) fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     }
     let options = RunOptions { stop, checkpoint_every: args.checkpoint_every, checkpoints: policy };
     let interrupt = interrupts.flag();
-    let summary =
-        impala::run::run(&mut algo, &run_dir, &options, &interrupt, |event| match event {
-            RunEvent::Result(result) if !args.quiet => println!("{}", result.progress_line()),
-            RunEvent::Checkpoint { path, score, best } if !args.quiet => {
-                println!("checkpoint saved: {}{}", path.display(), describe_score(score, best));
-            }
-            _ => {}
-        })?;
+    let summary = impala::run::run(&mut algo, &run_dir, &options, &interrupt, |event| {
+        if !args.quiet {
+            println!("{event}");
+        }
+    });
+    let mut summary = summary?;
     // Read while every thread still runs (their CPU times come from /proc).
     let profile = args.profile.then(impala::profile::report);
     if let Some(server) = &server {
@@ -207,44 +203,22 @@ pub(crate) fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         Ok(_) => {}
         Err(e) => eprintln!("warning: no plot: {}", impala::one_line(&e)),
     }
-    let stop_reason = if summary.interrupted {
-        format!("interrupted ({})", interrupts.received_name().unwrap_or("signal"))
-    } else {
-        summary.stop_reason.clone()
-    };
+    if summary.interrupted {
+        summary.stop_reason =
+            format!("interrupted ({})", interrupts.received_name().unwrap_or("signal"));
+    }
     if !args.quiet {
-        let result = &summary.last;
-        let best = summary.best.as_ref().map_or_else(String::new, |b| {
-            format!("; best checkpoint {} ({} {})", b.path.display(), b.attribute, b.score)
-        });
-        println!(
-            "stopped: {stop_reason}; episode_return_mean {:.2} after {} env steps in {:.1}s; \
-             checkpoint {}{best}",
-            result.episode_return_mean,
-            result.num_env_steps_sampled,
-            result.time_total_s,
-            summary.checkpoint.display()
-        );
+        println!("{}", summary.describe());
     }
     if args.summary_json {
         let wall_s = started.elapsed().as_secs_f64();
         let profile = profile.as_ref().map(serde_json::to_value).transpose()?;
-        let line = TrainSummary::new(&summary, &stop, seed, stop_reason, wall_s, profile);
+        let line = TrainSummary::new(&summary, &stop, seed, wall_s, profile);
         println!("{}", serde_json::to_value(&line)?);
     }
     // 128 + the signal's number, as a shell reports a process that the signal ended: a job
     // scheduler must not take an interrupted run for a finished one.
     Ok(interrupts.exit_code().unwrap_or(ExitCode::SUCCESS))
-}
-
-/// ` (episode_return_mean 21.5; best checkpoint_000004 at 30.25)`.
-fn describe_score(score: Option<f64>, best: Option<&BestCheckpoint>) -> String {
-    let Some(best) = best else {
-        return String::new();
-    };
-    let name = best.path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
-    let own = score.map_or_else(|| "no score yet".to_string(), |s| format!("{s}"));
-    format!(" ({} {own}; best {name} at {})", best.attribute, best.score)
 }
 
 /// Says what opening the run folder did besides starting: a fork, a rewind, dropped results.

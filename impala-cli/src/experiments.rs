@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context as _;
 use impala_tune::bench::{bench_cartpole, BenchOptions, StabilityOptions};
 use impala_tune::soak::{memory_soak, SoakOptions, ITERATION_OVERRIDE};
-use impala_tune::{Experiment, SearchOptions, TuneError, SUMMARY_FILE};
+use impala_tune::{Experiment, SearchOptions, TuneError};
 
 use crate::args::{BenchArgs, MemoryArgs, TuneArgs};
 use crate::signals::Interrupts;
@@ -32,30 +32,14 @@ pub(crate) fn tune(args: &TuneArgs) -> anyhow::Result<ExitCode> {
     for w in experiment.warnings() {
         eprintln!("warning: {w}");
     }
-    let (file, total) = (experiment.file().to_path_buf(), experiment.trials().len());
-    let (at_once, cpus) = (experiment.at_once(), experiment.budget().cpus);
     if args.dry_run {
-        println!(
-            "{total} trial(s) of {} (dry run: nothing is run or written); at most {at_once} at \
-             once in {cpus} CPUs",
-            file.display()
-        );
-        for trial in experiment.trials() {
-            println!("{}", trial.describe());
-        }
+        print!("{}", experiment.dry_run());
         return Ok(ExitCode::SUCCESS);
     }
     // From here on SIGINT/SIGTERM go to the trials instead of ending this process.
     let interrupts = Interrupts::install().context("cannot listen for SIGINT and SIGTERM")?;
     let dir = experiment.claim()?;
-    println!(
-        "tune: {total} trial(s) of {} in {}, at most {at_once} at once in {cpus} CPUs; ranked by \
-         {} ({})",
-        file.display(),
-        dir.display(),
-        args.metric,
-        args.mode
-    );
+    println!("{}", experiment.headline());
     experiment.run(&trainer()?, &|| interrupts.forward(), |event| {
         if event.is_warning() {
             eprintln!("warning: {event}");
@@ -63,22 +47,12 @@ pub(crate) fn tune(args: &TuneArgs) -> anyhow::Result<ExitCode> {
             println!("{event}");
         }
     })?;
-    print!("\n{}", experiment.table());
-    match experiment.best() {
-        Some(best) => println!(
-            "best trial: {} ({} {}); checkpoint: {}",
-            best.name(),
-            args.metric,
-            best.outcome().metric.map_or_else(|| "-".into(), |m| m.to_string()),
-            best.checkpoint().map_or_else(|| "none".into(), |c| c.display().to_string())
-        ),
-        None => println!("best trial: none (no trial finished with a {} result)", args.metric),
-    }
-    println!("summary: {}", dir.join(SUMMARY_FILE).display());
+    print!("{}", experiment.report());
     if let Some(code) = interrupts.exit_code() {
         return Ok(code);
     }
     if !experiment.any_finished() {
+        let total = experiment.trials().len();
         return Err(TuneError::AllTrialsFailed { total, experiment: dir }.into());
     }
     Ok(ExitCode::SUCCESS)
@@ -97,7 +71,7 @@ pub(crate) fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
         },
         profile: args.profile,
         runs_dir: s.runs_dir.clone(),
-        stability: (s.stay_s.is_some() || s.stay_steps.is_some()).then(|| StabilityOptions {
+        stability: (s.stay_s.is_some() || s.stay_steps.is_some()).then_some(StabilityOptions {
             stay_s: s.stay_s,
             stay_steps: s.stay_steps,
             stay_min: s.stay_min,

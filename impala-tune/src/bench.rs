@@ -336,7 +336,7 @@ impl Seed<'_> {
         let mut forwarded = false;
         loop {
             if let (Some(signal), false) = ((self.signal)(), forwarded) {
-                for (_, e) in children.forward(signal) {
+                if let Some((_, e)) = children.forward(signal).pop() {
                     return Err(TuneError::io("signal", self.trainer)(e));
                 }
                 forwarded = true;

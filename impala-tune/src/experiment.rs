@@ -179,7 +179,8 @@ impl fmt::Display for Event<'_> {
 ///
 /// let dir = tempfile::tempdir()?;
 /// let file = dir.path().join("sweep.toml");
-/// std::fs::write(&file, "env = \"CartPole-v1\"\nlr = {grid_search = [0.001, 0.0005]}\n")?;
+/// let text = "env = \"CartPole-v1\"\nnum_env_runners = 1\nlr = {grid_search = [0.001, 0.0005]}\n";
+/// std::fs::write(&file, text)?;
 /// let experiment = Experiment::new(SearchOptions {
 ///     source: impala::ConfigSource { file: Some(file), ..Default::default() },
 ///     stop: Default::default(),
@@ -194,6 +195,7 @@ impl fmt::Display for Event<'_> {
 /// })?;
 /// let names: Vec<&str> = experiment.trials().iter().map(|t| t.name()).collect();
 /// assert_eq!(names, ["trial_000_lr=0.001", "trial_001_lr=0.0005"]);
+/// // Each needs 2 CPUs (the driver and one env runner): both fit in 4.
 /// assert_eq!(experiment.at_once(), 2);
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -496,9 +498,57 @@ impl Experiment {
         Ok(())
     }
 
+    /// What a dry run prints: how many trials run how, then each trial (name, searched values,
+    /// CPUs).
+    pub fn dry_run(&self) -> String {
+        let mut out = format!(
+            "{} trial(s) of {} (dry run: nothing is run or written); at most {} at once in {} \
+             CPUs\n",
+            self.trials.len(),
+            self.file().display(),
+            self.at_once(),
+            self.budget.cpus
+        );
+        for trial in &self.trials {
+            out += &format!("{}\n", trial.describe());
+        }
+        out
+    }
+
+    /// `tune: 4 trial(s) of FILE in DIR, at most 2 at once in 4 CPUs; ranked by METRIC (max)`.
+    pub fn headline(&self) -> String {
+        format!(
+            "tune: {} trial(s) of {} in {}, at most {} at once in {} CPUs; ranked by {} ({})",
+            self.trials.len(),
+            self.file().display(),
+            self.dir.as_deref().unwrap_or(Path::new("")).display(),
+            self.at_once(),
+            self.budget.cpus,
+            self.options.metric,
+            self.options.mode
+        )
+    }
+
+    /// What the search found: the table of every trial, best first, the best trial with its
+    /// checkpoint, and where `summary.json` is.
+    pub fn report(&self) -> String {
+        let metric = &self.options.metric;
+        let best = match self.best() {
+            Some(best) => format!(
+                "best trial: {} ({metric} {}); checkpoint: {}",
+                best.name,
+                best.outcome.metric.map_or_else(|| "-".into(), |m| m.to_string()),
+                best.checkpoint().map_or_else(|| "none".into(), |c| c.display().to_string())
+            ),
+            None => format!("best trial: none (no trial finished with a {metric} result)"),
+        };
+        let dir = self.dir.as_deref().unwrap_or(Path::new(""));
+        format!("\n{}{best}\nsummary: {}\n", self.table(), dir.join(SUMMARY_FILE).display())
+    }
+
     /// The table of every trial, best first: its name, searched values, iterations,
     /// timesteps, metric and status.
-    pub fn table(&self) -> String {
+    fn table(&self) -> String {
         let metric = &self.options.metric;
         let params: Vec<String> = self
             .trials

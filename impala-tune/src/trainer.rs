@@ -143,13 +143,12 @@ pub struct TrainSummary {
 }
 
 impl TrainSummary {
-    /// The summary of `run`, which stopped for `stop_reason` (the caller's words for an
-    /// interrupt) after `wall_s` seconds, trained with `seed` toward `stop`.
+    /// The summary of `run`, which took `wall_s` seconds and trained with `seed` toward
+    /// `stop`.
     pub fn new(
         run: &RunSummary,
         stop: &StopCriteria,
         seed: Option<u64>,
-        stop_reason: String,
         wall_s: f64,
         profile: Option<serde_json::Value>,
     ) -> Self {
@@ -157,7 +156,7 @@ impl TrainSummary {
         let last = &run.last;
         TrainSummary {
             seed,
-            stop_reason,
+            stop_reason: run.stop_reason.clone(),
             reached_stop_reward: stop
                 .episode_return_mean
                 .is_some_and(|r| last.episode_return_mean >= r),

@@ -157,6 +157,23 @@ pub enum RunEvent<'a> {
     },
 }
 
+/// What `impala train` prints for the event: the result's progress line, or
+/// `checkpoint saved: PATH (episode_return_mean 21.5; best checkpoint_000004 at 30.25)`.
+impl std::fmt::Display for RunEvent<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunEvent::Result(result) => f.write_str(&result.progress_line()),
+            RunEvent::Checkpoint { path, score, best } => {
+                write!(f, "checkpoint saved: {}", path.display())?;
+                let Some(best) = best else { return Ok(()) };
+                let name = best.path.file_name().unwrap_or_default().to_string_lossy();
+                let own = score.map_or_else(|| "no score yet".to_string(), |s| format!("{s}"));
+                write!(f, " ({} {own}; best {name} at {})", best.attribute, best.score)
+            }
+        }
+    }
+}
+
 /// How a run ended.
 #[derive(Debug, Clone)]
 pub struct RunSummary {
@@ -170,6 +187,25 @@ pub struct RunSummary {
     pub checkpoint: PathBuf,
     /// The best checkpoint (`None` if no checkpoint had a score).
     pub best: Option<BestCheckpoint>,
+}
+
+impl RunSummary {
+    /// `stopped: REASON; episode_return_mean 475.20 after 200000 env steps in 31.2s;
+    /// checkpoint PATH; best checkpoint PATH (ATTRIBUTE SCORE)`.
+    pub fn describe(&self) -> String {
+        let best = self.best.as_ref().map_or_else(String::new, |b| {
+            format!("; best checkpoint {} ({} {})", b.path.display(), b.attribute, b.score)
+        });
+        format!(
+            "stopped: {}; episode_return_mean {:.2} after {} env steps in {:.1}s; checkpoint \
+             {}{best}",
+            self.stop_reason,
+            self.last.episode_return_mean,
+            self.last.num_env_steps_sampled,
+            self.last.time_total_s,
+            self.checkpoint.display()
+        )
+    }
 }
 
 /// Trains `algo` until `options.stop` is met or `interrupt` is set (checked after every
