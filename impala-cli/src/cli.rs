@@ -34,7 +34,7 @@ pub(crate) fn print_config(args: &ConfigArgs) -> anyhow::Result<ExitCode> {
         "json" => ConfigFormat::Json,
         _ => ConfigFormat::Toml,
     };
-    print!("{}", config.to_string_as(format)?);
+    print!("{}", config.config().to_string_as(format)?);
     // The learner's device mapping (num_gpus, or num_learners x num_gpus_per_learner), as a
     // comment in every format but JSON, on stderr for JSON so stdout stays parseable.
     let plan = format!("learner: {}", config.config().learner_plan());

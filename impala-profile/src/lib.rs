@@ -246,6 +246,22 @@ pub struct Report {
 impl Report {
     /// The report as a table: per thread its wall and CPU time and the shares of its
     /// activities (those of at least 0.5%), largest first.
+    ///
+    /// ```
+    /// use impala_profile::{Report, ThreadReport};
+    /// let learner = ThreadReport {
+    ///     name: "impala-learner".into(),
+    ///     wall_s: 10.0,
+    ///     activities: [("learner_grad".to_string(), 8.0)].into(),
+    ///     other_s: 2.0,
+    ///     shares: [("learner_grad".to_string(), 0.8), ("other".to_string(), 0.2)].into(),
+    ///     cpu_s: Some(9.5),
+    /// };
+    /// let report = Report { wall_s: 10.0, threads: vec![learner], core_utilisation: vec![0.5] };
+    /// let table = report.table();
+    /// assert!(table.starts_with("profile over 10.0 s (cores busy: 50%):"), "{table}");
+    /// assert!(table.contains("learner_grad 80%, other 20%"), "{table}");
+    /// ```
     pub fn table(&self) -> String {
         let cores: Vec<String> =
             self.core_utilisation.iter().map(|u| format!("{:.0}%", u * 100.0)).collect();

@@ -159,6 +159,14 @@ pub fn write_params(dir: &Path, config: &impala_config::ImpalaConfig) -> Result<
 }
 
 /// The env a run folder trains, as its `params.json` says (`None` without one).
+///
+/// ```
+/// let run = tempfile::tempdir()?;
+/// assert_eq!(impala::params_env(run.path()), None);
+/// impala::write_params(run.path(), &impala::config::ImpalaConfig::default())?;
+/// assert_eq!(impala::params_env(run.path()).as_deref(), Some("CartPole-v1"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 pub fn params_env(dir: &Path) -> Option<String> {
     let text = fs::read_to_string(dir.join(PARAMS_FILE)).ok()?;
     let params: serde_json::Value = serde_json::from_str(&text).ok()?;
@@ -679,7 +687,7 @@ mod tests {
         let mut text: Vec<String> = read(&path)?.lines().map(str::to_string).collect();
         text[2].truncate(35);
         fs::write(&path, text.join("\n") + "\n").map_err(|e| ImpalaError::io("write", &path, e))?;
-        let err = read_result_lines(&path).map(|_| ()).map_err(|e| e.to_string());
+        let err = read_result_lines(&path).map(|_| ()).map_err(|e| crate::error_chain(&e));
         let err = err.err().unwrap_or_default();
         assert!(err.contains("line 3 is not valid JSON"), "{err}");
         assert!(err.contains("result.json"), "{err}");

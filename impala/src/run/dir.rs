@@ -321,8 +321,11 @@ impl RunTarget {
     }
 }
 
-/// `text` (an env id) as part of a folder name: `/` and `\` become `_` (`ALE/Pong-v5` ->
-/// `ALE_Pong-v5`).
+/// `text` (an env id) as part of a folder name: `/` and `\` become `_`.
+///
+/// ```
+/// assert_eq!(impala::run::folder_safe("ALE/Pong-v5"), "ALE_Pong-v5");
+/// ```
 pub fn folder_safe(text: &str) -> String {
     text.chars().map(|c| if matches!(c, '/' | '\\') { '_' } else { c }).collect()
 }

@@ -110,6 +110,19 @@ impl CheckpointPolicy {
     /// The best checkpoint of the run folder `dir` under this policy, as its
     /// [`BEST_CHECKPOINT_FILE`] names it (`None` without one, or when it names another
     /// attribute or order, or a checkpoint that is gone).
+    ///
+    /// ```
+    /// use impala::run::{CheckpointPolicy, BEST_CHECKPOINT_FILE};
+    /// let run = tempfile::tempdir()?;
+    /// let policy = CheckpointPolicy::default();
+    /// assert!(policy.best_in(run.path()).is_none());
+    /// std::fs::create_dir(run.path().join("checkpoint_000004"))?;
+    /// let pointer = "checkpoint_000004\nepisode_return_mean 30.25 max\n";
+    /// std::fs::write(run.path().join(BEST_CHECKPOINT_FILE), pointer)?;
+    /// let best = policy.best_in(run.path()).ok_or("no best checkpoint")?;
+    /// assert_eq!((best.iteration, best.score), (4, 30.25));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn best_in(&self, dir: &Path) -> Option<BestCheckpoint> {
         let (iteration, score) = read_pointer(dir, self)?;
         let path = dir.join(checkpoint_name(iteration));
