@@ -4,6 +4,8 @@
 
 use std::fmt;
 
+use impala::config::LogLevel;
+
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
 use tracing_subscriber::fmt::FmtContext;
@@ -36,15 +38,15 @@ where
     }
 }
 
-/// Installs the subscriber at RLlib's `log_level` (`WARN` by default; validated to be one of
-/// TRACE, DEBUG, INFO, WARN, ERROR). Only the first call in a process takes effect.
-pub fn init(log_level: &str) {
-    let level = match log_level.to_ascii_uppercase().as_str() {
-        "TRACE" => Level::TRACE,
-        "DEBUG" => Level::DEBUG,
-        "INFO" => Level::INFO,
-        "ERROR" => Level::ERROR,
-        _ => Level::WARN,
+/// Installs the subscriber at RLlib's `log_level` (`WARN` by default). Only the first call in a
+/// process takes effect.
+pub fn init(log_level: LogLevel) {
+    let level = match log_level {
+        LogLevel::Trace => Level::TRACE,
+        LogLevel::Debug => Level::DEBUG,
+        LogLevel::Info => Level::INFO,
+        LogLevel::Warn => Level::WARN,
+        LogLevel::Error => Level::ERROR,
     };
     // Fails only when a subscriber is already installed, which is then the one to use.
     let _ = tracing_subscriber::fmt()

@@ -64,6 +64,14 @@ impl Interrupts {
         self.received().map(signal_name)
     }
 
+    /// The first signal received, to pass on to child processes.
+    pub(crate) fn forward(&self) -> Option<impala_tune::Forward> {
+        self.received().map(|signal| match signal {
+            SIGTERM => impala_tune::Forward::Terminate,
+            _ => impala_tune::Forward::Interrupt,
+        })
+    }
+
     /// 128 + the first signal's number, if one was received.
     pub(crate) fn exit_code(&self) -> Option<ExitCode> {
         self.received().and_then(|s| u8::try_from(128 + s).ok()).map(ExitCode::from)

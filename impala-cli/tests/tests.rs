@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod common;
+mod design;
 mod faults;
 mod python_envs;
 mod remote;

@@ -159,16 +159,17 @@ pub enum ConfigError {
         /// The serializer's explanation.
         message: String,
     },
-    /// Reading or writing a config file failed.
+    /// Reading or writing a config file failed. The OS error is part of the message (and so
+    /// not a `source`), followed by the fix.
     #[error(
-        "cannot access config file {}: {source}; check the path and its permissions",
+        "cannot access config file {}: {cause}; check the path and its permissions",
         path.display()
     )]
     Io {
         /// The file.
         path: PathBuf,
         /// The cause.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     /// A config file that is not text: not UTF-8, or holding a NUL byte (a binary or
     /// compressed file, or the wrong path).

@@ -94,7 +94,7 @@ impl ImpalaConfig {
         let path = path.as_ref();
         let format = ConfigFormat::from_path(path)?;
         let bytes = std::fs::read(path)
-            .map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })?;
+            .map_err(|cause| ConfigError::Io { path: path.to_path_buf(), cause })?;
         let text = text_of(path, bytes)?;
         parse(&text, format, &Origin::File(path.to_path_buf()))
     }
@@ -138,7 +138,7 @@ impl ImpalaConfig {
         let path = path.as_ref();
         let text = self.to_string_as(ConfigFormat::from_path(path)?)?;
         std::fs::write(path, text)
-            .map_err(|source| ConfigError::Io { path: path.to_path_buf(), source })
+            .map_err(|cause| ConfigError::Io { path: path.to_path_buf(), cause })
     }
 
     /// The config as text in `format`, every key included. TOML has no null: an option whose

@@ -60,7 +60,6 @@ impl ValidatedConfig {
     }
 }
 
-
 #[derive(Default)]
 struct Checker {
     violations: Vec<Violation>,

@@ -81,15 +81,16 @@ pub enum GymError {
         /// What was wrong.
         reason: String,
     },
-    /// An OS error talking to the worker or setting up shared memory.
-    #[error("env worker of `{env}`: {what}: {source}")]
+    /// An OS error talking to the worker or setting up shared memory (part of the message,
+    /// which crosses threads as text, and so not a `source`).
+    #[error("env worker of `{env}`: {what}: {cause}")]
     Io {
         /// The env id.
         env: String,
         /// What was being done.
         what: &'static str,
         /// The OS error.
-        source: std::io::Error,
+        cause: std::io::Error,
     },
 }
 

@@ -212,7 +212,7 @@ impl EnvWorker {
         };
         let io_error = |what: &'static str| {
             let env = env.clone();
-            move |source| GymError::Io { env, what, source }
+            move |cause| GymError::Io { env, what, cause }
         };
         let mut shm = SharedRegion::create(layout).map_err(io_error("create shared memory"))?;
         let shm_line = serde_json::json!({
@@ -406,11 +406,11 @@ impl EnvWorker {
             match readable {
                 Ok(true) => {}
                 Ok(false) => return Err(self.timed_out(what)),
-                Err(source) => {
+                Err(cause) => {
                     return Err(GymError::Io {
                         env: self.env.clone(),
                         what: "wait for the worker",
-                        source,
+                        cause,
                     })
                 }
             }
@@ -525,8 +525,8 @@ impl LineReader {
                     reason: "start-up line too long".into(),
                 });
             }
-            let readable = wait_readable(&self.replies, deadline).map_err(|source| {
-                GymError::Io { env: self.env.clone(), what: "wait for the worker", source }
+            let readable = wait_readable(&self.replies, deadline).map_err(|cause| {
+                GymError::Io { env: self.env.clone(), what: "wait for the worker", cause }
             })?;
             if !readable {
                 let seconds = self.timeout.as_secs_f64();
@@ -545,11 +545,11 @@ impl LineReader {
                 }
                 Ok(k) => self.pending.extend_from_slice(&chunk[..k]),
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(source) => {
+                Err(cause) => {
                     return Err(GymError::Io {
                         env: self.env.clone(),
                         what: "read from the worker",
-                        source,
+                        cause,
                     })
                 }
             }

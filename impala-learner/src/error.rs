@@ -2,19 +2,20 @@
 
 use std::path::PathBuf;
 
-/// Everything that can go wrong in the learner, the policy or their threads.
+/// Everything that can go wrong in the learner, the policy or their threads. libtorch's and
+/// V-trace's errors are part of the message (which crosses threads as text), not a `source`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LearnerError {
     /// libtorch reported an error (shape, device, out of memory, ...).
     #[error("libtorch: {0}")]
-    Torch(#[from] tch::TchError),
+    Torch(tch::TchError),
     /// A batch or spec from impala-core was inconsistent.
     #[error(transparent)]
     Core(#[from] impala_core::CoreError),
     /// V-trace rejected its inputs (non-finite values, shapes).
     #[error("v-trace: {0}")]
-    VTrace(#[from] impala_vtrace::VTraceError),
+    VTrace(impala_vtrace::VTraceError),
     /// The config asks for something this learner cannot build.
     #[error("invalid learner config: {reason}")]
     Config {
@@ -86,6 +87,18 @@ pub enum LearnerError {
 
 /// The crate's result alias.
 pub type Result<T, E = LearnerError> = std::result::Result<T, E>;
+
+impl From<tch::TchError> for LearnerError {
+    fn from(e: tch::TchError) -> Self {
+        LearnerError::Torch(e)
+    }
+}
+
+impl From<impala_vtrace::VTraceError> for LearnerError {
+    fn from(e: impala_vtrace::VTraceError) -> Self {
+        LearnerError::VTrace(e)
+    }
+}
 
 impl From<LearnerError> for impala_core::CoreError {
     fn from(e: LearnerError) -> Self {

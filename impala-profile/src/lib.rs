@@ -243,6 +243,52 @@ pub struct Report {
     pub core_utilisation: Vec<f64>,
 }
 
+impl Report {
+    /// The report as a table: per thread its wall and CPU time and the shares of its
+    /// activities (those of at least 0.5%), largest first.
+    ///
+    /// ```
+    /// use impala_profile::{Report, ThreadReport};
+    /// let learner = ThreadReport {
+    ///     name: "impala-learner".into(),
+    ///     wall_s: 10.0,
+    ///     activities: [("learner_grad".to_string(), 8.0)].into(),
+    ///     other_s: 2.0,
+    ///     shares: [("learner_grad".to_string(), 0.8), ("other".to_string(), 0.2)].into(),
+    ///     cpu_s: Some(9.5),
+    /// };
+    /// let report = Report { wall_s: 10.0, threads: vec![learner], core_utilisation: vec![0.5] };
+    /// let table = report.table();
+    /// assert!(table.starts_with("profile over 10.0 s (cores busy: 50%):"), "{table}");
+    /// assert!(table.contains("learner_grad 80%, other 20%"), "{table}");
+    /// ```
+    pub fn table(&self) -> String {
+        let cores: Vec<String> =
+            self.core_utilisation.iter().map(|u| format!("{:.0}%", u * 100.0)).collect();
+        let mut out = format!(
+            "profile over {:.1} s (cores busy: {}):\n",
+            self.wall_s,
+            if cores.is_empty() { "unknown".to_string() } else { cores.join(" ") }
+        );
+        for t in &self.threads {
+            let mut shares: Vec<(&String, &f64)> =
+                t.shares.iter().filter(|(_, &s)| s >= 0.005).collect();
+            shares.sort_by(|a, b| b.1.total_cmp(a.1));
+            let shares: Vec<String> =
+                shares.iter().map(|(k, s)| format!("{k} {:.0}%", *s * 100.0)).collect();
+            let cpu = t.cpu_s.map_or_else(|| "?".to_string(), |c| format!("{c:.1}"));
+            out += &format!(
+                "  {:<22} wall {:>6.1} s  cpu {:>6} s  {}\n",
+                t.name,
+                t.wall_s,
+                cpu,
+                shares.join(", ")
+            );
+        }
+        out
+    }
+}
+
 /// The totals so far (threads keep running).
 pub fn report() -> Report {
     let (start, cores_then) = started();

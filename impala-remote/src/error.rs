@@ -10,7 +10,7 @@ pub enum RemoteError {
     /// The driver could not listen on its address.
     #[error("cannot listen on {addr}: {reason}")]
     Bind {
-        /// The `--listen` address.
+        /// The address to listen on.
         addr: String,
         /// Why.
         reason: String,
@@ -57,7 +57,7 @@ pub enum RemoteError {
     /// The driver went away and did not come back within the reconnect timeout.
     #[error(
         "lost the driver at {addr} and could not reconnect within {seconds} s \
-         (--reconnect-timeout-s); last error: {last_error}"
+         (reconnect_timeout); last error: {last_error}"
     )]
     DriverLost {
         /// The driver's address.
@@ -70,8 +70,8 @@ pub enum RemoteError {
     /// No runner connected in time.
     #[error(
         "{connected} of {expected} env runners connected to {addr} within {seconds} s \
-         (env_runner_connect_timeout_s); start them with \
-         `impala env-runner --connect {addr} --token-file FILE`"
+         (env_runner_connect_timeout_s); start the missing runners, connecting to {addr} with \
+         the driver's token"
     )]
     NoRunners {
         /// The listening address.

@@ -30,12 +30,12 @@ pub enum ReplayError {
         /// The policy id asked for.
         policy_id: String,
     },
-    /// The batch type failed to concatenate the replayed parts.
-    #[error("cannot concatenate replayed batches: {source}")]
+    /// The batch type failed to concatenate the replayed parts (its error is part of the
+    /// message, not a `source`).
+    #[error("cannot concatenate replayed batches: {cause}")]
     Concat {
         /// The batch type's own error.
-        #[source]
-        source: Box<dyn std::error::Error + Send + Sync>,
+        cause: Box<dyn std::error::Error + Send + Sync>,
     },
 }
 

@@ -123,7 +123,7 @@ impl<T: ReplayBatch> Replay<T> {
             }
         }
         let refs: Vec<&T> = self.parts.iter().map(|p| p.as_ref()).collect();
-        T::concat(&refs).map_err(|e| ReplayError::Concat { source: Box::new(e) })
+        T::concat(&refs).map_err(|e| ReplayError::Concat { cause: Box::new(e) })
     }
 }
 

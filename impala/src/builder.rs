@@ -157,8 +157,9 @@ impl ImpalaBuilder {
         algo.env_runner_group()?;
         if let Some(transport) = &algo.remote {
             let expected = algo.config.config().num_env_runners;
-            let timeout = Duration::try_from_secs_f64(algo.config.config().env_runner_connect_timeout_s)
-                .unwrap_or(Duration::MAX);
+            let timeout =
+                Duration::try_from_secs_f64(algo.config.config().env_runner_connect_timeout_s)
+                    .unwrap_or(Duration::MAX);
             tracing::info!(?transport, expected, "waiting for remote env runners");
             let ready = transport
                 .wait_for_runners(expected, timeout)
@@ -247,7 +248,7 @@ fn uses_python(config: &ValidatedConfig) -> Result<bool> {
             ImpalaError::EnvOption {
                 key: "env_backend",
                 problem: format!("is \"native\" but `{}` is no native env", config.config().env),
-                fix: "see `impala envs`, or set `env_backend = \"auto\"`".into(),
+                fix: "use a native env id (`envs::list()`), or set `env_backend = \"auto\"`".into(),
             },
             ImpalaError::from,
         )),
@@ -414,7 +415,7 @@ fn check_devices(config: &ValidatedConfig) -> Result<()> {
         };
         return Err(ImpalaError::ImpossibleResources {
             reason,
-            fix: "run on a machine with that many GPUs (the `impala` binary needs `--features cuda`), \
+            fix: "run on a machine with that many GPUs (the `impala` binary needs its `cuda` feature), \
                   or set `num_gpus = 0` and `num_gpus_per_learner = 0` (or `_fake_gpus = true` to \
                   run the GPU towers on the CPU)"
                 .into(),

@@ -1,6 +1,9 @@
 //! The crate's error type. Every message names the problem and, where the user can act, the fix,
-//! so a caller (the `impala` command) can print it as one line.
+//! in terms of options and values (never a command's flags, which a caller maps to its own). A
+//! message is the error's own: its cause is its [`source`](std::error::Error::source), and
+//! [`error_chain`] / [`one_line`] join the two.
 
+use std::error::Error;
 use std::path::{Path, PathBuf};
 
 /// Errors of the algorithm, its run folder and its checkpoints.
@@ -27,7 +30,7 @@ pub enum ImpalaError {
         detail: String,
     },
     /// A file or folder operation failed.
-    #[error("could not {action} `{path}`: {source}")]
+    #[error("could not {action} `{path}`")]
     Io {
         /// What was attempted (`create`, `write`, `read`, `rename`, ...).
         action: &'static str,
@@ -38,9 +41,7 @@ pub enum ImpalaError {
         source: std::io::Error,
     },
     /// The run folder cannot be created or written.
-    #[error(
-        "run folder `{path}` is not writable ({source}); pass a writable folder with --run-dir"
-    )]
+    #[error("run folder `{path}` is not writable")]
     RunDirNotWritable {
         /// The run folder.
         path: PathBuf,
@@ -50,8 +51,7 @@ pub enum ImpalaError {
     },
     /// A new run was pointed at a folder that already holds another run's results.
     #[error(
-        "run folder `{path}` already holds a run's results; continue it with --resume {path}, \
-         or pass a new folder with --run-dir"
+        "run folder `{path}` already holds a run's results; resume it, or choose another run_dir"
     )]
     RunDirInUse {
         /// The run folder.
@@ -102,10 +102,10 @@ pub enum ImpalaError {
         /// How to proceed.
         fix: String,
     },
-    /// `--resume` or `--checkpoint` points at nothing that holds a checkpoint.
+    /// A checkpoint path (to resume or evaluate) points at nothing that holds a checkpoint.
     #[error(
-        "no checkpoint found at `{path}`; pass a checkpoint_NNNNNN folder or a run folder that \
-         holds one (runs save them with --checkpoint-every N and at the end)"
+        "no checkpoint found at `{path}`; give a checkpoint_NNNNNN folder or a run folder that \
+         holds one (runs save them every `checkpoint_every` iterations and at the end)"
     )]
     NoCheckpoint {
         /// Where we looked.
@@ -119,15 +119,15 @@ pub enum ImpalaError {
         /// How to change the config.
         fix: String,
     },
-    /// The learner thread failed; RLlib's message, with the real cause.
-    #[error("The learner thread died while training! cause: {cause}")]
+    /// The learner thread failed; RLlib's message, with the real cause (in the message, not
+    /// as the source: RLlib's words end in it).
+    #[error("The learner thread died while training! cause: {}", error_chain(cause))]
     LearnerDied {
         /// Why it died.
-        #[source]
         cause: impala_learner::LearnerError,
     },
     /// The learner could not write its part of a checkpoint.
-    #[error("could not save the learner to `{path}`: {cause}")]
+    #[error("could not save the learner to `{path}`")]
     LearnerCheckpoint {
         /// The learner's checkpoint folder.
         path: PathBuf,
@@ -183,7 +183,7 @@ pub enum ImpalaError {
     #[error(transparent)]
     Learner(#[from] impala_learner::LearnerError),
     /// A result or state file could not be (de)serialised.
-    #[error("could not {action} JSON `{path}`: {source}")]
+    #[error("could not {action} JSON `{path}`")]
     Json {
         /// `read` or `write`.
         action: &'static str,
@@ -204,3 +204,46 @@ impl ImpalaError {
 
 /// The crate's result alias.
 pub type Result<T, E = ImpalaError> = std::result::Result<T, E>;
+
+/// An error and its causes (its [`source`](Error::source) chain), joined by `: `: what a
+/// message means in full, since each error's own message leaves its cause out.
+///
+/// ```
+/// use std::path::Path;
+/// let not_found = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+/// let err = impala::ImpalaError::io("read", Path::new("run/result.json"), not_found);
+/// assert_eq!(err.to_string(), "could not read `run/result.json`");
+/// assert_eq!(impala::error_chain(&err), "could not read `run/result.json`: no such file");
+/// ```
+pub fn error_chain(error: &(dyn Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(err) = cause {
+        text.push_str(": ");
+        text.push_str(&err.to_string());
+        cause = err.source();
+    }
+    text
+}
+
+/// [`error_chain`] on one line, as a terminal prints an error: the lines of a message that
+/// lists several problems are joined by `; `.
+///
+/// ```
+/// use impala::config::{ConfigFormat, ImpalaConfig};
+///
+/// let text = "gamma = 1.5\nentropy_coeff = -1.0\n";
+/// let err = ImpalaConfig::from_str_as(text, ConfigFormat::Toml)
+///     .and_then(|loaded| loaded.config.validate())
+///     .err()
+///     .ok_or("the config was accepted")?;
+/// let line = impala::one_line(&err);
+/// assert!(line.starts_with("2 problem(s) in the config: - `gamma`"), "{line}");
+/// assert!(line.contains("; - `entropy_coeff`") && !line.contains('\n'), "{line}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn one_line(error: &(dyn Error + 'static)) -> String {
+    let chain = error_chain(error);
+    let lines: Vec<&str> = chain.lines().map(str::trim).filter(|line| !line.is_empty()).collect();
+    lines.join("; ").replace(":;", ":")
+}

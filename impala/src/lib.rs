@@ -72,22 +72,25 @@ pub mod remote;
 mod result;
 pub mod run;
 pub mod settings;
+mod source;
 mod stop;
 pub mod tensorboard;
 
 pub use algorithm::Impala;
 pub use builder::{check_environment, ImpalaBuilder};
 pub use checkpoint::{AlgorithmState, Counters};
-pub use error::{ImpalaError, Result};
+pub use error::{error_chain, one_line, ImpalaError, Result};
 pub use evaluation::{evaluate_checkpoint, evaluate_checkpoint_with_env};
 pub use logger::{
-    read_result_lines, write_params, ResultLogger, PARAMS_FILE, PROGRESS_FILE, RESULT_FILE,
+    params_env, read_result_lines, read_results, write_params, ResultLogger, PARAMS_FILE,
+    PROGRESS_FILE, RESULT_FILE,
 };
 pub use metrics::{peak_rss_mib, EpisodeSummary, EpisodeWindow};
 pub use result::{
     flatten, EvaluationResult, IterationResult, LearnerQueueInfo, Perf, PolicyLearnerInfo,
     ResultInfo, DEFAULT_POLICY_ID,
 };
+pub use source::{ConfigSource, EXAMPLE_CONFIGS};
 pub use stop::StopCriteria;
 pub use tensorboard::EventWriter;
 

@@ -158,6 +158,21 @@ pub fn write_params(dir: &Path, config: &impala_config::ImpalaConfig) -> Result<
     write_file_atomically(&path, text.as_bytes())
 }
 
+/// The env a run folder trains, as its `params.json` says (`None` without one).
+///
+/// ```
+/// let run = tempfile::tempdir()?;
+/// assert_eq!(impala::params_env(run.path()), None);
+/// impala::write_params(run.path(), &impala::config::ImpalaConfig::default())?;
+/// assert_eq!(impala::params_env(run.path()).as_deref(), Some("CartPole-v1"));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn params_env(dir: &Path) -> Option<String> {
+    let text = fs::read_to_string(dir.join(PARAMS_FILE)).ok()?;
+    let params: serde_json::Value = serde_json::from_str(&text).ok()?;
+    params.get("env")?.as_str().map(str::to_string)
+}
+
 /// Reads `result.json` as `(line, parsed object)` pairs; a missing file has no lines. A partial
 /// last line (a crash mid-write) is dropped with a warning; any other line that is not JSON is
 /// an error naming its line number.
@@ -165,6 +180,27 @@ pub fn read_result_lines(path: &Path) -> Result<Vec<(String, serde_json::Value)>
     let mut out = Vec::new();
     for_each_result(path, |_, line, value: serde_json::Value| {
         out.push((String::from_utf8_lossy(line).into_owned(), value));
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// Reads `result.json` as the results it holds, typed as they were written (see
+/// [`read_result_lines`] for a missing file and a partial last line).
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let path = dir.path().join(impala::RESULT_FILE);
+/// std::fs::write(&path, "{\"training_iteration\": 1, \"episode_return_mean\": null}\n")?;
+/// let results = impala::read_results(&path)?;
+/// assert_eq!(results[0].training_iteration, 1);
+/// assert!(results[0].episode_return_mean.is_nan(), "no episode finished yet");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn read_results(path: &Path) -> Result<Vec<IterationResult>> {
+    let mut out = Vec::new();
+    for_each_result(path, |_, _, result: IterationResult| {
+        out.push(result);
         Ok(())
     })?;
     Ok(out)
@@ -542,7 +578,7 @@ mod tests {
         let mut text: Vec<String> = read(&path)?.lines().map(str::to_string).collect();
         text[2].truncate(35);
         fs::write(&path, text.join("\n") + "\n").map_err(|e| ImpalaError::io("write", &path, e))?;
-        let err = read_result_lines(&path).map(|_| ()).map_err(|e| e.to_string());
+        let err = read_result_lines(&path).map(|_| ()).map_err(|e| crate::error_chain(&e));
         let err = err.err().unwrap_or_default();
         assert!(err.contains("line 3 is not valid JSON"), "{err}");
         assert!(err.contains("result.json"), "{err}");

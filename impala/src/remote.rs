@@ -13,10 +13,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::builder::{run_envs, PolicySource, Streams};
 use crate::settings;
-use crate::{ImpalaError, Result};
+use crate::{error_chain, ImpalaError, Result};
 
 pub use impala_remote::{
-    read_pem, ClientSettings, ClientTls, RunnerServer, ServerSettings, ServerTls, Token,
+    read_pem, ClientSettings, ClientTls, RemoteError, RunnerServer, ServerSettings, ServerTls,
+    Token,
 };
 
 /// What a remote runner needs besides the env spec: the run's config and the seeds of its
@@ -59,8 +60,8 @@ pub(crate) fn check_remote_config(config: &ValidatedConfig) -> Result<()> {
     if config.config().num_env_runners == 0 {
         return Err(ImpalaError::EnvOption {
             key: "num_env_runners",
-            problem: "is 0, but with --listen it counts the remote env runners to wait for".into(),
-            fix: "set `num_env_runners` to the number of `impala env-runner` processes".into(),
+            problem: "is 0, but with remote env runners it counts the runners to wait for".into(),
+            fix: "set `num_env_runners` to the number of remote env runners".into(),
         });
     }
     if config.config().normalize_observations {
@@ -68,7 +69,7 @@ pub(crate) fn check_remote_config(config: &ValidatedConfig) -> Result<()> {
             key: "normalize_observations",
             problem: "needs the run's observation filter, which remote env runners do not share"
                 .into(),
-            fix: "turn it off, or train with local env runners (without --listen)".into(),
+            fix: "turn it off, or train with local env runners".into(),
         });
     }
     Ok(())
@@ -82,7 +83,7 @@ pub(crate) fn check_local_config(config: &ValidatedConfig) -> Result<()> {
             key: "compress_observations",
             problem: "compresses fragments sent by remote env runners, and this run has none"
                 .into(),
-            fix: "remove it, or serve remote env runners with `impala train --listen`".into(),
+            fix: "remove it, or serve remote env runners".into(),
         });
     }
     Ok(())
@@ -139,7 +140,7 @@ fn build_runner(assignment: &Assignment, weights: Arc<Weights>) -> Result<EnvRun
 /// ```
 pub fn env_runner_builder() -> BuildRunner {
     tch::set_num_threads(1);
-    Arc::new(|assignment, weights| build_runner(assignment, weights).map_err(|e| e.to_string()))
+    Arc::new(|assignment, weights| build_runner(assignment, weights).map_err(|e| error_chain(&e)))
 }
 
 /// Runs this process as a remote env runner of the driver in `settings` (`impala env-runner`)

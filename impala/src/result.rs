@@ -1,22 +1,27 @@
 //! The result of one `Impala::train()` call, with RLlib's names, and its flattened form as Tune
 //! writes it to `progress.csv` (`info/learner/default_policy/learner_stats/total_loss`, ...).
+//! Results read back from `result.json` ([`crate::read_results`]) are the same types: keys a
+//! line lacks take their defaults, and `null` numbers (non-finite ones are written so) are NaN.
 
 use std::collections::BTreeMap;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// RLlib's policy id for the single policy.
 pub const DEFAULT_POLICY_ID: &str = "default_policy";
 
 /// One training iteration's result (RLlib's result dict). Non-finite numbers mean "not
 /// available yet" (no episode completed, no SGD step done) and are written as JSON `null`.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct IterationResult {
     /// 1-based iteration counter.
     pub training_iteration: u64,
     /// Seconds this iteration took.
+    #[serde(deserialize_with = "null_is_nan::number")]
     pub time_this_iter_s: f64,
     /// Seconds of training so far, over all iterations (including before a resume).
+    #[serde(deserialize_with = "null_is_nan::number")]
     pub time_total_s: f64,
     /// Unix time at the end of the iteration.
     pub timestamp: u64,
@@ -39,16 +44,22 @@ pub struct IterationResult {
     /// Agent steps trained in this iteration.
     pub num_agent_steps_trained_this_iter: u64,
     /// Env steps sampled per second in this iteration.
+    #[serde(deserialize_with = "null_is_nan::number")]
     pub num_env_steps_sampled_throughput_per_sec: f64,
     /// Env steps trained per second in this iteration.
+    #[serde(deserialize_with = "null_is_nan::number")]
     pub num_env_steps_trained_throughput_per_sec: f64,
     /// Mean return of the last `metrics_num_episodes_for_smoothing` completed episodes.
+    #[serde(deserialize_with = "null_is_nan::number")]
     pub episode_return_mean: f64,
     /// Smallest return in that window.
+    #[serde(deserialize_with = "null_is_nan::number")]
     pub episode_return_min: f64,
     /// Largest return in that window.
+    #[serde(deserialize_with = "null_is_nan::number")]
     pub episode_return_max: f64,
     /// Mean episode length in that window.
+    #[serde(deserialize_with = "null_is_nan::number")]
     pub episode_len_mean: f64,
     /// Episodes completed in this iteration.
     pub num_episodes: u64,
@@ -57,6 +68,7 @@ pub struct IterationResult {
     /// Learner and driver-loop internals.
     pub info: ResultInfo,
     /// Env runner health (healthy runners, restarts, in-flight requests, ...).
+    #[serde(deserialize_with = "null_is_nan::by_name")]
     pub env_runners: BTreeMap<String, f64>,
     /// The latest evaluation, in iterations that evaluated.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -66,7 +78,8 @@ pub struct IterationResult {
 }
 
 /// RLlib's `result["info"]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct ResultInfo {
     /// Learner results per policy id (`default_policy`).
     pub learner: BTreeMap<String, PolicyLearnerInfo>,
@@ -82,20 +95,25 @@ pub struct ResultInfo {
     /// Learner input-queue statistics.
     pub learner_queue: LearnerQueueInfo,
     /// Learner timings in ms (`learner_grad_time_ms`, `learner_load_time_ms`, ...).
+    #[serde(deserialize_with = "null_is_nan::by_name")]
     pub timing_breakdown: BTreeMap<String, f64>,
 }
 
 /// RLlib's `result["info"]["learner_queue"]`: the learner inqueue's size over its last 50
 /// steps, plus stalls and the train batches waiting on the driver for room in it.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct LearnerQueueInfo {
     /// Sizes in the window.
     pub size_count: u64,
     /// Mean size.
+    #[serde(deserialize_with = "null_is_nan::number")]
     pub size_mean: f64,
     /// Standard deviation of the size.
+    #[serde(deserialize_with = "null_is_nan::number")]
     pub size_std: f64,
     /// Min, 25%, median, 75% and max size.
+    #[serde(deserialize_with = "null_is_nan::numbers")]
     pub size_quantiles: Vec<f64>,
     /// Times the learner waited `learner_queue_timeout` without data (stalls, not failures).
     pub num_learner_queue_timeouts: u64,
@@ -104,10 +122,12 @@ pub struct LearnerQueueInfo {
 }
 
 /// RLlib's `result["info"]["learner"][policy_id]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct PolicyLearnerInfo {
     /// The loss statistics (`total_loss`, `policy_loss`, `vf_loss`, `entropy`, ...), averaged
     /// over the SGD steps of the iteration.
+    #[serde(deserialize_with = "null_is_nan::by_name")]
     pub learner_stats: BTreeMap<String, f64>,
     /// Agent steps trained over the run.
     pub num_agent_steps_trained: u64,
@@ -116,15 +136,20 @@ pub struct PolicyLearnerInfo {
 }
 
 /// RLlib's `result["evaluation"]`.
-#[derive(Debug, Clone, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct EvaluationResult {
     /// Mean return of the evaluation episodes.
+    #[serde(deserialize_with = "null_is_nan::number")]
     pub episode_return_mean: f64,
     /// Smallest evaluation return.
+    #[serde(deserialize_with = "null_is_nan::number")]
     pub episode_return_min: f64,
     /// Largest evaluation return.
+    #[serde(deserialize_with = "null_is_nan::number")]
     pub episode_return_max: f64,
     /// Mean evaluation episode length.
+    #[serde(deserialize_with = "null_is_nan::number")]
     pub episode_len_mean: f64,
     /// Evaluation episodes run.
     pub num_episodes: u64,
@@ -133,9 +158,11 @@ pub struct EvaluationResult {
 }
 
 /// Process resource use.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, Default)]
+#[serde(default)]
 pub struct Perf {
     /// Peak resident memory of the process so far, MiB.
+    #[serde(deserialize_with = "null_is_nan::number")]
     pub peak_rss_mib: f64,
 }
 
@@ -183,6 +210,31 @@ impl IterationResult {
     }
 }
 
+/// Reading a result back: serialisation writes non-finite numbers as `null`, so `null` reads as
+/// NaN ("not available yet").
+mod null_is_nan {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer};
+
+    pub(super) fn number<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+        Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
+    }
+
+    pub(super) fn numbers<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<f64>, D::Error> {
+        let numbers = Vec::<Option<f64>>::deserialize(d)?;
+        Ok(numbers.into_iter().map(|x| x.unwrap_or(f64::NAN)).collect())
+    }
+
+    pub(super) fn by_name<'de, D>(d: D) -> Result<BTreeMap<String, f64>, D::Error>
+    where
+        D: Deserializer<'de>,
+    {
+        let numbers = BTreeMap::<String, Option<f64>>::deserialize(d)?;
+        Ok(numbers.into_iter().map(|(k, x)| (k, x.unwrap_or(f64::NAN))).collect())
+    }
+}
+
 /// Flattens a nested JSON object into `a/b/c` keys (Tune's `flatten_dict` with `/`), keeping
 /// scalars; arrays are kept as their JSON text.
 pub fn flatten(value: &serde_json::Value) -> BTreeMap<String, serde_json::Value> {
@@ -227,5 +279,29 @@ mod tests {
         assert!(flat["episode_return_mean"].is_null());
         assert!(!flat.contains_key("evaluation/episode_return_mean"));
         assert!(flat.contains_key("perf/peak_rss_mib"));
+    }
+
+    #[test]
+    fn results_read_back_as_written_with_null_as_nan() -> Result<(), serde_json::Error> {
+        let mut r = IterationResult {
+            training_iteration: 7,
+            time_total_s: 1.5,
+            episode_return_mean: f64::NAN,
+            evaluation: Some(EvaluationResult { episode_return_mean: 20.0, ..Default::default() }),
+            ..Default::default()
+        };
+        r.env_runners.insert("num_healthy_env_runners".into(), f64::NAN);
+        r.info.learner_queue.size_quantiles = vec![1.0, f64::NAN];
+        let line = serde_json::to_string(&r)?;
+        let back: IterationResult = serde_json::from_str(&line)?;
+        assert_eq!(back.to_json(), r.to_json());
+        assert!(
+            back.episode_return_mean.is_nan()
+                && back.env_runners["num_healthy_env_runners"].is_nan()
+        );
+        // A line with only some keys (an older writer, a hand-made file) reads with defaults.
+        let short: IterationResult = serde_json::from_str(r#"{"time_total_s": 2.0}"#)?;
+        assert_eq!((short.time_total_s, short.training_iteration), (2.0, 0));
+        Ok(())
     }
 }

@@ -38,11 +38,13 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-pub use dir::{utc_stamp, Opened, RunDir, RunTarget, TRIAL_FILES};
+pub use dir::{folder_safe, utc_stamp, Opened, RunDir, RunTarget, TRIAL_FILES};
 pub use keep::{BestCheckpoint, CheckpointPolicy, ScoreOrder, BEST_CHECKPOINT_FILE};
 pub use lock::LOCK_FILE;
 
-use crate::{write_params, Impala, ImpalaError, IterationResult, ResultLogger, StopCriteria};
+use crate::{
+    error_chain, write_params, Impala, ImpalaError, IterationResult, ResultLogger, StopCriteria,
+};
 use keep::Keeper;
 
 /// How a run ends in error.
@@ -71,7 +73,7 @@ pub enum RunError {
     /// Another process holds the run folder.
     #[error(
         "run folder `{path}` is in use by another impala process ({}); wait for it to end, or \
-         pass another folder with --run-dir",
+         choose another run_dir",
         pid.map_or_else(|| "PID unknown".to_string(), |p| format!("PID {p}"))
     )]
     Locked {
@@ -80,21 +82,24 @@ pub enum RunError {
         /// The other process, if its lock file says.
         pid: Option<u32>,
     },
-    /// The learner died; the last good weights were saved first.
-    #[error("{cause}; the last good checkpoint is `{checkpoint}`")]
+    /// The learner died; the last good weights were saved first. The cause is in the message
+    /// (not the source), so that it ends with the checkpoint to go on from.
+    #[error("{}; the last good checkpoint is `{checkpoint}`", error_chain(cause.as_ref()))]
     LearnerDied {
         /// The learner's failure ([`ImpalaError::LearnerDied`]).
-        #[source]
         cause: Box<ImpalaError>,
         /// The checkpoint saved after it died.
         checkpoint: PathBuf,
     },
     /// Training failed otherwise (env runners failed beyond their restarts, a driver error);
     /// the run's state was saved first, so the run can be resumed from it.
-    #[error("{cause}; the run was saved to `{checkpoint}` and can be resumed from it")]
+    /// As [`RunError::LearnerDied`], the cause is in the message, before the checkpoint.
+    #[error(
+        "{}; the run was saved to `{checkpoint}` and can be resumed from it",
+        error_chain(cause.as_ref())
+    )]
     FailedAndSaved {
         /// Why training failed.
-        #[source]
         cause: Box<ImpalaError>,
         /// The checkpoint saved after the failure.
         checkpoint: PathBuf,
@@ -113,8 +118,9 @@ pub enum RunError {
     },
     /// `truncate` with a run folder other than the checkpoint's.
     #[error(
-        "--truncate rewinds the checkpoint's own run folder `{run_dir}`, but the run was \
-         asked to write to `{other}`; drop --truncate to fork into `{other}`, or drop --run-dir"
+        "`truncate` rewinds the checkpoint's own run folder `{run_dir}`, but the run was \
+         asked to write to `{other}`; resume without `truncate` to fork into `{other}`, or \
+         without a `run_dir` to rewind `{run_dir}`"
     )]
     TruncateElsewhere {
         /// The checkpoint's run folder.
@@ -152,6 +158,23 @@ pub enum RunEvent<'a> {
     },
 }
 
+/// What `impala train` prints for the event: the result's progress line, or
+/// `checkpoint saved: PATH (episode_return_mean 21.5; best checkpoint_000004 at 30.25)`.
+impl std::fmt::Display for RunEvent<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunEvent::Result(result) => f.write_str(&result.progress_line()),
+            RunEvent::Checkpoint { path, score, best } => {
+                write!(f, "checkpoint saved: {}", path.display())?;
+                let Some(best) = best else { return Ok(()) };
+                let name = best.path.file_name().unwrap_or_default().to_string_lossy();
+                let own = score.map_or_else(|| "no score yet".to_string(), |s| format!("{s}"));
+                write!(f, " ({} {own}; best {name} at {})", best.attribute, best.score)
+            }
+        }
+    }
+}
+
 /// How a run ended.
 #[derive(Debug, Clone)]
 pub struct RunSummary {
@@ -165,6 +188,25 @@ pub struct RunSummary {
     pub checkpoint: PathBuf,
     /// The best checkpoint (`None` if no checkpoint had a score).
     pub best: Option<BestCheckpoint>,
+}
+
+impl RunSummary {
+    /// `stopped: REASON; episode_return_mean 475.20 after 200000 env steps in 31.2s;
+    /// checkpoint PATH; best checkpoint PATH (ATTRIBUTE SCORE)`.
+    pub fn describe(&self) -> String {
+        let best = self.best.as_ref().map_or_else(String::new, |b| {
+            format!("; best checkpoint {} ({} {})", b.path.display(), b.attribute, b.score)
+        });
+        format!(
+            "stopped: {}; episode_return_mean {:.2} after {} env steps in {:.1}s; checkpoint \
+             {}{best}",
+            self.stop_reason,
+            self.last.episode_return_mean,
+            self.last.num_env_steps_sampled,
+            self.last.time_total_s,
+            self.checkpoint.display()
+        )
+    }
 }
 
 /// Trains `algo` until `options.stop` is met or `interrupt` is set (checked after every
@@ -241,7 +283,7 @@ fn save_after_failure(
     match algo.save(dir) {
         Ok(checkpoint) => {
             if let Err(e) = keeper.saved(algo.iteration(), score) {
-                tracing::warn!("{e}");
+                tracing::warn!("{}", error_chain(&e));
             }
             let cause = Box::new(cause);
             match *cause {
@@ -250,7 +292,7 @@ fn save_after_failure(
             }
         }
         Err(e) => {
-            tracing::debug!("no checkpoint after training failed: {e}");
+            tracing::debug!("no checkpoint after training failed: {}", error_chain(&e));
             RunError::Impala(cause)
         }
     }

@@ -16,6 +16,37 @@ pub struct StopCriteria {
     pub time_total_s: Option<f64>,
 }
 
+/// `episode_return_mean >= 450 or time_total_s >= 60`, or `never` without a criterion.
+///
+/// ```
+/// use impala::StopCriteria;
+/// let stop = StopCriteria { episode_return_mean: Some(450.0), time_total_s: Some(60.0), ..Default::default() };
+/// assert_eq!(stop.to_string(), "episode_return_mean >= 450 or time_total_s >= 60");
+/// assert_eq!(StopCriteria::default().to_string(), "never");
+/// ```
+impl std::fmt::Display for StopCriteria {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut parts = Vec::new();
+        if let Some(r) = self.episode_return_mean {
+            parts.push(format!("episode_return_mean >= {r}"));
+        }
+        if let Some(t) = self.timesteps_total {
+            parts.push(format!("timesteps_total >= {t}"));
+        }
+        if let Some(i) = self.training_iteration {
+            parts.push(format!("training_iteration >= {i}"));
+        }
+        if let Some(s) = self.time_total_s {
+            parts.push(format!("time_total_s >= {s}"));
+        }
+        if parts.is_empty() {
+            f.write_str("never")
+        } else {
+            f.write_str(&parts.join(" or "))
+        }
+    }
+}
+
 impl StopCriteria {
     /// The first criterion `result` meets, described (e.g. `episode_return_mean 452.1 >= 450`).
     ///

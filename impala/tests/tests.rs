@@ -4,7 +4,7 @@ mod algorithm;
 mod common;
 mod learner_settings;
 mod options;
-mod settings;
 #[cfg(unix)]
 mod runner_processes;
+mod settings;
 mod trust;

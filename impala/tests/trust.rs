@@ -50,7 +50,7 @@ fn first_fragments(algo: &mut Impala, n: usize) -> Boxed<Vec<Fragment>> {
 fn message<T: std::fmt::Debug>(result: Result<T, ImpalaError>) -> Result<String, String> {
     match result {
         Ok(v) => Err(format!("expected an error, got {v:?}")),
-        Err(e) => Ok(e.to_string()),
+        Err(e) => Ok(impala::error_chain(&e)),
     }
 }
 

@@ -241,7 +241,10 @@ impl Drop for Algorithm {
     fn drop(&mut self) {
         if let Some(mut algo) = self.lock().take() {
             if let Err(e) = algo.stop() {
-                eprintln!("impala_rs: stopping a dropped algorithm failed: {e}");
+                eprintln!(
+                    "impala_rs: stopping a dropped algorithm failed: {}",
+                    impala::error_chain(&e)
+                );
             }
         }
     }
@@ -317,7 +320,7 @@ fn config_err(error: RustConfigError) -> PyErr {
 fn impala_err(error: RustImpalaError) -> PyErr {
     match error {
         RustImpalaError::Config(e) => config_err(e),
-        other => ImpalaError::new_err(other.to_string()),
+        other => ImpalaError::new_err(impala::error_chain(&other)),
     }
 }
 

@@ -305,6 +305,31 @@ fn claim_unique(parent: &Path, name: &str) -> Result<PathBuf, RunError> {
     }
 }
 
+impl RunTarget {
+    /// A new run of `env` in `impala_results/IMPALA_<env>_<UTC date and time>`: Tune's
+    /// `~/ray_results/IMPALA_<env>_<date>` naming, relative to the working folder so it is easy
+    /// to find.
+    ///
+    /// ```
+    /// use impala::run::RunTarget;
+    /// let target = RunTarget::for_env("ALE/Pong-v5");
+    /// assert!(matches!(target, RunTarget::Unique { prefix, .. } if prefix == "IMPALA_ALE_Pong-v5"));
+    /// ```
+    pub fn for_env(env: &str) -> RunTarget {
+        let prefix = format!("IMPALA_{}", folder_safe(env));
+        RunTarget::Unique { parent: PathBuf::from("impala_results"), prefix }
+    }
+}
+
+/// `text` (an env id) as part of a folder name: `/` and `\` become `_`.
+///
+/// ```
+/// assert_eq!(impala::run::folder_safe("ALE/Pong-v5"), "ALE_Pong-v5");
+/// ```
+pub fn folder_safe(text: &str) -> String {
+    text.chars().map(|c| if matches!(c, '/' | '\\') { '_' } else { c }).collect()
+}
+
 /// `YYYY-MM-DD_HH-MM-SS.ffffff` in UTC: Tune's run-folder date, to the microsecond.
 pub fn utc_stamp(time: std::time::SystemTime) -> String {
     let t = time::OffsetDateTime::from(time);
@@ -406,13 +431,8 @@ fn remove_stale_temporaries(dir: &Path) -> Result<(), ImpalaError> {
 /// Refuses a checkpoint of another env than the run folder it sits in trains (its
 /// `params.json`): continuing would mix two envs' results in one history.
 fn check_run_env(run_dir: &Path, checkpoint: &Path, checkpoint_env: &str) -> Result<(), RunError> {
-    let Ok(text) = fs::read_to_string(run_dir.join(crate::logger::PARAMS_FILE)) else {
-        return Ok(()); // no params yet: nothing to mix with
-    };
-    let run_env = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
-        .and_then(|v| v.get("env").and_then(|e| e.as_str()).map(str::to_string));
-    match run_env {
+    // No params yet: nothing to mix with.
+    match crate::params_env(run_dir) {
         Some(run_env) if run_env != checkpoint_env => Err(RunError::EnvMismatch {
             run_dir: run_dir.to_path_buf(),
             run_env,

@@ -104,6 +104,33 @@ impl CheckpointPolicy {
         Err(RunError::UnknownScoreAttribute { attribute: attribute.clone(), nearest })
     }
 
+    /// The best checkpoint of the run folder `dir` under this policy, as its
+    /// [`BEST_CHECKPOINT_FILE`] names it (`None` without one, or when it names another
+    /// attribute or order, or a checkpoint that is gone).
+    ///
+    /// ```
+    /// use impala::run::{CheckpointPolicy, BEST_CHECKPOINT_FILE};
+    /// let run = tempfile::tempdir()?;
+    /// let policy = CheckpointPolicy::default();
+    /// assert!(policy.best_in(run.path()).is_none());
+    /// std::fs::create_dir(run.path().join("checkpoint_000004"))?;
+    /// let pointer = "checkpoint_000004\nepisode_return_mean 30.25 max\n";
+    /// std::fs::write(run.path().join(BEST_CHECKPOINT_FILE), pointer)?;
+    /// let best = policy.best_in(run.path()).ok_or("no best checkpoint")?;
+    /// assert_eq!((best.iteration, best.score), (4, 30.25));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn best_in(&self, dir: &Path) -> Option<BestCheckpoint> {
+        let (iteration, score) = read_pointer(dir, self)?;
+        let path = dir.join(checkpoint_name(iteration));
+        path.is_dir().then(|| BestCheckpoint {
+            path,
+            iteration,
+            attribute: self.score_attribute.clone(),
+            score,
+        })
+    }
+
     /// The score of `result` (`None` when the key is missing or not a finite number, e.g. no
     /// episode finished yet).
     pub fn score(&self, result: &IterationResult) -> Option<f64> {
@@ -141,7 +168,7 @@ impl Keeper {
     pub(crate) fn open(dir: &Path, policy: &CheckpointPolicy) -> Result<Self, ImpalaError> {
         let existing: BTreeSet<u64> = checkpoint_iterations(dir)?.into_iter().collect();
         let mut keeper = Keeper { dir: dir.to_path_buf(), policy: policy.clone(), best: None };
-        keeper.best = keeper.read_pointer().filter(|(i, _)| existing.contains(i));
+        keeper.best = read_pointer(dir, policy).filter(|(i, _)| existing.contains(i));
         if keeper.best.is_none() && !existing.is_empty() {
             for_each_result(&dir.join(RESULT_FILE), |_, _, value: serde_json::Value| {
                 let iteration = value.get("training_iteration").and_then(|v| v.as_u64());
@@ -208,25 +235,8 @@ impl Keeper {
         })
     }
 
-    fn pointer_path(&self) -> PathBuf {
-        self.dir.join(BEST_CHECKPOINT_FILE)
-    }
-
-    /// The best `(iteration, score)` the pointer file names, if it was written under this
-    /// policy's attribute and order.
-    fn read_pointer(&self) -> Option<(u64, f64)> {
-        let text = fs::read_to_string(self.pointer_path()).ok()?;
-        let mut lines = text.lines();
-        let iteration = lines.next()?.trim().strip_prefix("checkpoint_")?.parse().ok()?;
-        let mut words = lines.next()?.split_whitespace();
-        let (attribute, score, order) = (words.next()?, words.next()?, words.next()?);
-        let same = attribute == self.policy.score_attribute
-            && order == self.policy.score_order.to_string();
-        Some((iteration, score.parse::<f64>().ok().filter(|s| s.is_finite())?)).filter(|_| same)
-    }
-
     fn write_pointer(&self) -> Result<(), ImpalaError> {
-        let path = self.pointer_path();
+        let path = self.dir.join(BEST_CHECKPOINT_FILE);
         match self.best {
             Some((iteration, score)) => {
                 let text = format!(
@@ -245,6 +255,18 @@ impl Keeper {
             },
         }
     }
+}
+
+/// The best `(iteration, score)` the pointer file of `dir` names, if it was written under
+/// `policy`'s attribute and order.
+fn read_pointer(dir: &Path, policy: &CheckpointPolicy) -> Option<(u64, f64)> {
+    let text = fs::read_to_string(dir.join(BEST_CHECKPOINT_FILE)).ok()?;
+    let mut lines = text.lines();
+    let iteration = lines.next()?.trim().strip_prefix("checkpoint_")?.parse().ok()?;
+    let mut words = lines.next()?.split_whitespace();
+    let (attribute, score, order) = (words.next()?, words.next()?, words.next()?);
+    let same = attribute == policy.score_attribute && order == policy.score_order.to_string();
+    Some((iteration, score.parse::<f64>().ok().filter(|s| s.is_finite())?)).filter(|_| same)
 }
 
 #[cfg(test)]

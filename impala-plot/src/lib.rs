@@ -1,24 +1,103 @@
-//! `impala plot RUN`: the learning curve of a run folder as a PNG.
+//! The learning curve of a run folder as a PNG: what `impala plot RUN` draws, and `impala
+//! train` at the end of a run.
 //!
-//! Reads `RUN/result.json` (one JSON result per line, RLlib's metric names) and draws
+//! Reads `RUN/result.json` (one result per line, RLlib's metric names) and draws
 //! `episode_return_mean` (and `evaluation.episode_return_mean` where an iteration evaluated)
 //! against env steps and against training time, side by side, into
-//! `RUN/episode_return_mean.png`. Text is set in DejaVu Sans, embedded in the binary by the
-//! `dejavu` crate, so no system font is needed.
+//! `RUN/episode_return_mean.png`. Text is set in DejaVu Sans, embedded by the `dejavu` crate,
+//! so no system font is needed. A crate of its own so that the algorithm's library (which
+//! Python embeds) and the sweeps need neither plotters nor a font.
+//!
+//! ```
+//! let run = tempfile::tempdir()?;
+//! let mut results = String::new();
+//! for i in 1..=20_u32 {
+//!     let ret = 10.0 * f64::from(i);
+//!     results += &format!(
+//!         "{{\"time_total_s\": {i}, \"num_env_steps_sampled\": {}, \"episode_return_mean\": {ret}}}\n",
+//!         i * 1000
+//!     );
+//! }
+//! std::fs::write(run.path().join(impala::RESULT_FILE), results)?;
+//! let png = impala_plot::plot_run(run.path())?;
+//! assert_eq!(png, run.path().join(impala_plot::PLOT_FILE));
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+#![deny(missing_docs)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Once;
 
-use anyhow::{bail, Context as _};
+use impala::{IterationResult, RESULT_FILE};
 use plotters::prelude::*;
 
 /// The picture's file name inside the run folder.
-pub(crate) const PLOT_FILE: &str = "episode_return_mean.png";
+pub const PLOT_FILE: &str = "episode_return_mean.png";
 
 /// The font family name the embedded font is registered under.
 const FONT: &str = "sans-serif";
 
 const SIZE: (u32, u32) = (1400, 560);
+
+/// Why a run folder could not be plotted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PlotError {
+    /// The folder has no readable `result.json`.
+    #[error(
+        "cannot read {}: is {} a run folder (`impala train` writes result.json there)?",
+        results.display(),
+        run_dir.display()
+    )]
+    NoResults {
+        /// The `result.json` looked for.
+        results: PathBuf,
+        /// The folder.
+        run_dir: PathBuf,
+        /// Why it cannot be read.
+        source: std::io::Error,
+    },
+    /// A line of `result.json` is not a result (a run cut off while writing).
+    #[error("{}: line {line} is not JSON", results.display())]
+    BadLine {
+        /// The `result.json`.
+        results: PathBuf,
+        /// The 1-based line number.
+        line: usize,
+        /// Why it does not parse.
+        source: serde_json::Error,
+    },
+    /// No iteration has a return yet.
+    #[error(
+        "{}: no iteration has an episode_return_mean yet (no episode finished); train longer",
+        results.display()
+    )]
+    NoReturns {
+        /// The `result.json`.
+        results: PathBuf,
+    },
+    /// Drawing the picture failed.
+    #[error("cannot draw {}: {reason}", path.display())]
+    Draw {
+        /// The picture being drawn.
+        path: PathBuf,
+        /// The drawing library's error.
+        reason: String,
+    },
+    /// The finished picture could not be moved into place.
+    #[error("cannot move {} to {}", from.display(), to.display())]
+    Rename {
+        /// The drawn picture.
+        from: PathBuf,
+        /// Its place.
+        to: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+}
+
+/// The crate's result alias.
+pub type Result<T, E = PlotError> = std::result::Result<T, E>;
 
 /// One iteration's numbers.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -29,79 +108,75 @@ struct Point {
     eval: Option<f64>,
 }
 
+impl From<&IterationResult> for Point {
+    fn from(result: &IterationResult) -> Point {
+        let finite = |x: f64| Some(x).filter(|x| x.is_finite());
+        Point {
+            steps: result.num_env_steps_sampled as f64,
+            time_s: result.time_total_s,
+            train: finite(result.episode_return_mean),
+            eval: result.evaluation.as_ref().and_then(|e| finite(e.episode_return_mean)),
+        }
+    }
+}
+
 /// Draws `run_dir/result.json` into `run_dir/episode_return_mean.png` and returns its path.
 /// The file is written whole or not at all (drawn to a temporary file, then renamed).
-pub(crate) fn plot_run(run_dir: &Path) -> anyhow::Result<PathBuf> {
-    let results = run_dir.join("result.json");
-    let text = std::fs::read_to_string(&results).with_context(|| {
-        format!(
-            "cannot read {}: is {} a run folder (`impala train` writes result.json there)?",
-            results.display(),
-            run_dir.display()
-        )
+pub fn plot_run(run_dir: &Path) -> Result<PathBuf> {
+    let results = run_dir.join(RESULT_FILE);
+    let text = std::fs::read_to_string(&results).map_err(|source| PlotError::NoResults {
+        results: results.clone(),
+        run_dir: run_dir.to_path_buf(),
+        source,
     })?;
-    let points = read_points(&text).with_context(|| format!("{}", results.display()))?;
+    let points = read_points(&text, &results)?;
     if !points.iter().any(|p| p.train.is_some() || p.eval.is_some()) {
-        bail!(
-            "{}: no iteration has an episode_return_mean yet (no episode finished); train longer",
-            results.display()
-        );
+        return Err(PlotError::NoReturns { results });
     }
     let title = title(run_dir);
     let out = run_dir.join(PLOT_FILE);
     let partial = run_dir.join(format!(".{PLOT_FILE}.partial.png"));
     draw(&partial, &title, &points)
-        .with_context(|| format!("cannot draw {}", partial.display()))?;
-    std::fs::rename(&partial, &out)
-        .with_context(|| format!("cannot move {} to {}", partial.display(), out.display()))?;
+        .map_err(|reason| PlotError::Draw { path: partial.clone(), reason })?;
+    std::fs::rename(&partial, &out).map_err(|source| PlotError::Rename {
+        from: partial.clone(),
+        to: out.clone(),
+        source,
+    })?;
     Ok(out)
 }
 
-/// The points of `result.json`, one line per iteration. Lines that are not JSON (a run cut
-/// off while writing) are an error naming the line; a missing or non-finite return is a gap.
-fn read_points(text: &str) -> anyhow::Result<Vec<Point>> {
+/// The points of `result.json` (`text`), one line per iteration, read as the results they
+/// are. A line that is not one (a run cut off while writing) is an error naming the line.
+fn read_points(text: &str, results: &Path) -> Result<Vec<Point>> {
     let mut points = Vec::new();
     for (i, line) in text.lines().enumerate() {
         if line.trim().is_empty() {
             continue;
         }
-        let row: serde_json::Value =
-            serde_json::from_str(line).with_context(|| format!("line {} is not JSON", i + 1))?;
-        let number = |v: &serde_json::Value| v.as_f64().filter(|x| x.is_finite());
-        let steps =
-            number(&row["num_env_steps_sampled"]).or_else(|| number(&row["timesteps_total"]));
-        let (Some(steps), Some(time_s)) = (steps, number(&row["time_total_s"])) else {
-            bail!("line {} has no num_env_steps_sampled or time_total_s", i + 1);
-        };
-        points.push(Point {
-            steps,
-            time_s,
-            train: number(&row["episode_return_mean"]),
-            eval: number(&row["evaluation"]["episode_return_mean"]),
-        });
+        let result: IterationResult = serde_json::from_str(line).map_err(|source| {
+            PlotError::BadLine { results: results.to_path_buf(), line: i + 1, source }
+        })?;
+        points.push(Point::from(&result));
     }
     Ok(points)
 }
 
-/// `env (run folder name)`, the env from `params.json` when it is there.
+/// `env: run folder name`, the env from `params.json` when it is there.
 fn title(run_dir: &Path) -> String {
     let name = run_dir
         .canonicalize()
         .ok()
         .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
         .unwrap_or_else(|| run_dir.display().to_string());
-    let env = std::fs::read_to_string(run_dir.join("params.json"))
-        .ok()
-        .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-        .and_then(|p| p["env"].as_str().map(str::to_string));
-    match env {
+    match impala::params_env(run_dir) {
         Some(env) if !name.contains(&env) => format!("{env}: {name}"),
         _ => name,
     }
 }
 
 /// Registers the embedded DejaVu Sans once per process.
-fn register_font() -> anyhow::Result<()> {
+fn register_font() -> std::result::Result<(), String> {
     static REGISTER: Once = Once::new();
     let mut ok = true;
     REGISTER.call_once(|| {
@@ -109,13 +184,22 @@ fn register_font() -> anyhow::Result<()> {
             .is_ok();
     });
     if !ok {
-        bail!("the embedded DejaVu Sans font is unreadable");
+        return Err("the embedded DejaVu Sans font is unreadable".into());
     }
     Ok(())
 }
 
-fn draw(path: &Path, title: &str, points: &[Point]) -> anyhow::Result<()> {
+/// Draws the two panels into `path`; the drawing library's error as text.
+fn draw(path: &Path, title: &str, points: &[Point]) -> std::result::Result<(), String> {
     register_font()?;
+    draw_panels(path, title, points).map_err(|e| e.to_string())
+}
+
+fn draw_panels(
+    path: &Path,
+    title: &str,
+    points: &[Point],
+) -> std::result::Result<(), Box<dyn std::error::Error>> {
     let root = BitMapBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
     let (top, body) = root.split_vertically(44);
@@ -147,7 +231,7 @@ fn panel<DB: DrawingBackend>(
     x: std::ops::Range<f64>,
     y: std::ops::Range<f64>,
     x_of: fn(&Point) -> f64,
-) -> anyhow::Result<()>
+) -> std::result::Result<(), Box<dyn std::error::Error>>
 where
     DB::ErrorType: 'static,
 {
@@ -218,9 +302,11 @@ fn short_number(v: f64) -> String {
 mod tests {
     use super::*;
 
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
+
     /// A result.json like `impala train` writes: a rising, then solved curve, with an
     /// evaluation every 5th iteration and no episode finished in the first one.
-    fn synthetic_results(dir: &Path) -> anyhow::Result<()> {
+    fn synthetic_results(dir: &Path) -> TestResult {
         let mut text = String::new();
         for i in 0..60_u32 {
             let t = f64::from(i) * 0.25;
@@ -245,7 +331,7 @@ mod tests {
     }
 
     #[test]
-    fn plots_a_run_folder_to_a_png() -> anyhow::Result<()> {
+    fn plots_a_run_folder_to_a_png() -> TestResult {
         let dir = tempfile::tempdir()?;
         synthetic_results(dir.path())?;
         let png = plot_run(dir.path())?;
@@ -262,15 +348,15 @@ mod tests {
     }
 
     #[test]
-    fn a_folder_without_results_is_an_error_that_says_so() -> anyhow::Result<()> {
+    fn a_folder_without_results_is_an_error_that_says_so() -> TestResult {
         let dir = tempfile::tempdir()?;
-        let err = plot_run(dir.path()).err().ok_or_else(|| anyhow::anyhow!("no error"))?;
+        let err = plot_run(dir.path()).err().ok_or("no error")?;
         assert!(format!("{err:#}").contains("a run folder"), "{err:#}");
         std::fs::write(dir.path().join("result.json"), "{\"time_total_s\": 0.5, \"num_env_steps_sampled\": 10, \"episode_return_mean\": null}\n")?;
-        let err = plot_run(dir.path()).err().ok_or_else(|| anyhow::anyhow!("no error"))?;
+        let err = plot_run(dir.path()).err().ok_or("no error")?;
         assert!(format!("{err:#}").contains("no episode finished"), "{err:#}");
         std::fs::write(dir.path().join("result.json"), "{\"time_total_s\": 0.5,\n")?;
-        let err = plot_run(dir.path()).err().ok_or_else(|| anyhow::anyhow!("no error"))?;
+        let err = plot_run(dir.path()).err().ok_or("no error")?;
         assert!(format!("{err:#}").contains("line 1 is not JSON"), "{err:#}");
         Ok(())
     }
@@ -283,3 +369,8 @@ mod tests {
         assert_eq!(short_number(12.5), "12.5");
     }
 }
+
+/// The README's code blocks, run as doctests so the documented usage keeps working.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
