@@ -99,6 +99,10 @@ fn impala_hint(err: &ImpalaError) -> Option<String> {
             _ => None,
         },
         ImpalaError::Remote(err) => remote_hint(err),
+        // Transparent: the transport's own error is not a separate link of the chain.
+        ImpalaError::RunnerTransport(err) => {
+            err.downcast_ref::<RemoteError>().and_then(remote_hint)
+        }
         _ => None,
     }
 }
