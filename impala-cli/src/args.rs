@@ -4,9 +4,9 @@
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
 
-use clap::builder::{PossibleValuesParser, TypedValueParser};
+use clap::builder::{PossibleValuesParser, RangedU64ValueParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
-use impala::config::LogLevel;
+use impala::config::{LogLevel, MAX_EVALUATION_EPISODES};
 use impala::run::ScoreOrder;
 use impala::StopCriteria;
 
@@ -307,21 +307,13 @@ fn score_order() -> impl TypedValueParser<Value = ScoreOrder> {
 /// A finite number (`nan` and `inf` never stop a run).
 fn finite(s: &str) -> Result<f64, String> {
     let v: f64 = s.parse().map_err(|e| format!("{e}"))?;
-    if v.is_finite() {
-        Ok(v)
-    } else {
-        Err("expected a finite number".into())
-    }
+    v.is_finite().then_some(v).ok_or_else(|| "expected a finite number".into())
 }
 
 /// A finite positive number: every positive option (seconds, minutes, CPUs).
 fn positive(s: &str) -> Result<f64, String> {
     let v = finite(s)?;
-    if v > 0.0 {
-        Ok(v)
-    } else {
-        Err("expected a positive number".into())
-    }
+    (v > 0.0).then_some(v).ok_or_else(|| "expected a positive number".into())
 }
 
 /// `impala evaluate`.
@@ -334,9 +326,9 @@ pub struct EvaluateArgs {
     #[arg(
         long,
         default_value_t = 10,
-        value_parser = clap::value_parser!(u64).range(1..=impala::config::MAX_EVALUATION_EPISODES as u64)
+        value_parser = RangedU64ValueParser::<usize>::new().range(1..=MAX_EVALUATION_EPISODES as u64)
     )]
-    pub episodes: u64,
+    pub episodes: usize,
     /// Sample actions instead of acting greedily.
     #[arg(long)]
     pub explore: bool,

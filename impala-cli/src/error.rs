@@ -1,50 +1,10 @@
-//! Errors of the command line itself, and how every error is printed: the library's message
-//! and its causes on one line, with the flag that sets the option it names where that helps.
-
-use std::path::PathBuf;
+//! How every error is printed: the library's message and its causes on one line, with the
+//! flag that sets the option it names where that helps.
 
 use impala::remote::RemoteError;
 use impala::run::RunError;
 use impala::ImpalaError;
 use impala_tune::TuneError;
-
-/// A command-line value that cannot work, or a library error worded for this command.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum CliError {
-    /// A command-line value is malformed or conflicts with another.
-    #[error("invalid {what} `{value}`: {reason}")]
-    InvalidArgument {
-        /// Which argument.
-        what: &'static str,
-        /// The value given.
-        value: String,
-        /// Why it is invalid and what to do instead.
-        reason: String,
-    },
-    /// `impala evaluate` was given a damaged checkpoint.
-    #[error(
-        "checkpoint `{path}` is unreadable: {reason}; evaluate another checkpoint_NNNNNN folder \
-         of the run"
-    )]
-    UnreadableCheckpoint {
-        /// The checkpoint folder.
-        path: PathBuf,
-        /// What is missing or damaged.
-        reason: String,
-    },
-    /// `impala evaluate` was given a checkpoint of another version.
-    #[error(
-        "checkpoint `{path}` cannot be used here: {reason}; evaluate it with the impala-rs \
-         version that wrote it"
-    )]
-    IncompatibleCheckpoint {
-        /// The checkpoint folder.
-        path: PathBuf,
-        /// What does not match.
-        reason: String,
-    },
-}
 
 /// `err` and its causes on one line (the library's [`impala::one_line`]), followed by the
 /// flags of this command that set the options the message names.
@@ -62,6 +22,7 @@ fn flag_hint(err: &(dyn std::error::Error + 'static)) -> Option<String> {
         return match err {
             RunError::Impala(err) => impala_hint(err),
             RunError::Locked { .. } => Some(" (--run-dir)".into()),
+            RunError::ConfigWithResume { .. } => Some(" (--resume, --set)".into()),
             RunError::TruncateElsewhere { .. } => Some(" (--truncate, --run-dir)".into()),
             _ => None,
         };
@@ -122,15 +83,6 @@ fn remote_hint(err: &RemoteError) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn one_line_joins_causes() {
-        let inner = anyhow::anyhow!("disk full");
-        let err = inner.context("could not write `x`").context("saving failed");
-        assert_eq!(describe(&err), "saving failed: could not write `x`: disk full");
-        let multi = anyhow::anyhow!("2 problem(s) in the config:\n  - a\n  - b");
-        assert_eq!(describe(&multi), "2 problem(s) in the config: - a; - b");
-    }
 
     #[test]
     fn library_errors_get_the_flags_of_their_options() {

@@ -3,9 +3,8 @@
 //! plots `impala-plot`; this crate is arguments, signals and printing.
 
 mod args;
-mod cli;
+mod commands;
 mod error;
-mod experiments;
 mod logging;
 mod signals;
 
@@ -16,7 +15,8 @@ use clap::Parser as _;
 use crate::args::{Cli, Command};
 
 fn main() -> ExitCode {
-    match run(std::env::args_os()) {
+    // Help and --version print to stdout and exit 0; usage errors print clap's message, exit 2.
+    match run(Cli::parse()) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {}", error::describe(&err));
@@ -25,26 +25,20 @@ fn main() -> ExitCode {
     }
 }
 
-/// Parses `args` and runs the command. Errors are returned for `main` to print as one line.
-fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> anyhow::Result<ExitCode> {
-    let cli = match Cli::try_parse_from(args) {
-        Ok(cli) => cli,
-        Err(e) => {
-            // Help and --version print to stdout and succeed; usage errors print clap's message.
-            let code = e.exit_code();
-            e.print()?;
-            return Ok(ExitCode::from(u8::try_from(code).unwrap_or(2)));
-        }
-    };
+/// Runs the command. Errors are returned for `main` to print as one line.
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
-        Command::Train(args) => cli::train(&args),
-        Command::Evaluate(args) => cli::evaluate(&args),
-        Command::Config(args) => cli::print_config(&args),
-        Command::Envs => cli::list_envs(),
-        Command::BenchCartpole(args) => experiments::bench(&args),
-        Command::BenchMemory(args) => experiments::memory(&args),
-        Command::EnvRunner(args) => cli::env_runner(&args),
-        Command::Tune(args) => experiments::tune(&args),
+        Command::Train(args) => commands::train(&args),
+        Command::Evaluate(args) => commands::evaluate(&args),
+        Command::Config(args) => commands::print_config(&args),
+        Command::Envs => {
+            impala::envs::list()?.iter().for_each(|info| println!("{info}"));
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::BenchCartpole(args) => commands::bench(&args),
+        Command::BenchMemory(args) => commands::memory(&args),
+        Command::EnvRunner(args) => commands::env_runner(&args),
+        Command::Tune(args) => commands::tune(&args),
         Command::Plot(args) => {
             println!("{}", impala_plot::plot_run(&args.run)?.display());
             Ok(ExitCode::SUCCESS)

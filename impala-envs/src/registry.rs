@@ -405,6 +405,34 @@ pub struct EnvInfo {
     pub config_keys: Vec<String>,
 }
 
+/// The env's row in `impala envs`: id, observation shape, action space, time limit, solved
+/// threshold and `env_config` keys, in aligned columns (`-` for what it lacks).
+///
+/// ```
+/// let cartpole = impala_envs::list()?.into_iter().next().ok_or("no env")?;
+/// let row = cartpole.to_string();
+/// assert!(row.starts_with("CartPole-v1      obs [4]   "), "{row}");
+/// assert!(row.contains("reward_threshold 475    env_config keys: max_episode_steps"), "{row}");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+impl fmt::Display for EnvInfo {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let spec = &self.spec;
+        let or_dash = |n: Option<String>| n.unwrap_or_else(|| "-".to_string());
+        write!(
+            f,
+            "{:<16} obs {:<28} actions {:<18} max_episode_steps {:<5} reward_threshold {:<6} \
+             env_config keys: {}",
+            spec.id,
+            format!("{:?}", spec.observation_space.shape()),
+            spec.action_space.to_string(),
+            or_dash(spec.max_episode_steps.map(|n| n.to_string())),
+            or_dash(self.reward_threshold.map(|t| t.to_string())),
+            self.config_keys.join(", ")
+        )
+    }
+}
+
 /// Every known environment with its spaces and accepted `env_config` keys: the native envs first
 /// (in a fixed order), then the ones added with [`register`], sorted by id.
 ///

@@ -4,6 +4,7 @@
 //! requests in and fragments out. A lost driver is retried with backoff until
 //! [`ClientSettings::reconnect_timeout`]; a refusal is final.
 
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,9 @@ use crate::codec::{fragment_to_proto, spec_from_proto, weights_from_proto};
 use crate::proto::{
     self, driver_message, env_runner_service_client::EnvRunnerServiceClient, runner_message,
 };
-use crate::{RemoteError, Token, DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION, STREAM_WINDOW};
+use crate::{
+    read_pem, RemoteError, Token, DEFAULT_MAX_MESSAGE_BYTES, PROTOCOL_VERSION, STREAM_WINDOW,
+};
 
 /// The CA certificate (PEM) a runner trusts the driver's TLS certificate by, and the name to
 /// check it for (default: the host in `--connect`).
@@ -27,6 +30,26 @@ pub struct ClientTls {
     pub ca_pem: Vec<u8>,
     /// The server name in the driver's certificate.
     pub domain: Option<String>,
+}
+
+impl ClientTls {
+    /// Trusts the CA certificate in the PEM file `ca`, checking the driver's certificate for
+    /// `domain` (default: the host it connects to).
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use impala_remote::ClientTls;
+    ///
+    /// let file = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"));
+    /// let tls = ClientTls::from_file(file, Some("driver".into()))?;
+    /// assert_eq!(tls.ca_pem, std::fs::read(file)?);
+    /// let missing = ClientTls::from_file(Path::new("no/ca.pem"), None).err().ok_or("read")?;
+    /// assert!(missing.to_string().starts_with("TLS CA certificate `no/ca.pem`: "), "{missing}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_file(ca: &Path, domain: Option<String>) -> Result<Self, RemoteError> {
+        Ok(ClientTls { ca_pem: read_pem("TLS CA certificate", ca)?, domain })
+    }
 }
 
 impl std::fmt::Debug for ClientTls {

@@ -5,6 +5,7 @@
 //! not).
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -14,7 +15,7 @@ use tokio::sync::watch;
 
 use crate::proto::env_runner_service_server::EnvRunnerServiceServer;
 use crate::session::Service;
-use crate::{RemoteError, Token, DEFAULT_MAX_MESSAGE_BYTES, STREAM_WINDOW};
+use crate::{read_pem, RemoteError, Token, DEFAULT_MAX_MESSAGE_BYTES, STREAM_WINDOW};
 
 /// A certificate chain and private key (PEM) the driver serves TLS with.
 #[derive(Clone)]
@@ -23,6 +24,27 @@ pub struct ServerTls {
     pub cert_pem: Vec<u8>,
     /// The private key, PEM.
     pub key_pem: Vec<u8>,
+}
+
+impl ServerTls {
+    /// Reads the certificate chain and private key from PEM files; an error names the file.
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use impala_remote::ServerTls;
+    ///
+    /// let file = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/Cargo.toml"));
+    /// assert_eq!(ServerTls::from_files(file, file)?.key_pem, std::fs::read(file)?);
+    /// let missing = ServerTls::from_files(file, Path::new("no/key.pem")).err().ok_or("read")?;
+    /// assert!(missing.to_string().starts_with("TLS key `no/key.pem`: "), "{missing}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_files(cert: &Path, key: &Path) -> Result<Self, RemoteError> {
+        Ok(ServerTls {
+            cert_pem: read_pem("TLS certificate", cert)?,
+            key_pem: read_pem("TLS key", key)?,
+        })
+    }
 }
 
 impl std::fmt::Debug for ServerTls {
@@ -243,6 +265,10 @@ impl RunnerTransport for RunnerServer {
         timeout: Duration,
     ) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
         Ok(RunnerServer::wait_for_runners(self, expected, timeout)?)
+    }
+
+    fn finish(&self, reason: &str) {
+        RunnerServer::finish(self, reason);
     }
 }
 

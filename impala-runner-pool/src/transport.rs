@@ -20,6 +20,13 @@ pub trait RunnerTransport: Send + Sync + std::fmt::Debug {
     ) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
         Ok(self.pool().wait_for_runners(expected, timeout)?)
     }
+
+    /// Tells the runners that the run is over, for `reason`: they end instead of waiting for
+    /// the run to come back (a resumed driver). Not called for an interrupted run, which may be
+    /// resumed. By default nothing is told: the runners' sessions just end.
+    fn finish(&self, reason: &str) {
+        let _ = reason;
+    }
 }
 
 impl RunnerTransport for RunnerPool {

@@ -456,9 +456,14 @@ impl Experiment {
         })
     }
 
-    /// Whether some trial did not fail.
-    pub fn any_finished(&self) -> bool {
-        self.trials.iter().any(|t| !matches!(t.status, Status::Failed { .. }))
+    /// Errors with [`TuneError::AllTrialsFailed`] when every trial failed: the search has no
+    /// result (each trial's `stderr.log` says why).
+    pub fn check_finished(&self) -> Result<()> {
+        if self.trials.iter().all(|t| matches!(t.status, Status::Failed { .. })) {
+            let (total, experiment) = (self.trials.len(), self.dir.clone().unwrap_or_default());
+            return Err(TuneError::AllTrialsFailed { total, experiment });
+        }
+        Ok(())
     }
 
     fn summary_json(&self) -> Value {

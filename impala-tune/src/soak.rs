@@ -11,13 +11,26 @@ use std::time::Instant;
 
 use impala::config::ValidatedConfig;
 use impala::run::{RunDir, RunEvent, RunOptions, RunTarget};
-use impala::{peak_rss_mib, Impala, StopCriteria};
+use impala::{peak_rss_mib, ConfigSource, Impala, StopCriteria};
 use serde::Serialize;
 
 use crate::Result;
 
 /// The override the soak's config gets first (a later one may change it).
 pub const ITERATION_OVERRIDE: &str = "min_time_s_per_iteration=0.01";
+
+/// The soak's config: `source` with [`ITERATION_OVERRIDE`] applied before its own overrides
+/// (which may change it), validated, and its warnings.
+///
+/// ```
+/// let (config, _warnings) = impala_tune::soak::soak_config(impala::ConfigSource::default())?;
+/// assert_eq!(config.config().min_time_s_per_iteration, 0.01);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn soak_config(mut source: ConfigSource) -> Result<(ValidatedConfig, Vec<String>)> {
+    source.set.insert(0, ITERATION_OVERRIDE.into());
+    Ok(source.load()?)
+}
 
 /// How long to soak, and how to measure.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,7 +119,7 @@ fn slope(points: &[(f64, f64)]) -> f64 {
     }
 }
 
-/// Trains `config` (which should have [`ITERATION_OVERRIDE`]) in this process for
+/// Trains `config` (from [`soak_config`]) in this process for
 /// `options.minutes`, or until `interrupt` is set, sampling resident memory.
 pub fn memory_soak(
     config: ValidatedConfig,

@@ -713,10 +713,8 @@ impl Impala {
             } else {
                 self.dead_learner = Some(learner);
             }
-            return Err(ImpalaError::CorruptCheckpoint {
-                path: dir,
-                reason: format!("the learner state does not load ({e})"),
-            });
+            let reason = format!("the learner state does not load ({e})");
+            return Err(ImpalaError::corrupt_checkpoint(&dir, reason));
         }
         self.learner = Some(self.spawn_learner(learner)?);
         self.learner_death = None;

@@ -109,9 +109,9 @@ pub(crate) fn put_saved_filter(
     match (run, saved) {
         (Some(run), Some(saved)) => {
             let before = run.snapshot()?;
-            run.replace(saved).map_err(|e| ImpalaError::CorruptCheckpoint {
-                path: dir.to_path_buf(),
-                reason: format!("its observation filter does not fit the env ({e})"),
+            run.replace(saved).map_err(|e| {
+                let reason = format!("its observation filter does not fit the env ({e})");
+                ImpalaError::corrupt_checkpoint(dir, reason)
             })?;
             Ok(before)
         }
@@ -256,7 +256,7 @@ pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::Imp
 }
 
 fn corrupt(dir: &Path, reason: String) -> ImpalaError {
-    ImpalaError::CorruptCheckpoint { path: dir.to_path_buf(), reason }
+    ImpalaError::corrupt_checkpoint(dir, reason)
 }
 
 /// Refuses a format this version cannot read: a newer one (naming its writer), or none.
@@ -515,7 +515,7 @@ mod tests {
     fn a_failing_save_leaves_nothing() -> Result<()> {
         let dir = tmp()?;
         let err = save_checkpoint(dir.path(), &state(1), &Default::default(), |d| {
-            Err(ImpalaError::CorruptCheckpoint { path: d.into(), reason: "boom".into() })
+            Err(ImpalaError::corrupt_checkpoint(d, "boom".into()))
         });
         assert!(err.is_err());
         let left =

@@ -82,15 +82,14 @@ pub enum ImpalaError {
     },
     /// A checkpoint cannot be read: missing or damaged files (a file that does not match its
     /// checksum in the manifest), or weights that are NaN or infinite.
-    #[error(
-        "corrupt checkpoint `{path}`: {reason}; it is unreadable, so use another \
-         checkpoint_NNNNNN folder of the run, or start a new run"
-    )]
+    #[error("corrupt checkpoint `{path}`: {reason}; it is unreadable, so {fix}")]
     CorruptCheckpoint {
         /// The checkpoint folder.
         path: PathBuf,
         /// What is missing or damaged.
         reason: String,
+        /// What to use instead.
+        fix: String,
     },
     /// A checkpoint was written by an incompatible version or for a different setup.
     #[error("checkpoint `{path}` cannot be used here: {reason}; {fix}")]
@@ -196,6 +195,13 @@ pub enum ImpalaError {
 }
 
 impl ImpalaError {
+    /// [`ImpalaError::CorruptCheckpoint`] of a checkpoint to train from: the fix is another
+    /// checkpoint of the run, or a new run.
+    pub fn corrupt_checkpoint(path: &Path, reason: String) -> Self {
+        let fix = "use another checkpoint_NNNNNN folder of the run, or start a new run".into();
+        ImpalaError::CorruptCheckpoint { path: path.to_path_buf(), reason, fix }
+    }
+
     /// Shorthand for [`ImpalaError::Io`].
     pub fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
         ImpalaError::Io { action, path: path.to_path_buf(), source }
@@ -246,4 +252,23 @@ pub fn one_line(error: &(dyn Error + 'static)) -> String {
     let chain = error_chain(error);
     let lines: Vec<&str> = chain.lines().map(str::trim).filter(|line| !line.is_empty()).collect();
     lines.join("; ").replace(":;", ":")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error whose cause is its source, as a caller's would wrap the library's.
+    #[derive(Debug, thiserror::Error)]
+    #[error("saving failed")]
+    struct Saving(#[source] ImpalaError);
+
+    #[test]
+    fn one_line_joins_causes_and_the_lines_of_a_message() {
+        let disk_full = std::io::Error::other("disk full");
+        let err = Saving(ImpalaError::io("write", Path::new("x"), disk_full));
+        assert_eq!(one_line(&err), "saving failed: could not write `x`: disk full");
+        let multi = std::io::Error::other("2 problem(s) in the config:\n  - a\n  - b");
+        assert_eq!(one_line(&multi), "2 problem(s) in the config: - a; - b");
+    }
 }

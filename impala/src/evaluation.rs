@@ -134,7 +134,8 @@ impl Evaluator {
 ///
 /// The checkpoint's files are verified against its manifest first, and weights that are NaN or
 /// infinite are refused (both as [`ImpalaError::CorruptCheckpoint`], naming the file or the
-/// tensor).
+/// tensor). A checkpoint error's fix is about evaluating: another checkpoint of the run, or
+/// the version that wrote it.
 ///
 /// ```no_run
 /// let eval = impala::evaluate_checkpoint(
@@ -150,7 +151,7 @@ pub fn evaluate_checkpoint(
     episodes: usize,
     explore: bool,
 ) -> Result<EvaluationResult> {
-    evaluate(path, episodes, explore, None)
+    evaluate(path, episodes, explore, None).map_err(evaluation_fix)
 }
 
 /// [`evaluate_checkpoint`] on the envs `env_factory` builds (an env of the caller's, as given
@@ -162,7 +163,23 @@ pub fn evaluate_checkpoint_with_env(
     explore: bool,
     env_factory: EnvFactory,
 ) -> Result<EvaluationResult> {
-    evaluate(path, episodes, explore, Some(env_factory))
+    evaluate(path, episodes, explore, Some(env_factory)).map_err(evaluation_fix)
+}
+
+/// A checkpoint error of an evaluation, with the fix that fits it: another checkpoint to
+/// evaluate, or the version that wrote it (neither resuming nor a new run).
+fn evaluation_fix(error: ImpalaError) -> ImpalaError {
+    match error {
+        ImpalaError::CorruptCheckpoint { path, reason, .. } => {
+            let fix = "evaluate another checkpoint_NNNNNN folder of the run".into();
+            ImpalaError::CorruptCheckpoint { path, reason, fix }
+        }
+        ImpalaError::IncompatibleCheckpoint { path, reason, .. } => {
+            let fix = "evaluate it with the impala-rs version that wrote it".into();
+            ImpalaError::IncompatibleCheckpoint { path, reason, fix }
+        }
+        other => other,
+    }
 }
 
 fn evaluate(
@@ -178,7 +195,7 @@ fn evaluate(
     config.evaluation_explore = explore;
     config.evaluation_parallel_to_training = false;
     let config = config.validate()?;
-    let corrupt = |reason: String| ImpalaError::CorruptCheckpoint { path: dir.clone(), reason };
+    let corrupt = |reason: String| ImpalaError::corrupt_checkpoint(&dir, reason);
     let envs = run_envs(&config, env_factory)?;
     // The policy sees observations normalised as in training: with the run's saved filter.
     put_saved_filter(envs.filter.as_ref(), state.observation_filter, &dir)?;
@@ -196,4 +213,22 @@ fn evaluate(
     let mut evaluator = Evaluator::new(config, env_factory, policies, &streams);
     evaluator.start(weights)?;
     evaluator.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn checkpoint_errors_say_to_evaluate_another() -> std::io::Result<()> {
+        let run = tempfile::tempdir()?;
+        let checkpoint = run.path().join("checkpoint_000003");
+        std::fs::create_dir_all(checkpoint.join(LEARNER_DIR))?;
+        std::fs::write(checkpoint.join("algorithm_state.json"), "{truncated")?;
+        let message = evaluate_checkpoint(run.path(), 1, false).err().map(|e| e.to_string());
+        let message = message.unwrap_or_default();
+        assert!(message.contains("unreadable, so evaluate another checkpoint_NNNNNN"), "{message}");
+        assert!(!message.contains("new run") && !message.contains("resume"), "{message}");
+        Ok(())
+    }
 }

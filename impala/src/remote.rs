@@ -3,7 +3,9 @@
 //! each remote runner (the config and the run's seeds) and how a runner process builds its env
 //! runner from that ([`env_runner_builder`]; [`serve_env_runner`] over gRPC).
 
+use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
 use impala_config::{ImpalaConfig, ValidatedConfig};
 use impala_core::{EnvSpec, Weights};
@@ -19,6 +21,38 @@ pub use impala_remote::{
     read_pem, ClientSettings, ClientTls, RemoteError, RunnerServer, ServerSettings, ServerTls,
     Token,
 };
+
+/// The gRPC server for the remote env runners of a run of `config` (`impala train --listen`):
+/// listening on `listen` (`HOST:PORT`; port 0 picks a free one), admitting runners that present
+/// the secret in `token_file`, serving TLS with the PEM files `tls` (certificate chain, private
+/// key) when given. A ready runner that sends nothing for the config's `sample_timeout_s` has
+/// failed. Hand it to [`ImpalaBuilder::remote_env_runners`](crate::ImpalaBuilder::remote_env_runners)
+/// or [`Training::start`](crate::run::Training::start).
+///
+/// ```
+/// let dir = tempfile::tempdir()?;
+/// let token = dir.path().join("token");
+/// std::fs::write(&token, "0123456789abcdef0123456789abcdef")?;
+/// let config = impala::config::ImpalaConfig::default().validate()?;
+/// let server = impala::remote::runner_server(&config, "127.0.0.1:0", &token, None)?;
+/// assert_ne!(server.local_addr().port(), 0);
+/// let short = dir.path().join("short");
+/// std::fs::write(&short, "s3cret")?;
+/// assert!(impala::remote::runner_server(&config, "127.0.0.1:0", &short, None).is_err());
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn runner_server(
+    config: &ValidatedConfig,
+    listen: &str,
+    token_file: &Path,
+    tls: Option<(&Path, &Path)>,
+) -> Result<RunnerServer> {
+    let mut settings = ServerSettings::new(listen, Token::from_file(token_file)?);
+    settings.stall_timeout =
+        Duration::try_from_secs_f64(config.config().sample_timeout_s).unwrap_or(Duration::MAX);
+    settings.tls = tls.map(|(cert, key)| ServerTls::from_files(cert, key)).transpose()?;
+    Ok(RunnerServer::bind(settings)?)
+}
 
 /// What a remote runner needs besides the env spec: the run's config and the seeds of its
 /// current streams (they move on with every restore, as for runner threads).

@@ -1,7 +1,9 @@
 //! A Ray Tune-style run: train until a stop criterion, log every result to a run folder
 //! (`params.json`, `result.json`, `progress.csv`, TensorBoard), checkpoint every N iterations
-//! and at the end, keeping the newest and the best. The `impala train` command is this plus
-//! printing.
+//! and at the end, keeping the newest and the best. [`Training`] is a whole run as the
+//! `impala train` command makes it (the command adds only printing and signals): the config
+//! from its source or a resumed checkpoint, the algorithm built and restored, the run folder
+//! opened, [`run`], the algorithm stopped.
 //!
 //! A run folder is opened with [`RunDir::open`]: a new folder (uniquely named), or the one a
 //! checkpoint continues. It is locked for the process that writes it. Resuming from the newest
@@ -33,6 +35,7 @@ mod dir;
 pub(crate) mod history;
 mod keep;
 mod lock;
+mod train;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
@@ -41,6 +44,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub use dir::{folder_safe, utc_stamp, Opened, RunDir, RunTarget, TRIAL_FILES};
 pub use keep::{BestCheckpoint, CheckpointPolicy, ScoreOrder, BEST_CHECKPOINT_FILE};
 pub use lock::LOCK_FILE;
+pub use train::{Started, TrainSpec, Trained, Training, PROFILE_FILE};
 
 use crate::{
     error_chain, write_params, Impala, ImpalaError, IterationResult, ResultLogger, StopCriteria,
@@ -115,6 +119,17 @@ pub enum RunError {
         attribute: String,
         /// The nearest result key.
         nearest: Option<String>,
+    },
+    /// A config file was given for a resumed run, which continues with its checkpoint's
+    /// config.
+    #[error(
+        "config file `{}` cannot be used with `resume`: a resumed run continues with the \
+         checkpoint's config; drop the file and change options with `set` overrides",
+        file.display()
+    )]
+    ConfigWithResume {
+        /// The config file.
+        file: PathBuf,
     },
     /// `truncate` with a run folder other than the checkpoint's.
     #[error(

@@ -87,6 +87,68 @@ pub enum Opened {
     },
 }
 
+impl Opened {
+    /// What opening the run folder `path` did besides starting, in a sentence for the user: a
+    /// fork, a rewind, or results dropped (see [`is_warning`](Self::is_warning)); `None` for
+    /// a new run and a plain continuation. `truncate` is how the caller names the `truncate`
+    /// option (`--truncate` on the command line).
+    ///
+    /// ```
+    /// use std::path::Path;
+    /// use impala::run::Opened;
+    ///
+    /// let rewound = Opened::Truncated {
+    ///     iteration: 4,
+    ///     dropped: Some((5, 9)),
+    ///     removed_checkpoints: vec!["checkpoint_000008".into()],
+    /// };
+    /// assert_eq!(
+    ///     rewound.describe(Path::new("run"), "truncate").as_deref(),
+    ///     Some("rewound run to iteration 4 (truncate): removed the results of iteration(s) 5-9 \
+    ///           and checkpoint(s) checkpoint_000008")
+    /// );
+    /// assert!(!rewound.is_warning());
+    /// assert_eq!(Opened::New.describe(Path::new("run"), "truncate"), None);
+    /// ```
+    pub fn describe(&self, path: &Path, truncate: &str) -> Option<String> {
+        let path = path.display();
+        let range = |(a, b): (u64, u64)| if a == b { format!("{a}") } else { format!("{a}-{b}") };
+        match self {
+            Opened::New | Opened::Continued { dropped: None, .. } => None,
+            Opened::Continued { iteration, dropped: Some(dropped) } => Some(format!(
+                "iteration(s) {} of `{path}` came after its newest checkpoint (iteration \
+                 {iteration}); their results are removed and they are trained again",
+                range(*dropped)
+            )),
+            Opened::Forked { checkpoint, source, iteration, source_last } => Some(format!(
+                "forked a new run folder {path} from {}: it holds the history up to iteration \
+                 {iteration}; {} is unchanged{}",
+                checkpoint.display(),
+                source.display(),
+                source_last.map_or_else(String::new, |l| format!(
+                    " and keeps iterations to {l} ({truncate} rewinds it to {iteration} instead)"
+                ))
+            )),
+            Opened::Truncated { iteration, dropped, removed_checkpoints } => Some(format!(
+                "rewound {path} to iteration {iteration} ({truncate}): removed the results of \
+                 iteration(s) {} and checkpoint(s) {}",
+                dropped.map_or_else(|| "none".to_string(), range),
+                if removed_checkpoints.is_empty() {
+                    "none".to_string()
+                } else {
+                    removed_checkpoints.join(", ")
+                }
+            )),
+        }
+    }
+
+    /// Whether [`describe`](Self::describe) is a warning: results were dropped to be trained
+    /// again.
+    pub fn is_warning(&self) -> bool {
+        matches!(self, Opened::Continued { dropped: Some(_), .. })
+    }
+}
+
 /// An open run folder: created, locked for this process (a second process is refused with
 /// [`RunError::Locked`]), and cleared of stale temporaries. The lock is released on drop.
 #[derive(Debug)]
@@ -486,6 +548,46 @@ fn refuse_foreign_files(dir: &Path) -> Result<(), RunError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn opening_is_described_as_impala_train_prints_it() {
+        let run = Path::new("runs/a");
+        let dropped = Opened::Continued { iteration: 4, dropped: Some((5, 5)) };
+        assert_eq!(
+            dropped.describe(run, "--truncate").as_deref(),
+            Some(
+                "iteration(s) 5 of `runs/a` came after its newest checkpoint (iteration 4); \
+                 their results are removed and they are trained again"
+            )
+        );
+        assert!(dropped.is_warning());
+        let forked = Opened::Forked {
+            checkpoint: "runs/b/checkpoint_000004".into(),
+            source: "runs/b".into(),
+            iteration: 4,
+            source_last: Some(9),
+        };
+        assert_eq!(
+            forked.describe(run, "--truncate").as_deref(),
+            Some(
+                "forked a new run folder runs/a from runs/b/checkpoint_000004: it holds the \
+                 history up to iteration 4; runs/b is unchanged and keeps iterations to 9 \
+                 (--truncate rewinds it to 4 instead)"
+            )
+        );
+        assert!(!forked.is_warning());
+        let rewound =
+            Opened::Truncated { iteration: 4, dropped: None, removed_checkpoints: vec![] };
+        assert_eq!(
+            rewound.describe(run, "--truncate").as_deref(),
+            Some(
+                "rewound runs/a to iteration 4 (--truncate): removed the results of iteration(s) \
+                 none and checkpoint(s) none"
+            )
+        );
+        let continued = Opened::Continued { iteration: 4, dropped: None };
+        assert_eq!(continued.describe(run, "--truncate"), None);
+    }
 
     #[test]
     fn stamps_are_utc_to_the_microsecond() {
