@@ -58,7 +58,7 @@ pub(crate) fn print_config(args: &ConfigArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub(crate) fn env_runner(args: &EnvRunnerArgs) -> anyhow::Result<ExitCode> {
-    crate::logging::init(args.log_level);
+    impala::logging::init(args.log_level);
     let mut settings = ClientSettings::new(&args.connect, Token::from_file(&args.token_file)?);
     settings.expect_env = args.expect_env.clone();
     settings.reconnect_timeout = Duration::from_secs_f64(args.reconnect_timeout_s);
@@ -93,7 +93,7 @@ pub(crate) fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
         },
         profile: args.profile,
     })?;
-    crate::logging::init(training.config().log_level());
+    impala::logging::init(training.config().log_level());
     print_warnings(training.check()?);
     // From here on SIGINT/SIGTERM finish the iteration and save instead of killing the process.
     let interrupts = Interrupts::install().context("cannot listen for SIGINT and SIGTERM")?;

@@ -5,7 +5,6 @@
 mod args;
 mod commands;
 mod error;
-mod logging;
 mod signals;
 
 use std::process::ExitCode;

@@ -67,6 +67,7 @@ pub mod checkpoint;
 mod error;
 mod evaluation;
 mod logger;
+pub mod logging;
 mod metrics;
 pub mod remote;
 mod result;

@@ -1,10 +1,16 @@
-//! The `log_level` option: a tracing subscriber on stderr that prints the library's events
-//! (runner failures and restarts, learner stalls) as `warning: ...` / `error: ...` lines, in
-//! the same shape as the command's own messages.
+//! The `log_level` option on a terminal: a tracing subscriber on stderr that prints the
+//! library's events (runner failures and restarts, learner stalls) as `warning: ...` /
+//! `error: ...` lines, the shape of the `impala` command's own messages. Any program built on
+//! the library (the command, a runner process of another transport) installs the same one.
+//!
+//! ```
+//! impala::logging::init(impala::config::LogLevel::Warn);
+//! tracing::warn!("printed on stderr as `warning: ...`");
+//! ```
 
 use std::fmt;
 
-use impala::config::LogLevel;
+use impala_config::LogLevel;
 
 use tracing::{Event, Level, Subscriber};
 use tracing_subscriber::fmt::format::{FormatEvent, FormatFields, Writer};
