@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::Path;
 
-use impala_core::suggest::nearest;
+use impala_core::suggest::{did_you_mean, nearest};
 use serde_json::Value;
 
 use crate::diagnostics::{Warning, WarningKind};
@@ -771,6 +771,8 @@ const COMMON_NAMES: [(&str, &str); 16] = [
 /// assert_eq!(impala_config::nearest_key("lrr"), "lr");
 /// assert_eq!(impala_config::nearest_key("learning_rate"), "lr");
 /// assert_eq!(impala_config::nearest_key("model.fcnet_hidens"), "model.fcnet_hiddens");
+/// // A model option written without its group.
+/// assert_eq!(impala_config::nearest_key("fcnet_activation"), "model.fcnet_activation");
 /// ```
 pub fn nearest_key(key: &str) -> String {
     if let Some(&(_, rllib)) = COMMON_NAMES.iter().find(|(name, _)| *name == key) {
@@ -780,8 +782,13 @@ pub fn nearest_key(key: &str) -> String {
         let names = keys::model_keys().iter().map(|k| k.name);
         return format!("model.{}", nearest(rest, names).unwrap_or_default());
     }
-    let names = keys::keys().iter().map(|k| k.name).chain(keys::ALIASES.iter().map(|a| a.name));
-    let found = nearest(key, names).unwrap_or_default();
+    let names = || keys::keys().iter().map(|k| k.name).chain(keys::ALIASES.iter().map(|a| a.name));
+    if did_you_mean(key, names()).is_none() {
+        if let Some(model_key) = did_you_mean(key, keys::model_keys().iter().map(|k| k.name)) {
+            return format!("model.{model_key}");
+        }
+    }
+    let found = nearest(key, names()).unwrap_or_default();
     alias(found).map_or(found, |a| a.canonical).to_string()
 }
 

@@ -143,6 +143,20 @@ fn unknown_keys_name_the_nearest_key_and_where_they_are() -> TestResult {
     assert!(
         matches!(err, ConfigError::UnknownKey { ref suggestion, .. } if suggestion == "model.use_lstm")
     );
+    // A model option written without its group is pointed at its group, not at a far top-level
+    // key; a top-level key that is close still wins.
+    for (text, nearest) in [
+        ("fcnet_activation=relu", "model.fcnet_activation"),
+        ("use_lstm=true", "model.use_lstm"),
+        ("fcnet_hidens=[64]", "model.fcnet_hiddens"),
+        ("lrr=0.1", "lr"),
+    ] {
+        let err = config.apply_override(text).err().ok_or("expected an error")?;
+        assert!(
+            matches!(err, ConfigError::UnknownKey { ref suggestion, .. } if suggestion == nearest),
+            "{text}: {err}"
+        );
+    }
     Ok(())
 }
 
