@@ -17,6 +17,11 @@ use crate::{LearnerError, Result};
 /// and a thread that polls an empty queue without waiting only burns a core counting stalls.
 pub const MIN_LEARNER_QUEUE_TIMEOUT: Duration = Duration::from_millis(1);
 
+/// `n`, which is positive: the defaults' literal counts (the fallback is never taken).
+fn count(n: usize) -> NonZeroUsize {
+    NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN)
+}
+
 /// The model of RLlib's catalog (`config.model`, the keys IMPALA uses), with
 /// `MODEL_DEFAULTS` values by default.
 ///
@@ -65,8 +70,8 @@ impl Default for ModelSettings {
             post_fcnet_activation: Activation::Relu,
             vf_share_layers: true,
             use_lstm: false,
-            lstm_cell_size: NonZeroUsize::new(256).unwrap_or(NonZeroUsize::MIN),
-            max_seq_len: NonZeroUsize::new(20).unwrap_or(NonZeroUsize::MIN),
+            lstm_cell_size: count(256),
+            max_seq_len: count(20),
             free_log_std: false,
         }
     }
@@ -233,15 +238,14 @@ pub struct LearnerThreadSettings {
 impl Default for LearnerThreadSettings {
     /// RLlib's IMPALA defaults, on one CPU tower.
     fn default() -> Self {
-        let n = |n: usize| NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN);
         LearnerThreadSettings {
-            learner_queue_size: n(16),
+            learner_queue_size: count(16),
             learner_queue_timeout: Duration::from_secs(300),
-            num_sgd_iter: n(1),
-            minibatch_buffer_size: n(1),
-            num_multi_gpu_tower_stacks: n(1),
-            num_gpu_loader_threads: n(8),
-            num_learner_threads: n(1),
+            num_sgd_iter: count(1),
+            minibatch_buffer_size: count(1),
+            num_multi_gpu_tower_stacks: count(1),
+            num_gpu_loader_threads: count(8),
+            num_learner_threads: count(1),
             multi_gpu_thread: false,
         }
     }

@@ -252,7 +252,7 @@ impl Session {
             max_message_bytes: self.shared.settings.max_message_bytes as u64,
             heartbeat_interval_s: self.shared.settings.heartbeat_interval.as_secs_f64(),
         };
-        // The channel has room: nothing else was sent on this session yet.
+        // The channel has room: nothing else was sent to this runner yet.
         if self.tx.try_send(driver_msg(driver_message::Kind::Welcome(welcome))).is_err() {
             claim.release();
             return None;
