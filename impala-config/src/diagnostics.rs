@@ -31,6 +31,9 @@ pub enum Rule {
     ReplayNeedsSlots,
     /// An activation name the models do not know.
     ActivationName,
+    /// `model.custom_model` names neither a built-in model nor a TorchScript file, or its
+    /// `custom_model_config` does not fit it.
+    CustomModel,
     /// A log level that is not TRACE, DEBUG, INFO, WARN or ERROR.
     LogLevel,
     /// More than one GPU must be a whole number of GPUs.

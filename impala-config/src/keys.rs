@@ -411,6 +411,8 @@ groups! {
         max_seq_len: usize,
         framestack: usize,
         free_log_std: bool,
+        [into] custom_model: Option<String>,
+        custom_model_config: BTreeMap<String, serde_json::Value>,
     }
 }
 

@@ -1,5 +1,7 @@
 //! The model options (RLlib's `MODEL_DEFAULTS` catalog dict, the subset IMPALA uses).
 
+use std::collections::BTreeMap;
+
 use impala_core::{Activation, ConvFilter};
 use serde::{Deserialize, Serialize};
 
@@ -31,6 +33,11 @@ pub struct ModelConfig {
     pub framestack: usize,
     /// Use a state-independent log-std for Gaussian actions (RLlib's `free_log_std`).
     pub free_log_std: bool,
+    /// A model other than the catalog's: `"impala_resnet"` (the IMPALA paper's deep network)
+    /// or the path of a TorchScript file (RLlib's `custom_model`).
+    pub custom_model: Option<String>,
+    /// The custom model's options (`impala_resnet`: `channels`, `hidden`).
+    pub custom_model_config: BTreeMap<String, serde_json::Value>,
 }
 
 impl ModelConfig {
@@ -54,6 +61,8 @@ impl Default for ModelConfig {
             max_seq_len: 20,
             framestack: 1,
             free_log_std: false,
+            custom_model: None,
+            custom_model_config: BTreeMap::new(),
         }
     }
 }

@@ -6,7 +6,9 @@ use crate::diagnostics::{Rule, Violation, Warning, WarningKind};
 use crate::error::{ConfigError, Result};
 use crate::log_level::LogLevel;
 use crate::model::ModelConfig;
-use impala_core::{Activation, OptType, Schedule, UnknownActivation};
+use impala_core::{
+    suggest, Activation, CustomModel, OptType, ResNetSettings, Schedule, UnknownActivation,
+};
 
 /// A config that passed [`ImpalaConfig::validate`], with RLlib's fix-ups applied
 /// (`num_data_loader_buffers` moved to `num_multi_gpu_tower_stacks`, `minibatch_buffer_size`
@@ -18,6 +20,7 @@ use impala_core::{Activation, OptType, Schedule, UnknownActivation};
 pub struct ValidatedConfig {
     config: ImpalaConfig,
     activations: ModelActivations,
+    custom_model: Option<CustomModel>,
     log_level: LogLevel,
     warnings: Vec<Warning>,
 }
@@ -42,6 +45,12 @@ impl ValidatedConfig {
     /// The model's activations.
     pub fn model_activations(&self) -> ModelActivations {
         self.activations
+    }
+
+    /// The model `model.custom_model` names, parsed with its `custom_model_config`; `None`
+    /// for RLlib's catalog model.
+    pub fn custom_model(&self) -> Option<&CustomModel> {
+        self.custom_model.as_ref()
     }
 
     /// How much to log (`log_level`).
@@ -201,6 +210,7 @@ impl ImpalaConfig {
         check_environment(&fixed, &mut c);
         check_training(&fixed, &mut c);
         let activations = check_model(&fixed.model, &mut c);
+        let custom_model = check_custom_model(&fixed.model, &mut c);
         check_resources(&fixed, &mut c);
         check_learner_thread(&mut fixed, &mut c);
         let log_level = check_rest(&fixed, &mut c);
@@ -208,7 +218,13 @@ impl ImpalaConfig {
         match (activations, log_level) {
             // A name that does not parse is a violation, so `None` never passes.
             (Some(activations), Some(log_level)) if c.violations.is_empty() => {
-                Ok(ValidatedConfig { config: fixed, activations, log_level, warnings: c.warnings })
+                Ok(ValidatedConfig {
+                    config: fixed,
+                    activations,
+                    custom_model,
+                    log_level,
+                    warnings: c.warnings,
+                })
             }
             _ => Err(ConfigError::Invalid { violations: c.violations }),
         }
@@ -533,6 +549,103 @@ fn check_training(config: &ImpalaConfig, c: &mut Checker) {
 }
 
 /// Checks the model options and parses their activations.
+/// `model.custom_model` and `model.custom_model_config`, parsed (a violation leaves `None`).
+fn check_custom_model(model: &ModelConfig, c: &mut Checker) -> Option<CustomModel> {
+    const KEY: &str = "model.custom_model";
+    let options = &model.custom_model_config;
+    let Some(name) = &model.custom_model else {
+        if let Some(key) = options.keys().next() {
+            c.error(
+                format!("model.custom_model_config.{key}"),
+                Rule::CustomModel,
+                "is set but `model.custom_model` is not".into(),
+                "set `model.custom_model` (\"impala_resnet\" or a TorchScript file), or \
+                 remove `model.custom_model_config`"
+                    .into(),
+            );
+        }
+        return None;
+    };
+    if name == "impala_resnet" {
+        let mut resnet = ResNetSettings::default();
+        for (key, value) in options {
+            let full = format!("model.custom_model_config.{key}");
+            let parsed = match key.as_str() {
+                "channels" => serde_json::from_value::<Vec<usize>>(value.clone())
+                    .ok()
+                    .filter(|v| !v.is_empty() && !v.contains(&0))
+                    .map(|v| resnet.channels = v),
+                "hidden" => serde_json::from_value::<usize>(value.clone())
+                    .ok()
+                    .filter(|&h| h > 0)
+                    .map(|h| resnet.hidden = h),
+                _ => {
+                    c.error(
+                        full,
+                        Rule::CustomModel,
+                        format!(
+                            "is not an option of impala_resnet, which reads {:?}",
+                            ResNetSettings::KEYS
+                        ),
+                        match suggest::did_you_mean(key, ResNetSettings::KEYS) {
+                            Some(k) => format!("did you mean `{k}`?"),
+                            None => "remove it".into(),
+                        },
+                    );
+                    continue;
+                }
+            };
+            if parsed.is_none() {
+                c.error(
+                    full,
+                    Rule::CustomModel,
+                    format!(
+                        "is {value}, not a positive {}",
+                        if key == "channels" { "list of channel counts" } else { "width" }
+                    ),
+                    format!(
+                        "set it like the paper's: channels = {:?}, hidden = {}",
+                        ResNetSettings::default().channels,
+                        ResNetSettings::default().hidden
+                    ),
+                );
+            }
+        }
+        return Some(CustomModel::ImpalaResNet(resnet));
+    }
+    let path = std::path::PathBuf::from(name);
+    if !path.is_file() {
+        c.error(
+            KEY,
+            Rule::CustomModel,
+            format!(
+                "is `{name}`, which is neither a built-in model ({}) nor a TorchScript file \
+                 (no file at that path)",
+                CustomModel::NAMES.join(", ")
+            ),
+            match suggest::did_you_mean(name, CustomModel::NAMES) {
+                Some(known) => format!("did you mean \"{known}\"?"),
+                None => "set it to \"impala_resnet\" or to the file that \
+                         `torch.jit.script(module).save(path)` wrote"
+                    .into(),
+            },
+        );
+        return None;
+    }
+    if let Some(key) = options.keys().next() {
+        c.error(
+            format!("model.custom_model_config.{key}"),
+            Rule::CustomModel,
+            "is set for a TorchScript file, which is built already".into(),
+            "remove `model.custom_model_config` (the impala_rs Python package builds a \
+             registered class with it before scripting)"
+                .into(),
+        );
+        return None;
+    }
+    Some(CustomModel::TorchScript(path))
+}
+
 fn check_model(model: &ModelConfig, c: &mut Checker) -> Option<ModelActivations> {
     let fcnet = c.activation("model.fcnet_activation", &model.fcnet_activation);
     let conv = c.activation("model.conv_activation", &model.conv_activation);

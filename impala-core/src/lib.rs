@@ -3,6 +3,7 @@
 
 mod batch;
 mod conv;
+mod custom_model;
 mod env;
 mod error;
 mod machine;
@@ -17,6 +18,7 @@ mod weights;
 
 pub use batch::SampleBatch;
 pub use conv::ConvFilter;
+pub use custom_model::{CustomModel, ResNetSettings};
 pub use env::{Env, EnvSpec, StepOutcome};
 pub use error::{CoreError, Result};
 pub use machine::{gib, machine_memory_bytes};

@@ -62,6 +62,19 @@ impl ActionDistribution {
         }
     }
 
+    /// What the inputs are, for errors: `"2 logits"`, `"3 + 2 logits"`, `"mean and log-std
+    /// of 4 dims"`.
+    pub fn describe_inputs(&self) -> String {
+        match self {
+            ActionDistribution::Categorical(n) => format!("{n} logits"),
+            ActionDistribution::MultiCategorical(nvec) => {
+                let parts: Vec<String> = nvec.iter().map(|n| n.to_string()).collect();
+                format!("{} logits", parts.join(" + "))
+            }
+            ActionDistribution::DiagGaussian(d) => format!("mean and log-std of {d} dims"),
+        }
+    }
+
     /// Number of `f32` values per action.
     pub fn action_dim(&self) -> usize {
         match self {

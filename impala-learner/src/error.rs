@@ -22,6 +22,13 @@ pub enum LearnerError {
         /// What is wrong.
         reason: String,
     },
+    /// A model breaks the model contract (output shapes, non-finite outputs, a file that is
+    /// not TorchScript, a forward pass that raises).
+    #[error("model: {reason}")]
+    Model {
+        /// What was expected and what came back.
+        reason: String,
+    },
     /// A batch does not fit the model (wrong observation size, too few rows for the towers, ...).
     #[error("batch does not fit the model: {reason}")]
     Batch {

@@ -7,12 +7,12 @@ use std::sync::Arc;
 
 use impala_core::{EnvSpec, NamedTensor, SampleBatch, Weights};
 use impala_core::{LossReduction, OptType};
-use tch::{nn, Device, Kind, Tensor};
+use tch::{Device, Kind, Tensor};
 
 use crate::batch::{BatchLoader, LoadedBatch, Shard};
-use crate::model::{is_vf_param, ActorCritic, Unroll};
+use crate::model::{ModelFactory, Network, Unroll};
 use crate::optim::{clip_grad, Optimizer, OptimizerKind};
-use crate::settings::{LearnerSettings, LossSettings, ModelSettings, OptimizerSettings};
+use crate::settings::{LearnerSettings, LossSettings, OptimizerSettings};
 use crate::{LearnerError, Result};
 
 /// The model file of a checkpoint directory.
@@ -53,19 +53,26 @@ pub struct LearnerStats {
 /// One model copy on one device.
 #[derive(Debug)]
 struct Tower {
-    vs: nn::VarStore,
-    model: ActorCritic,
-    /// The trainable parameters, sorted by name.
-    params: Vec<(String, Tensor)>,
+    net: Network,
 }
 
 impl Tower {
-    fn new(model: &ModelSettings, spec: &EnvSpec, device: Device, seed: u64) -> Result<Self> {
-        let vs = nn::VarStore::new(device);
-        let model = ActorCritic::new(&vs.root(), model, spec, seed)?;
-        let mut params: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
-        params.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(Tower { vs, model, params })
+    fn new(model: &dyn ModelFactory, spec: &EnvSpec, device: Device, seed: u64) -> Result<Self> {
+        Ok(Tower { net: Network::build(model, spec, device, seed)? })
+    }
+
+    /// The trainable parameters, sorted by name.
+    fn params(&self) -> &[(String, Tensor)] {
+        &self.net.params
+    }
+
+    /// Copies `from`'s weights into this tower's.
+    fn copy_from(&self, from: &Tower) -> Result<()> {
+        let _guard = tch::no_grad_guard();
+        for ((_, dst), (_, src)) in self.params().iter().zip(from.params()) {
+            dst.shallow_clone().f_copy_(src)?;
+        }
+        Ok(())
     }
 }
 
@@ -131,6 +138,17 @@ impl Learner {
         spec: &EnvSpec,
         devices: &[Device],
     ) -> Result<Self> {
+        Self::with_model(settings, &settings.model, spec, devices)
+    }
+
+    /// [`Learner::with_devices`] training the models `model` builds instead of
+    /// `settings.model`'s.
+    pub fn with_model(
+        settings: &LearnerSettings,
+        model: &dyn ModelFactory,
+        spec: &EnvSpec,
+        devices: &[Device],
+    ) -> Result<Self> {
         if devices.is_empty() {
             return Err(LearnerError::Config {
                 reason: "a learner needs at least one device".into(),
@@ -138,7 +156,7 @@ impl Learner {
         }
         let towers = devices
             .iter()
-            .map(|&d| Tower::new(&settings.model, spec, d, settings.model_seed))
+            .map(|&d| Tower::new(model, spec, d, settings.model_seed))
             .collect::<Result<Vec<_>>>()?;
         let o = &settings.optimizer;
         let kind = match o.opt_type {
@@ -147,12 +165,27 @@ impl Learner {
                 OptimizerKind::RmsProp { eps: o.epsilon, alpha: o.decay, momentum: o.momentum }
             }
         };
-        let params = &towers[0].params;
+        let net = &towers[0].net;
+        let params = &net.params;
         let group = |vf: bool| -> Vec<usize> {
-            (0..params.len()).filter(|&i| is_vf_param(&params[i].0) == vf).collect()
+            (0..params.len()).filter(|&i| net.is_value_parameter(&params[i].0) == vf).collect()
         };
         let groups = if o.separate_vf_optimizer {
-            vec![group(false), group(true)]
+            let (pi, vf) = (group(false), group(true));
+            if pi.is_empty() || vf.is_empty() {
+                return Err(LearnerError::Config {
+                    reason: format!(
+                        "_separate_vf_optimizer needs policy and value-function parameters; \
+                         the model marks {} of its {} parameters as the value function's \
+                         (a TorchScript module names them with value_function_prefixes(), or \
+                         with the prefixes {:?}); unset _separate_vf_optimizer or name them",
+                        vf.len(),
+                        params.len(),
+                        crate::TORCHSCRIPT_VF_PREFIXES
+                    ),
+                });
+            }
+            vec![pi, vf]
         } else {
             vec![(0..params.len()).collect()]
         };
@@ -166,13 +199,13 @@ impl Learner {
                 Ok((Optimizer::new(kind, named)?, idx))
             })
             .collect::<Result<Vec<_>>>()?;
-        let model = &towers[0].model;
+        let net = &towers[0].net;
         let loader = BatchLoader {
             devices: devices.to_vec(),
             gamma: settings.loss.gamma as f32,
-            obs_dim: model.obs_dim(),
-            action_dim: model.distribution().action_dim(),
-            state_dim: model.state_dim(),
+            obs_dim: net.obs_dim,
+            action_dim: net.dist.action_dim(),
+            state_dim: net.state_dim,
         };
         Ok(Learner {
             loss: settings.loss.clone(),
@@ -192,7 +225,7 @@ impl Learner {
 
     /// Number of trainable parameters of the model (one tower's).
     pub fn num_parameters(&self) -> u64 {
-        self.towers[0].params.iter().map(|(_, p)| p.numel() as u64).sum()
+        self.towers[0].params().iter().map(|(_, p)| p.numel() as u64).sum()
     }
 
     /// Number of towers (devices).
@@ -211,8 +244,8 @@ impl Learner {
     }
 
     /// The first tower's model (the one the optimizers update).
-    pub fn model(&self) -> &ActorCritic {
-        &self.towers[0].model
+    pub fn model(&self) -> &dyn crate::Model {
+        self.towers[0].net.model.as_ref()
     }
 
     /// One gradient step on a train batch; `timestep` (agent steps trained so far) drives the
@@ -257,7 +290,7 @@ impl Learner {
             LossReduction::Mean => 1.0 / total_steps as f64,
         };
         let device0 = self.loader.devices[0];
-        let num_params = self.towers[0].params.len();
+        let num_params = self.towers[0].params().len();
         let mut grads: Vec<Option<Tensor>> = (0..num_params).map(|_| None).collect();
         let mut sums: Option<Tensor> = None;
         let (mut all_vs, mut all_values) =
@@ -268,7 +301,7 @@ impl Learner {
                 // RLlib: the policy optimizer minimises loss_wo_vf, the vf one minimises vf_loss.
                 let (pi_idx, vf_idx) = (&self.optimizers[0].1, &self.optimizers[1].1);
                 let pick = |idx: &[usize]| {
-                    idx.iter().map(|&i| tower.params[i].1.shallow_clone()).collect::<Vec<_>>()
+                    idx.iter().map(|&i| tower.params()[i].1.shallow_clone()).collect::<Vec<_>>()
                 };
                 let g_pi = Tensor::f_run_backward(&[&loss.loss_wo_vf], &pick(pi_idx), true, false)?;
                 let g_vf = Tensor::f_run_backward(&[&loss.vf_loss], &pick(vf_idx), false, false)?;
@@ -280,7 +313,7 @@ impl Learner {
                     reason: "parameter groups do not cover the model".into(),
                 })?
             } else {
-                let params: Vec<&Tensor> = tower.params.iter().map(|(_, p)| p).collect();
+                let params: Vec<&Tensor> = tower.params().iter().map(|(_, p)| p).collect();
                 Tensor::f_run_backward(&[&loss.total], &params, false, false)?
             };
             for (acc, g) in grads.iter_mut().zip(tower_grads) {
@@ -363,9 +396,8 @@ impl Learner {
         for (opt, _) in &mut self.optimizers {
             opt.commit()?;
         }
-        let (first, rest) = self.towers.split_at_mut(1);
-        for tower in rest {
-            tower.vs.copy(&first[0].vs)?;
+        for tower in &self.towers[1..] {
+            tower.copy_from(&self.towers[0])?;
         }
         let policy_lag = (self.version as f64 - loaded.mean_weights_version).max(0.0);
         self.version += 1;
@@ -390,7 +422,7 @@ impl Learner {
     pub fn weights(&self) -> Result<Arc<Weights>> {
         let _guard = tch::no_grad_guard();
         let tensors = self.towers[0]
-            .params
+            .params()
             .iter()
             .map(|(name, p)| {
                 let flat = p
@@ -416,7 +448,7 @@ impl Learner {
             reason: e.to_string(),
         })?;
         let model: Vec<(String, Tensor)> = self.towers[0]
-            .params
+            .params()
             .iter()
             .map(|(n, p)| Ok((n.clone(), p.f_to_device(Device::Cpu)?)))
             .collect::<Result<_>>()?;
@@ -444,7 +476,7 @@ impl Learner {
     pub fn load(&mut self, dir: &Path) -> Result<()> {
         let mut model = read_checkpoint(&dir.join(MODEL_FILE))?;
         let weights = self.towers[0]
-            .params
+            .params()
             .iter()
             .map(|(name, p)| model.take(name, p))
             .collect::<Result<Vec<_>>>()?;
@@ -465,13 +497,12 @@ impl Learner {
             .collect::<Result<Vec<_>>>()?;
         {
             let _guard = tch::no_grad_guard();
-            for ((_, p), w) in self.towers[0].params.iter().zip(&weights) {
+            for ((_, p), w) in self.towers[0].params().iter().zip(&weights) {
                 p.shallow_clone().f_copy_(w)?;
             }
         }
-        let (first, rest) = self.towers.split_at_mut(1);
-        for tower in rest {
-            tower.vs.copy(&first[0].vs)?;
+        for tower in &self.towers[1..] {
+            tower.copy_from(&self.towers[0])?;
         }
         self.version = version;
         self.agent_steps_trained = agent_steps_trained;
@@ -555,12 +586,12 @@ fn tower_loss(
     entropy_coeff: f64,
 ) -> Result<TowerLoss> {
     let (t, b) = (shard.steps, shard.rows);
-    let model = &tower.model;
+    let model = &tower.net;
     let unroll = |steps, state, not_done| {
-        (model.state_dim() > 0).then_some(Unroll { steps, rows: b, state, not_done })
+        (model.state_dim > 0).then_some(Unroll { steps, rows: b, state, not_done })
     };
     let out = model.forward(&shard.obs, unroll(t, &shard.state_in, shard.not_done.as_ref()))?;
-    let dist = model.distribution();
+    let dist = &model.dist;
     let target_logp = dist.logp(&out.dist_inputs, &shard.actions)?;
     let entropy = dist.entropy(&out.dist_inputs)?;
     let used = if s.vtrace_drop_last_ts { t - 1 } else { t };
@@ -571,7 +602,7 @@ fn tower_loss(
     } else {
         let _guard = tch::no_grad_guard();
         let final_state = match &out.state {
-            Some((h, c)) => Tensor::f_cat(&[h, c], 1)?,
+            Some(state) => state.shallow_clone(),
             None => shard.state_in.shallow_clone(),
         };
         model.forward(&shard.bootstrap_obs, unroll(1, &final_state, None))?.values
@@ -731,19 +762,17 @@ mod tests {
         let want_bootstrap = policy.compute_values(&bootstrap, b, &state)?;
         let loaded = learner.loader().load(&batch)?;
         let shard = &loaded.shards[0];
-        let model = learner.model();
+        let model = &learner.towers[0].net;
         let unroll =
             Unroll { steps: t, rows: b, state: &shard.state_in, not_done: shard.not_done.as_ref() };
         let fwd = model.forward(&shard.obs, Some(unroll))?;
         let values = Vec::<f32>::try_from(&fwd.values.f_detach()?)?;
-        let logp = Vec::<f32>::try_from(
-            &model.distribution().logp(&fwd.dist_inputs, &shard.actions)?.f_detach()?,
-        )?;
+        let logp =
+            Vec::<f32>::try_from(&model.dist.logp(&fwd.dist_inputs, &shard.actions)?.f_detach()?)?;
         let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5);
         assert!(close(&values, &batch.vf_preds), "{values:?} vs {:?}", batch.vf_preds);
         assert!(close(&logp, &batch.action_logp));
-        let (h, c) = fwd.state.ok_or(LearnerError::Batch { reason: "no state".into() })?;
-        let final_state = Tensor::f_cat(&[h, c], 1)?;
+        let final_state = fwd.state.ok_or(LearnerError::Batch { reason: "no state".into() })?;
         let boot = model.forward(
             &shard.bootstrap_obs,
             Some(Unroll { steps: 1, rows: b, state: &final_state, not_done: None }),

@@ -1,4 +1,5 @@
-//! The learner side of IMPALA on libtorch (tch): RLlib's catalog models, the V-trace loss of
+//! The learner side of IMPALA on libtorch (tch): the model seam ([`Model`], [`ModelFactory`])
+//! with RLlib's catalog models, the IMPALA paper's ResNet and TorchScript modules, the V-trace loss of
 //! RLlib's old-stack torch policy, its optimizers, the learner thread and the multi-GPU towers,
 //! plus [`TorchPolicy`], the CPU inference copy env runners act with.
 //!
@@ -56,9 +57,13 @@ mod thread;
 pub use batch::{BatchLoader, LoadedBatch};
 pub use distribution::ActionDistribution;
 pub use error::{LearnerError, Result};
+pub use impala_core::{CustomModel, ResNetSettings};
 pub use learner::{read_model_weights, Learner, LearnerStats, LEARNER_STATE_FILE, MODEL_FILE};
 pub use minibatch::{Minibatch, MinibatchBuffer};
-pub use model::ActorCritic;
+pub use model::{
+    observations, ActorCritic, ImpalaResNet, Model, ModelFactory, ModelOutput, TorchScriptModel,
+    Unroll, TORCHSCRIPT_VF_PREFIXES,
+};
 pub use policy::TorchPolicy;
 pub use settings::{
     learner_devices, LearnerSettings, LearnerThreadSettings, LossSettings, ModelSettings,

@@ -6,10 +6,10 @@ use std::sync::Arc;
 use impala_core::{CoreError, EnvSpec, Policy, PolicyInput, PolicyOutput, Weights};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
-use tch::{nn, Device, Tensor};
+use tch::{Device, Tensor};
 
-use crate::model::{ActorCritic, ModelOutput, Unroll};
-use crate::{LearnerError, ModelSettings, Result};
+use crate::model::{ModelFactory, ModelOutput, Network, Unroll};
+use crate::{ActionDistribution, LearnerError, Result};
 
 thread_local! {
     /// Whether this thread already limited libtorch to one intra-op thread.
@@ -52,11 +52,7 @@ fn use_one_libtorch_thread() {
 /// ```
 #[derive(Debug)]
 pub struct TorchPolicy {
-    /// Owns the variables `model` and `params` point into.
-    _vs: nn::VarStore,
-    model: ActorCritic,
-    /// Sorted by name, as [`Weights`].
-    params: Vec<(String, Tensor)>,
+    net: Network,
     rng: SmallRng,
     version: u64,
     /// The snapshot loaded last: setting the same `Arc` again copies nothing.
@@ -64,38 +60,34 @@ pub struct TorchPolicy {
 }
 
 impl TorchPolicy {
-    /// Builds `model` for `spec` on the CPU. Its initial weights are those of a learner with
-    /// the same `model_seed` ([`LearnerSettings::model_seed`](crate::LearnerSettings)), so
-    /// runners can act before the first broadcast; `sample_seed` seeds action sampling.
+    /// Builds the model `model` makes for `spec` on the CPU (a [`ModelSettings`](crate::ModelSettings)
+    /// is one). Its initial weights are those of a learner with the same `model_seed`
+    /// ([`LearnerSettings::model_seed`](crate::LearnerSettings)), so runners can act before
+    /// the first broadcast; `sample_seed` seeds action sampling.
     pub fn new(
-        model: &ModelSettings,
+        model: &dyn ModelFactory,
         spec: &EnvSpec,
         model_seed: u64,
         sample_seed: u64,
     ) -> Result<Self> {
         use_one_libtorch_thread();
-        let vs = nn::VarStore::new(Device::Cpu);
-        let model = ActorCritic::new(&vs.root(), model, spec, model_seed)?;
-        let mut params: Vec<(String, Tensor)> = vs.variables().into_iter().collect();
-        params.sort_by(|a, b| a.0.cmp(&b.0));
-        Ok(TorchPolicy {
-            _vs: vs,
-            model,
-            params,
-            rng: SmallRng::seed_from_u64(sample_seed),
-            version: 0,
-            loaded: None,
-        })
+        let net = Network::build(model, spec, Device::Cpu, model_seed)?;
+        Ok(TorchPolicy { net, rng: SmallRng::seed_from_u64(sample_seed), version: 0, loaded: None })
     }
 
-    /// The model (for its distribution and sizes).
-    pub fn model(&self) -> &ActorCritic {
-        &self.model
+    /// The model.
+    pub fn model(&self) -> &dyn crate::Model {
+        self.net.model.as_ref()
+    }
+
+    /// The action distribution of the model's outputs.
+    pub fn distribution(&self) -> &ActionDistribution {
+        &self.net.dist
     }
 
     fn run(&self, obs: &[f32], num_envs: usize, state: &[f32]) -> Result<ModelOutput> {
         use_one_libtorch_thread();
-        let (obs_dim, state_dim) = (self.model.obs_dim(), self.model.state_dim());
+        let (obs_dim, state_dim) = (self.net.obs_dim, self.net.state_dim);
         for (what, expected, got) in
             [("obs", num_envs * obs_dim, obs.len()), ("state", num_envs * state_dim, state.len())]
         {
@@ -112,7 +104,7 @@ impl TorchPolicy {
         } else {
             None
         };
-        self.model.forward(&obs, unroll)
+        self.net.forward(&obs, unroll)
     }
 }
 
@@ -135,13 +127,10 @@ impl Policy for TorchPolicy {
         copy_out(&result.dist_inputs, &mut out.action_dist_inputs)?;
         copy_out(&result.values, &mut out.vf_preds)?;
         match &result.state {
-            Some((h, c)) => {
-                let hc = Tensor::f_cat(&[h, c], 1).map_err(LearnerError::from)?;
-                copy_out(&hc, &mut out.state_out)?;
-            }
+            Some(state) => copy_out(state, &mut out.state_out)?,
             None => out.state_out.clear(),
         }
-        let dist = self.model.distribution();
+        let dist = &self.net.dist;
         let (d_in, d_act) = (dist.inputs_dim(), dist.action_dim());
         out.actions.resize(n * d_act, 0.0);
         out.action_logp.resize(n, 0.0);
@@ -168,24 +157,24 @@ impl Policy for TorchPolicy {
     }
 
     fn state_dim(&self) -> usize {
-        self.model.state_dim()
+        self.net.state_dim
     }
 
     fn set_weights(&mut self, weights: &Arc<Weights>) -> impala_core::Result<()> {
         if self.loaded.as_ref().is_some_and(|w| Arc::ptr_eq(w, weights)) {
             return Ok(());
         }
-        if weights.tensors.len() != self.params.len() {
+        if weights.tensors.len() != self.net.params.len() {
             return Err(CoreError::Policy {
                 reason: format!(
                     "weights hold {} tensors, the model has {}",
                     weights.tensors.len(),
-                    self.params.len()
+                    self.net.params.len()
                 ),
             });
         }
         // Check every tensor before copying any, so a bad snapshot leaves the policy as it was.
-        for ((name, p), w) in self.params.iter().zip(&weights.tensors) {
+        for ((name, p), w) in self.net.params.iter().zip(&weights.tensors) {
             let shape: Vec<usize> = p.size().iter().map(|&d| d as usize).collect();
             if *name != w.name || shape != w.shape || w.data.len() != p.numel() {
                 return Err(CoreError::Policy {
@@ -197,7 +186,7 @@ impl Policy for TorchPolicy {
             }
         }
         let _guard = tch::no_grad_guard();
-        for ((_, p), w) in self.params.iter_mut().zip(&weights.tensors) {
+        for ((_, p), w) in self.net.params.iter_mut().zip(&weights.tensors) {
             let src = Tensor::f_from_slice(&w.data).and_then(|t| t.f_view(p.size().as_slice()));
             src.and_then(|src| p.f_copy_(&src)).map_err(LearnerError::from)?;
         }

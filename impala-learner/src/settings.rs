@@ -8,7 +8,9 @@
 use std::num::NonZeroUsize;
 use std::time::Duration;
 
-use impala_core::{Activation, ConvFilter, LearnerDeviceKind, LossReduction, OptType, Schedule};
+use impala_core::{
+    Activation, ConvFilter, CustomModel, LearnerDeviceKind, LossReduction, OptType, Schedule,
+};
 use tch::Device;
 
 use crate::{LearnerError, Result};
@@ -56,6 +58,10 @@ pub struct ModelSettings {
     pub max_seq_len: NonZeroUsize,
     /// A state-independent log-std for Gaussian actions (`free_log_std`).
     pub free_log_std: bool,
+    /// A model other than the catalog's (`custom_model` with `custom_model_config`); the
+    /// catalog keys above then apply only where that model reads them (`use_lstm`,
+    /// `lstm_cell_size` and `max_seq_len` for the ResNet, `max_seq_len` for TorchScript).
+    pub custom_model: Option<CustomModel>,
 }
 
 impl Default for ModelSettings {
@@ -73,6 +79,7 @@ impl Default for ModelSettings {
             lstm_cell_size: count(256),
             max_seq_len: count(20),
             free_log_std: false,
+            custom_model: None,
         }
     }
 }

@@ -6,6 +6,7 @@ mod checkpoint;
 mod common;
 #[cfg(feature = "cuda-tests")]
 mod cuda;
+mod custom_models;
 mod learning;
 mod loss;
 mod policy;

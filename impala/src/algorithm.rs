@@ -701,7 +701,9 @@ impl Impala {
         // A learner lost to a panic is rebuilt: the checkpoint replaces its state anyway.
         let mut learner = match learner {
             Some(learner) => learner,
-            None => new_learner(&self.config, &self.spec, self.base_seed)?,
+            None => {
+                new_learner(&self.config, self.policies.model.as_ref(), &self.spec, self.base_seed)?
+            }
         };
         if let Err(e) = learner.load(&dir.join(LEARNER_DIR)) {
             // Nothing was loaded: the learner and the filter go back as they were.

@@ -11,7 +11,7 @@ use std::time::Duration;
 use impala_config::{EnvBackend, ValidatedConfig};
 use impala_core::{CoreError, Env, EnvSpec, Policy, Weights};
 use impala_envs::SharedMeanStdFilter;
-use impala_learner::{learner_devices, Learner, LearnerHandle, ModelSettings, TorchPolicy};
+use impala_learner::{learner_devices, Learner, LearnerHandle, ModelFactory, TorchPolicy};
 use impala_runner_pool::RunnerTransport;
 use impala_sampler::{
     EnvContext, EnvFactory, EnvRunnerGroup, EnvRunnerGroupSettings, TrainBatchBuilder,
@@ -28,6 +28,7 @@ pub struct ImpalaBuilder {
     env_factory: Option<EnvFactory>,
     env_creator: Option<PathBuf>,
     remote: Option<Arc<dyn RunnerTransport>>,
+    model: Option<Arc<dyn ModelFactory>>,
 }
 
 impl std::fmt::Debug for ImpalaBuilder {
@@ -37,6 +38,7 @@ impl std::fmt::Debug for ImpalaBuilder {
             .field("custom_env_factory", &self.env_factory.is_some())
             .field("env_creator", &self.env_creator)
             .field("remote", &self.remote)
+            .field("model", &self.model)
             .finish()
     }
 }
@@ -46,7 +48,7 @@ impl Impala {
     /// ([`impala_config::ImpalaConfig::validate`]). Without [`ImpalaBuilder::env_factory`]
     /// the env is `config.env` from the [`impala_envs`] registry.
     pub fn builder(config: ValidatedConfig) -> ImpalaBuilder {
-        ImpalaBuilder { config, env_factory: None, env_creator: None, remote: None }
+        ImpalaBuilder { config, env_factory: None, env_creator: None, remote: None, model: None }
     }
 }
 
@@ -92,15 +94,30 @@ impl ImpalaBuilder {
         self
     }
 
+    /// Trains the models `factory` builds (any `tch` network implementing
+    /// [`Model`](impala_learner::Model)) instead of the one `config.model` names: the
+    /// learner's towers, every env runner's and evaluation runner's policy. Remote env runners
+    /// build their own model from the config, so a run with
+    /// [`remote_env_runners`](Self::remote_env_runners) refuses a factory.
+    #[must_use]
+    pub fn model(mut self, factory: Arc<dyn ModelFactory>) -> Self {
+        self.model = Some(factory);
+        self
+    }
+
     /// Builds the learner (and its thread), the env runners and the batching stage. Runners
     /// start sampling at once, with the learner's initial weights; [`Impala::restore`] replaces
     /// them (and drops what they sampled) with runners that act with the restored weights.
     pub fn build(self) -> Result<Impala> {
-        let ImpalaBuilder { config, env_factory, env_creator, remote } = self;
+        let ImpalaBuilder { config, env_factory, env_creator, remote, model } = self;
         match &remote {
             Some(_) => crate::remote::check_remote_config(&config)?,
             None => crate::remote::check_local_config(&config)?,
         }
+        if model.is_some() && remote.is_some() {
+            return Err(ImpalaError::ModelFactoryWithRemoteRunners);
+        }
+        let model = model.unwrap_or_else(|| Arc::new(settings::model(&config)));
         // The driver only builds the model and evaluates; one libtorch thread keeps it from
         // competing with the learner thread (`num_learner_threads`) and the runners (one each).
         tch::set_num_threads(1);
@@ -118,11 +135,10 @@ impl ImpalaBuilder {
 
         // The learner seeds its initial weights from `seed`; runs without one get a fresh seed.
         let base_seed = config.config().seed.unwrap_or_else(random_seed);
-        let learner = new_learner(&config, &spec, base_seed)?;
+        let learner = new_learner(&config, model.as_ref(), &spec, base_seed)?;
         crate::budget::check_memory(&config, &spec, learner.num_parameters())?;
         let learner = LearnerHandle::spawn(&settings::learner_thread(&config), learner)?;
-        let policies =
-            PolicySource { model: settings::model(&config), spec: spec.clone(), base_seed };
+        let policies = PolicySource { model, spec: spec.clone(), base_seed };
         let streams = Streams::new(&config, base_seed, 0);
         let batching = batching_stage(&config, &streams)?;
         let mut algo = Impala {
@@ -177,9 +193,10 @@ impl ImpalaBuilder {
     }
 }
 
-/// A learner for `config` whose initial weights come from `base_seed`.
+/// A learner for `config` training `model`, its initial weights from `base_seed`.
 pub(crate) fn new_learner(
     config: &ValidatedConfig,
+    model: &dyn ModelFactory,
     spec: &EnvSpec,
     base_seed: u64,
 ) -> Result<Learner> {
@@ -187,7 +204,7 @@ pub(crate) fn new_learner(
     learner_settings.model_seed = base_seed;
     let plan = config.config().learner_plan();
     let devices = learner_devices(plan.kind, plan.num_devices)?;
-    Ok(Learner::with_devices(&learner_settings, spec, &devices)?)
+    Ok(Learner::with_model(&learner_settings, model, spec, &devices)?)
 }
 
 /// The batching stage of `config`, its replay drawing from `streams`; none with
@@ -343,7 +360,7 @@ pub(crate) fn runner_sample_seed(sample_seed: u64, runner: usize, incarnation: u
 /// Builds runners' policies: CPU copies of the model.
 #[derive(Debug, Clone)]
 pub(crate) struct PolicySource {
-    pub(crate) model: ModelSettings,
+    pub(crate) model: Arc<dyn ModelFactory>,
     pub(crate) spec: EnvSpec,
     /// Seeds the model's initial weights (overwritten by the weights a policy is given).
     pub(crate) base_seed: u64,
@@ -361,8 +378,9 @@ impl PolicySource {
         let source = self.clone();
         Arc::new(move |ctx: &EnvContext| {
             let seed = runner_sample_seed(sample_seed, ctx.runner_index, ctx.incarnation);
-            let mut policy = TorchPolicy::new(&source.model, &source.spec, source.base_seed, seed)
-                .map_err(CoreError::from)?;
+            let mut policy =
+                TorchPolicy::new(source.model.as_ref(), &source.spec, source.base_seed, seed)
+                    .map_err(CoreError::from)?;
             policy.set_weights(&weights)?;
             Ok(Box::new(policy) as Box<dyn Policy>)
         })

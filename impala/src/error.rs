@@ -150,6 +150,14 @@ pub enum ImpalaError {
     /// The config is invalid or cannot be loaded.
     #[error(transparent)]
     Config(#[from] impala_config::ConfigError),
+    /// [`ImpalaBuilder::model`](crate::ImpalaBuilder::model) with remote env runners, which
+    /// build their model from the config.
+    #[error(
+        "a model factory (ImpalaBuilder::model) cannot reach remote env runners, which build \
+         the model from the config; set `model.custom_model` to a TorchScript file (sent to \
+         them) instead"
+    )]
+    ModelFactoryWithRemoteRunners,
     /// The environment cannot be built.
     #[error(transparent)]
     Env(#[from] impala_envs::EnvError),

@@ -204,8 +204,11 @@ fn evaluate(
     let weights =
         impala_learner::read_model_weights(&dir.join(LEARNER_DIR), state.counters.num_grad_updates)
             .map_err(|e| corrupt(format!("its weights do not load ({e})")))?;
-    let policies =
-        PolicySource { model: settings::model(&config), spec, base_seed: state.base_seed };
+    let policies = PolicySource {
+        model: Arc::new(settings::model(&config)),
+        spec,
+        base_seed: state.base_seed,
+    };
     // The weights must fit the model its config describes (the policy checks names, shapes).
     policies.with_weights(Arc::clone(&weights), 0)(&EnvContext::default())
         .map_err(|e| corrupt(format!("its weights do not fit its config's model ({e})")))?;

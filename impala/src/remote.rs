@@ -136,7 +136,7 @@ fn build_runner(assignment: &Assignment, weights: Arc<Weights>) -> Result<EnvRun
     let mut settings = settings::env_runner(&config);
     settings.seed = data.env_seed;
     let policies = PolicySource {
-        model: settings::model(&config),
+        model: Arc::new(settings::model(&config)),
         spec: assignment.spec.clone(),
         base_seed: data.base_seed,
     }

@@ -115,6 +115,7 @@ pub fn model(config: &ValidatedConfig) -> ModelSettings {
         lstm_cell_size: count(m.lstm_cell_size),
         max_seq_len: count(m.max_seq_len),
         free_log_std: m.free_log_std,
+        custom_model: config.custom_model().cloned(),
     }
 }
 

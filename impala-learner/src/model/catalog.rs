@@ -2,30 +2,19 @@
 //! a conv net for image observations, either optionally wrapped in an LSTM, with a logits head
 //! and a value head.
 
-use impala_core::{gib, machine_memory_bytes, Activation, ConvFilter, EnvSpec, Space};
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
-use rand_distr::StandardNormal;
-use tch::{nn, Kind, Tensor};
+use impala_core::{Activation, ConvFilter, EnvSpec, Space};
+use tch::{nn, Device, Kind, Tensor};
 
+use super::{one_hot, Init, Model, ModelOutput, Unroll};
 use crate::{ActionDistribution, LearnerError, ModelSettings, Result};
-
-/// Bounds of a Gaussian policy's log standard deviation (std in [2e-9, 7.4]).
-const LOG_STD_MIN: f64 = -20.0;
-const LOG_STD_MAX: f64 = 2.0;
 
 /// Prefixes of the parameters that only the value function uses (the value head and the
 /// separate value torso). `_separate_vf_optimizer` trains exactly these with `_lr_vf`; RLlib
 /// finds the same set with a dummy backward pass through the policy output.
 const VF_PREFIXES: [&str; 2] = ["value.", "vf_torso."];
 
-/// Whether a parameter belongs to the value function only (see [`VF_PREFIXES`]).
-pub(crate) fn is_vf_param(name: &str) -> bool {
-    VF_PREFIXES.iter().any(|p| name.starts_with(p))
-}
-
 /// Applies an activation (RLlib's torch `get_activation_fn`).
-fn activate(activation: Activation, x: Tensor) -> Result<Tensor> {
+pub(crate) fn activate(activation: Activation, x: Tensor) -> Result<Tensor> {
     Ok(match activation {
         Activation::Tanh => x.f_tanh()?,
         Activation::Relu => x.f_relu()?,
@@ -33,98 +22,6 @@ fn activate(activation: Activation, x: Tensor) -> Result<Tensor> {
         Activation::Elu => x.f_elu()?,
         Activation::Linear => x,
     })
-}
-
-/// Float copies of the parameters that training holds: the learner's weights, gradients, two
-/// optimizer slots and the four buffers a step is worked out in, plus a runner's policy copy.
-const TRAINING_COPIES: u64 = 9;
-
-/// Deterministic parameter initialisation from the model seed (libtorch's global RNG is shared
-/// by every thread, so it cannot make per-model seeds reproducible). Counts the parameters as
-/// it goes and refuses a model that training could not hold in memory, before allocating it.
-struct Init {
-    rng: SmallRng,
-    params: u64,
-    /// The machine's memory, read once.
-    memory: Option<u64>,
-}
-
-impl Init {
-    fn new(seed: u64) -> Self {
-        Init { rng: SmallRng::seed_from_u64(seed), params: 0, memory: machine_memory_bytes() }
-    }
-
-    /// Counts a tensor of `shape` towards the model's size; fails, saying the arithmetic, when
-    /// the model would not fit.
-    fn claim(&mut self, shape: &[usize]) -> Result<usize> {
-        let too_big = |total: Option<u64>| {
-            let memory = self
-                .memory
-                .map_or("this machine's memory".to_string(), |m| format!("{:.1} GiB", gib(m)));
-            let size = total.map_or("more than 2^64 parameters".to_string(), |t| {
-                format!(
-                    "{t} parameters ({:.1} GiB as float32; training holds about \
-                     {TRAINING_COPIES} copies, {:.1} GiB)",
-                    gib(t.saturating_mul(4)),
-                    gib(t.saturating_mul(4 * TRAINING_COPIES))
-                )
-            });
-            LearnerError::Config {
-                reason: format!(
-                    "the model is too large: a tensor of shape {shape:?} brings it to {size}, \
-                     more than {memory}; make `model.fcnet_hiddens`, \
-                     `model.post_fcnet_hiddens`, `model.conv_filters` or `model.lstm_cell_size` \
-                     smaller"
-                ),
-            }
-        };
-        let max_params = self.memory.map_or(u64::MAX / 64, |m| m / (4 * TRAINING_COPIES));
-        let n = shape.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d as u64));
-        let total = n.and_then(|n| self.params.checked_add(n));
-        match (n.and_then(|n| usize::try_from(n).ok()), total) {
-            (Some(n), Some(total)) if total <= max_params => {
-                self.params = total;
-                Ok(n)
-            }
-            (_, total) => Err(too_big(total)),
-        }
-    }
-
-    fn tensor(values: Vec<f32>, shape: &[i64]) -> Result<Tensor> {
-        Ok(Tensor::f_from_slice(&values)?.f_view(shape)?)
-    }
-
-    /// RLlib's `normc_initializer(std)`: normal rows rescaled to norm `std`.
-    fn normc(&mut self, out_dim: usize, in_dim: usize, std: f32) -> Result<Tensor> {
-        let n = self.claim(&[out_dim, in_dim])?;
-        let mut w: Vec<f32> = (0..n).map(|_| self.rng.sample(StandardNormal)).collect();
-        for row in w.chunks_mut(in_dim.max(1)) {
-            let norm = row.iter().map(|x| x * x).sum::<f32>().sqrt().max(f32::MIN_POSITIVE);
-            row.iter_mut().for_each(|x| *x *= std / norm);
-        }
-        Self::tensor(w, &[out_dim as i64, in_dim as i64])
-    }
-
-    /// Uniform in `[-bound, bound]` (torch's Xavier-uniform and LSTM defaults).
-    fn uniform(&mut self, shape: &[i64], bound: f32) -> Result<Tensor> {
-        let dims: Vec<usize> = shape.iter().map(|&d| d.max(0) as usize).collect();
-        let n = self.claim(&dims)?;
-        let w = (0..n).map(|_| self.rng.random_range(-bound..=bound)).collect();
-        Self::tensor(w, shape)
-    }
-
-    /// A linear layer with RLlib's `SlimFC` init: normc weights, zero bias.
-    fn linear(
-        &mut self,
-        path: nn::Path<'_>,
-        in_dim: usize,
-        out_dim: usize,
-        std: f32,
-    ) -> Result<nn::Linear> {
-        let ws = path.f_var_copy("weight", &self.normc(out_dim, in_dim, std)?)?;
-        let bs = path.f_zeros("bias", &[out_dim as i64])?;
-        Ok(nn::Linear { ws, bs: Some(bs) })
-    }
 }
 
 /// Fully connected layers with one activation (after every layer, or every layer but the
@@ -291,9 +188,10 @@ impl Torso {
     }
 }
 
-/// An LSTM cell (torch's `nn.LSTM` parameters and init) unrolled step by step.
+/// An LSTM cell (torch's `nn.LSTM` parameters and init) unrolled step by step
+/// (`model.use_lstm`, for the catalog's torsos and the ResNet's).
 #[derive(Debug)]
-struct Lstm {
+pub(crate) struct Lstm {
     w_ih: Tensor,
     w_hh: Tensor,
     b_ih: Tensor,
@@ -342,20 +240,7 @@ impl ObsEncoding {
     fn encode(&self, obs: &Tensor) -> Result<Tensor> {
         match self {
             ObsEncoding::Flat(_) => Ok(obs.shallow_clone()),
-            ObsEncoding::OneHot(nvec) => {
-                let parts = nvec
-                    .iter()
-                    .enumerate()
-                    .map(|(i, &n)| {
-                        let index = obs
-                            .f_narrow(1, i as i64, 1)?
-                            .f_squeeze_dim(1)?
-                            .f_to_kind(Kind::Int64)?;
-                        Ok(index.f_one_hot(n as i64)?.f_to_kind(Kind::Float)?)
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                Ok(Tensor::f_cat(&parts, 1)?)
-            }
+            ObsEncoding::OneHot(nvec) => one_hot(obs, nvec),
             ObsEncoding::Image([h, w, c]) => {
                 let x =
                     obs.f_view([-1, *h as i64, *w as i64, *c as i64])?.f_permute([0, 3, 1, 2])?;
@@ -368,31 +253,11 @@ impl ObsEncoding {
     }
 }
 
-/// What the model returns for `N` observations.
-#[derive(Debug)]
-pub(crate) struct ModelOutput {
-    /// `[N, inputs_dim]`.
-    pub dist_inputs: Tensor,
-    /// `[N]`.
-    pub values: Tensor,
-    /// LSTM state after the last step, `([B, H], [B, H])`.
-    pub state: Option<(Tensor, Tensor)>,
-}
-
-/// Recurrent unrolling of `steps x rows` time-major observations.
-#[derive(Debug)]
-pub(crate) struct Unroll<'a> {
-    pub steps: usize,
-    pub rows: usize,
-    /// `[B, 2 * cell]`: `h` then `c`.
-    pub state: &'a Tensor,
-    /// `[T, B, 1]` floats, 0 after a step that ended an episode (the state resets there).
-    pub not_done: Option<&'a Tensor>,
-}
-
 /// The actor-critic network: torso (MLP or conv), optional LSTM, logits and value heads.
 #[derive(Debug)]
 pub struct ActorCritic {
+    /// Owns the variables below.
+    vs: nn::VarStore,
     encoding: ObsEncoding,
     /// Observations are bytes `0..=255` ([`Space::Bytes`]), scaled to `[0, 1]` here, on the
     /// model's device (batches carry them as bytes).
@@ -403,17 +268,18 @@ pub struct ActorCritic {
     logits: nn::Linear,
     log_std: Option<Tensor>,
     value: nn::Linear,
-    dist: ActionDistribution,
 }
 
 impl ActorCritic {
-    /// Builds the model's variables under `path` (deterministically from `seed`).
-    pub(crate) fn new(
-        path: &nn::Path<'_>,
+    /// Builds the model of `config` for `spec` on `device`, its weights drawn from `seed`.
+    pub fn build(
         config: &ModelSettings,
         spec: &EnvSpec,
+        device: Device,
         seed: u64,
     ) -> Result<Self> {
+        let vs = nn::VarStore::new(device);
+        let path = &vs.root();
         let mut init = Init::new(seed);
         let encoding = ObsEncoding::for_space(&spec.observation_space);
         let dist = ActionDistribution::for_space(&spec.action_space)?;
@@ -447,19 +313,8 @@ impl ActorCritic {
         };
         let (torso, feat_dim) = build_torso(path / "torso", &mut init)?;
         let (lstm, head_dim) = if config.use_lstm {
-            let p = path / "lstm";
-            let h = config.lstm_cell_size.get();
-            let bound = 1.0 / (h as f32).sqrt();
-            let (g, hi, fi) = (4 * h as i64, h as i64, feat_dim as i64);
-            let lstm = Lstm {
-                w_ih: p.f_var_copy("weight_ih", &init.uniform(&[g, fi], bound)?)?,
-                w_hh: p.f_var_copy("weight_hh", &init.uniform(&[g, hi], bound)?)?,
-                b_ih: p.f_var_copy("bias_ih", &init.uniform(&[g], bound)?)?,
-                b_hh: p.f_var_copy("bias_hh", &init.uniform(&[g], bound)?)?,
-                cell_size: hi,
-                max_seq_len: config.max_seq_len.get(),
-            };
-            (Some(lstm), h)
+            let lstm = Lstm::new(&(path / "lstm"), &mut init, feat_dim, config)?;
+            (Some(lstm), config.lstm_cell_size.get())
         } else {
             (None, feat_dim)
         };
@@ -483,6 +338,7 @@ impl ActorCritic {
         let vf_in = vf_torso.as_ref().map_or(head_dim, |(_, d)| *d);
         let value = init.linear(path / "value", vf_in, 1, 0.01)?;
         Ok(ActorCritic {
+            vs,
             encoding,
             bytes: matches!(spec.observation_space, Space::Bytes { .. }),
             torso,
@@ -491,28 +347,17 @@ impl ActorCritic {
             logits,
             log_std,
             value,
-            dist,
         })
-    }
-
-    /// The action distribution of the model's outputs.
-    pub fn distribution(&self) -> &ActionDistribution {
-        &self.dist
     }
 
     /// Values per observation the model reads.
     pub fn obs_dim(&self) -> usize {
         self.encoding.raw_dim()
     }
+}
 
-    /// Recurrent state size per env (`2 * lstm_cell_size`, or 0).
-    pub fn state_dim(&self) -> usize {
-        self.lstm.as_ref().map_or(0, |l| 2 * l.cell_size as usize)
-    }
-
-    /// Forward pass over `obs` (`[N, obs_dim]`, floats or bytes); recurrent models need
-    /// `unroll` (N = T * B, time-major).
-    pub(crate) fn forward(&self, obs: &Tensor, unroll: Option<Unroll<'_>>) -> Result<ModelOutput> {
+impl Model for ActorCritic {
+    fn forward(&self, obs: &Tensor, unroll: Option<Unroll<'_>>) -> Result<ModelOutput> {
         let x = if self.bytes {
             self.encoding.encode(&obs.f_to_kind(Kind::Float)?.f_mul_scalar(1.0 / 255.0)?)?
         } else {
@@ -537,14 +382,6 @@ impl ActorCritic {
             let ls = log_std.f_unsqueeze(0)?.f_expand([n, log_std.size()[0]], false)?;
             dist_inputs = Tensor::f_cat(&[dist_inputs, ls], 1)?;
         }
-        if let ActionDistribution::DiagGaussian(d) = self.dist {
-            // A collapsing std (log_std -> -inf) makes the behaviour actions' log-probs -inf and
-            // the V-trace log-rhos non-finite; bound it as SAC-style Gaussian heads do.
-            let d = d as i64;
-            let mean = dist_inputs.f_narrow(1, 0, d)?;
-            let log_std = dist_inputs.f_narrow(1, d, d)?.f_clamp(LOG_STD_MIN, LOG_STD_MAX)?;
-            dist_inputs = Tensor::f_cat(&[mean, log_std], 1)?;
-        }
         let vf_in = match &self.vf_torso {
             Some(t) => t.forward(x)?,
             None => head_in,
@@ -552,41 +389,61 @@ impl ActorCritic {
         let values = vf_in.f_linear(&self.value.ws, self.value.bs.as_ref())?.f_squeeze_dim(1)?;
         Ok(ModelOutput { dist_inputs, values, state })
     }
+
+    fn parameters(&self) -> Vec<(String, Tensor)> {
+        self.vs.variables().into_iter().collect()
+    }
+
+    /// Recurrent state per env (`2 * lstm_cell_size`: `h` then `c`, or 0).
+    fn state_dim(&self) -> usize {
+        self.lstm.as_ref().map_or(0, Lstm::state_dim)
+    }
+
+    fn is_value_parameter(&self, name: &str) -> bool {
+        VF_PREFIXES.iter().any(|p| name.starts_with(p))
+    }
 }
 
 impl Lstm {
-    /// `feats`: `[T * B, F]` time-major -> (`[T * B, H]`, final state).
-    fn unroll(&self, feats: &Tensor, u: &Unroll<'_>) -> Result<(Tensor, (Tensor, Tensor))> {
-        let (t_len, b) = (u.steps as i64, u.rows as i64);
-        let feats = feats.f_view([t_len, b, -1])?;
-        let mut h = u.state.f_narrow(1, 0, self.cell_size)?;
-        let mut c = u.state.f_narrow(1, self.cell_size, self.cell_size)?;
-        let mut outs = Vec::with_capacity(u.steps);
-        for t in 0..t_len {
-            let x = feats.f_select(0, t)?;
+    /// An LSTM of `lstm_cell_size` over `in_dim` features under `path`.
+    pub(crate) fn new(
+        path: &nn::Path<'_>,
+        init: &mut Init,
+        in_dim: usize,
+        config: &ModelSettings,
+    ) -> Result<Self> {
+        let h = config.lstm_cell_size.get();
+        let bound = 1.0 / (h as f32).sqrt();
+        let (g, hi, fi) = (4 * h as i64, h as i64, in_dim as i64);
+        Ok(Lstm {
+            w_ih: path.f_var_copy("weight_ih", &init.uniform(&[g, fi], bound)?)?,
+            w_hh: path.f_var_copy("weight_hh", &init.uniform(&[g, hi], bound)?)?,
+            b_ih: path.f_var_copy("bias_ih", &init.uniform(&[g], bound)?)?,
+            b_hh: path.f_var_copy("bias_hh", &init.uniform(&[g], bound)?)?,
+            cell_size: hi,
+            max_seq_len: config.max_seq_len.get(),
+        })
+    }
+
+    /// Recurrent state per env: `h` then `c`.
+    pub(crate) fn state_dim(&self) -> usize {
+        2 * self.cell_size as usize
+    }
+
+    /// `feats`: `[T * B, F]` time-major -> (`[T * B, H]`, final `[B, 2H]` state).
+    pub(crate) fn unroll(&self, feats: &Tensor, u: &Unroll<'_>) -> Result<(Tensor, Tensor)> {
+        let h = self.cell_size;
+        u.step_by_step(feats, self.max_seq_len, |x, state| {
             let (h2, c2) = x.f_lstm_cell(
-                &[&h, &c],
+                &[&state.f_narrow(1, 0, h)?, &state.f_narrow(1, h, h)?],
                 &self.w_ih,
                 &self.w_hh,
                 Some(&self.b_ih),
                 Some(&self.b_hh),
             )?;
-            outs.push(h2.shallow_clone());
-            (h, c) = (h2, c2);
-            if let Some(nd) = u.not_done {
-                let keep = nd.f_select(0, t)?;
-                h = h.f_mul(&keep)?;
-                c = c.f_mul(&keep)?;
-            }
-            // Truncated backpropagation through time every max_seq_len steps (RLlib cuts its
-            // sequences there); the state values still carry over.
-            if (t + 1) as usize % self.max_seq_len == 0 {
-                h = h.f_detach()?;
-                c = c.f_detach()?;
-            }
-        }
-        let out = Tensor::f_stack(&outs, 0)?.f_view([t_len * b, self.cell_size])?;
-        Ok((out, (h, c)))
+            let next = Tensor::f_cat(&[&h2, &c2], 1)?;
+            Ok((h2, next))
+        })
     }
 }
 
@@ -633,8 +490,7 @@ mod tests {
             max_episode_steps: None,
         };
         let config = ModelSettings { post_fcnet_hiddens: post, ..ModelSettings::default() };
-        let vs = nn::VarStore::new(tch::Device::Cpu);
-        ActorCritic::new(&vs.root(), &config, &spec, 3)
+        ActorCritic::build(&config, &spec, tch::Device::Cpu, 3)
     }
 
     fn row_norms(w: &Tensor) -> Result<Vec<f32>> {
@@ -653,7 +509,7 @@ mod tests {
         let x = Tensor::f_rand([4, 2, 10, 10], (Kind::Float, tch::Device::Cpu))?;
         let features = Vec::<f32>::try_from(&stack.forward(x)?.f_flatten(0, -1)?)?;
         assert!(features.iter().any(|&f| f < 0.0), "the last post layer has an activation");
-        // Both heads start at normc(0.01), with or without post layers (see `ActorCritic::new`).
+        // Both heads start at normc(0.01), with or without post layers (see `ActorCritic::build`).
         for model in [model, vision_model(vec![])?] {
             for norm in row_norms(&model.logits.ws)?.into_iter().chain(row_norms(&model.value.ws)?)
             {
