@@ -672,3 +672,35 @@ fn evaluation_episodes_are_bounded() -> TestResult {
     fails(&config, Rule::AboveLimit, "evaluation_duration")?;
     Ok(())
 }
+
+#[test]
+fn custom_model_names_the_resnet_or_a_torchscript_file() -> TestResult {
+    use impala_core::{CustomModel, ResNetSettings};
+    use serde_json::json;
+    let mut config = ImpalaConfig::default();
+    assert_eq!(config.clone().validate()?.custom_model(), None);
+    config.set("model.custom_model", json!("impala_resnet"))?;
+    config.set("model.custom_model_config", json!({"channels": [8, 16], "hidden": 64}))?;
+    let resnet = ResNetSettings { channels: vec![8, 16], hidden: 64 };
+    assert_eq!(config.clone().validate()?.custom_model(), Some(&CustomModel::ImpalaResNet(resnet)));
+    for bad in [
+        json!({"channels": []}),
+        json!({"channels": [8, 0]}),
+        json!({"hidden": 0}),
+        json!({"hiden": 8}),
+    ] {
+        config.set("model.custom_model_config", bad.clone())?;
+        let key = bad.as_object().and_then(|o| o.keys().next().cloned()).unwrap_or_default();
+        fails(&config, Rule::CustomModel, &format!("model.custom_model_config.{key}"))?;
+    }
+    let file = tempfile::NamedTempFile::new()?;
+    config.set("model.custom_model", json!(file.path().display().to_string()))?;
+    config.set("model.custom_model_config", json!({}))?;
+    let path = file.path().to_path_buf();
+    assert_eq!(config.clone().validate()?.custom_model(), Some(&CustomModel::TorchScript(path)));
+    // A TorchScript module is built already: options for it do nothing, so they are refused.
+    config.set("model.custom_model_config", json!({"hidden": 8}))?;
+    fails(&config, Rule::CustomModel, "model.custom_model_config.hidden")?;
+    config.set("model.custom_model", json!("no/such/file.pt"))?;
+    fails(&config, Rule::CustomModel, "model.custom_model")
+}

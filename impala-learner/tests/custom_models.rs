@@ -38,12 +38,11 @@ fn modules() -> Result<&'static Path, String> {
 }
 
 fn scripted(name: &str) -> Result<LearnerSettings, String> {
-    let mut settings = LearnerSettings::default();
-    settings.model = ModelSettings {
+    let model = ModelSettings {
         custom_model: Some(CustomModel::TorchScript(modules()?.join(format!("{name}.pt")))),
         ..ModelSettings::default()
     };
-    Ok(settings)
+    Ok(LearnerSettings { model, ..LearnerSettings::default() })
 }
 
 #[test]

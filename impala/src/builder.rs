@@ -110,12 +110,12 @@ impl ImpalaBuilder {
     /// them (and drops what they sampled) with runners that act with the restored weights.
     pub fn build(self) -> Result<Impala> {
         let ImpalaBuilder { config, env_factory, env_creator, remote, model } = self;
+        if model.is_some() && remote.is_some() {
+            return Err(ImpalaError::ModelFactoryWithRemoteRunners);
+        }
         match &remote {
             Some(_) => crate::remote::check_remote_config(&config)?,
             None => crate::remote::check_local_config(&config)?,
-        }
-        if model.is_some() && remote.is_some() {
-            return Err(ImpalaError::ModelFactoryWithRemoteRunners);
         }
         let model = model.unwrap_or_else(|| Arc::new(settings::model(&config)));
         // The driver only builds the model and evaluates; one libtorch thread keeps it from

@@ -3,6 +3,7 @@
 mod algorithm;
 mod common;
 mod learner_settings;
+mod models;
 mod options;
 #[cfg(unix)]
 mod runner_processes;

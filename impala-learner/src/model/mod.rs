@@ -159,6 +159,11 @@ pub trait Model: Send + Debug {
     /// Whether parameter `name` belongs to the value function only: what
     /// `_separate_vf_optimizer` trains with `_lr_vf` on the value loss alone.
     fn is_value_parameter(&self, name: &str) -> bool;
+
+    /// What the model is, for errors ("the TorchScript module model.pt").
+    fn name(&self) -> String {
+        "the model".into()
+    }
 }
 
 /// Builds a [`Model`]: once per learner tower (on its device) and once per env runner (on
@@ -238,11 +243,13 @@ impl Network {
         params.sort_by(|a, b| a.0.cmp(&b.0));
         if let Some(w) = params.windows(2).find(|w| w[0].0 == w[1].0) {
             return Err(LearnerError::Model {
-                reason: format!("two parameters are named `{}`", w[0].0),
+                reason: format!("{}: two parameters are named `{}`", model.name(), w[0].0),
             });
         }
         if params.is_empty() {
-            return Err(LearnerError::Model { reason: "the model has no parameters".into() });
+            return Err(LearnerError::Model {
+                reason: format!("{} has no trainable parameters", model.name()),
+            });
         }
         let network = Network {
             obs_dim: spec.observation_space.flat_dim(),
@@ -263,7 +270,8 @@ impl Network {
         let width = self.dist.inputs_dim() as i64;
         let expect = |what: &str, expected: String, got: &Tensor| LearnerError::Model {
             reason: format!(
-                "the model's {what} should be {expected}, the forward pass returned {:?}",
+                "{}: its {what} should be {expected}, the forward pass returned {:?}",
+                self.model.name(),
                 got.size()
             ),
         };
@@ -286,7 +294,8 @@ impl Network {
             (None, _) if self.state_dim > 0 => {
                 return Err(LearnerError::Model {
                     reason: format!(
-                        "the model has a recurrent state of {} values but returned none",
+                        "{} has a recurrent state of {} values but returned none",
+                        self.model.name(),
                         self.state_dim
                     ),
                 })
@@ -326,7 +335,8 @@ impl Network {
             if !bool::try_from(t.f_isfinite()?.f_all()?)? {
                 return Err(LearnerError::Model {
                     reason: format!(
-                        "the model's {what} hold NaN or inf on an all-zero observation"
+                        "{}: its {what} hold NaN or inf on an all-zero observation",
+                        self.model.name()
                     ),
                 });
             }

@@ -172,6 +172,10 @@ impl Model for ImpalaResNet {
     fn is_value_parameter(&self, name: &str) -> bool {
         name.starts_with("value.")
     }
+
+    fn name(&self) -> String {
+        "impala_resnet (model.custom_model)".into()
+    }
 }
 
 #[cfg(test)]

@@ -49,6 +49,8 @@ struct Recurrent {
 /// A TorchScript module trained in place: its parameters are the module's own tensors.
 #[derive(Debug)]
 pub struct TorchScriptModel {
+    /// The file, for errors.
+    path: std::path::PathBuf,
     module: CModule,
     params: Vec<(String, Tensor)>,
     space: Space,
@@ -120,6 +122,7 @@ impl TorchScriptModel {
             Err(e) => return Err(broken(path, format!("value_function_prefixes() raised: {e}"))),
         };
         Ok(TorchScriptModel {
+            path: path.to_path_buf(),
             module,
             params,
             space: spec.observation_space.clone(),
@@ -131,14 +134,15 @@ impl TorchScriptModel {
     /// Calls `forward` on `inputs`, expecting `outputs` tensors or tensor lists back.
     fn call(&self, inputs: &[IValue], expect: &str) -> Result<Vec<IValue>> {
         let out = self.module.forward_is(inputs).map_err(|e| LearnerError::Model {
-            reason: format!("the TorchScript module's forward raised: {e}"),
+            reason: format!("{}: forward raised: {e}", self.name()),
         })?;
         let n = if self.recurrent.is_some() { 3 } else { 2 };
         match out {
             IValue::Tuple(items) if items.len() == n => Ok(items),
             other => Err(LearnerError::Model {
                 reason: format!(
-                    "the TorchScript module's forward should return {expect}, returned {}",
+                    "{}: forward should return {expect}, returned {}",
+                    self.name(),
                     describe(&other)
                 ),
             }),
@@ -308,5 +312,9 @@ impl Model for TorchScriptModel {
 
     fn is_value_parameter(&self, name: &str) -> bool {
         self.vf_prefixes.iter().any(|p| name.starts_with(p.as_str()))
+    }
+
+    fn name(&self) -> String {
+        format!("TorchScript module {} (model.custom_model)", self.path.display())
     }
 }
