@@ -9,7 +9,7 @@ use impala_core::{CustomModel, Policy, PolicyInput, PolicyOutput, Space};
 use impala_learner::{Learner, LearnerError, LearnerSettings, ModelSettings, TorchPolicy};
 use tch::Device;
 
-use crate::common::{random_batch, spec, TestResult};
+use crate::common::{max_weight_diff, random_batch, spec, TestResult};
 
 /// The modules of `fixtures/scripted_models.py`, written once per test run.
 fn modules() -> Result<&'static Path, String> {
@@ -104,6 +104,29 @@ fn a_recurrent_module_carries_its_state() -> TestResult {
 }
 
 #[test]
+fn episodes_start_from_the_modules_initial_state() -> TestResult {
+    let settings = scripted("counter")?;
+    let spec = spec(4, Space::Discrete(2));
+    let mut policy = TorchPolicy::new(&settings.model, &spec, 0, 1)?;
+    // Runners start every episode from zeros, which stand for get_initial_state() (5).
+    let obs = [0.0f32; 4];
+    assert_eq!(policy.compute_values(&obs, 1, &[0.0])?, vec![5.0]);
+    let mut out = PolicyOutput::default();
+    policy.compute_actions(
+        &PolicyInput { obs: &obs, num_envs: 1, state: &[0.0], explore: true },
+        &mut out,
+    )?;
+    assert_eq!((out.vf_preds[0], out.state_out[0]), (5.0, 1.0));
+    let mut next = PolicyOutput::default();
+    policy.compute_actions(
+        &PolicyInput { obs: &obs, num_envs: 1, state: &out.state_out, explore: true },
+        &mut next,
+    )?;
+    assert_eq!(next.vf_preds[0], 6.0);
+    Ok(())
+}
+
+#[test]
 fn modules_that_break_the_contract_are_refused_when_built() -> TestResult {
     let spec = spec(4, Space::Discrete(2));
     for (name, needles) in [
@@ -125,6 +148,29 @@ fn modules_that_break_the_contract_are_refused_when_built() -> TestResult {
                 assert!(text.contains(needle), "{name}: `{needle}` not in `{text}`");
             }
         }
+    }
+    Ok(())
+}
+
+#[test]
+fn scripted_modules_on_three_towers_make_one_towers_update() -> TestResult {
+    let spec = spec(4, Space::Discrete(2));
+    for name in ["residual_mlp", "memory_gru"] {
+        let settings = scripted(name)?;
+        let mut one = Learner::new(&settings, &spec, Device::Cpu)?;
+        let mut many = Learner::with_devices(&settings, &spec, &[Device::Cpu; 3])?;
+        let state_dim = one.model().state_dim();
+        for seed in 0..2 {
+            let batch = random_batch(&spec, 6, 7, state_dim, seed);
+            let (a, b) = (one.update(&batch, 0)?, many.update(&batch, 0)?);
+            assert!(
+                (a.total_loss - b.total_loss).abs() <= 1e-4 * (1.0 + a.total_loss.abs()),
+                "{name}"
+            );
+            assert!((a.grad_gnorm - b.grad_gnorm).abs() <= 1e-4 * (1.0 + a.grad_gnorm), "{name}");
+        }
+        let diff = max_weight_diff(&one.weights()?, &many.weights()?);
+        assert!(diff < 1e-5, "{name}: weights differ by {diff}");
     }
     Ok(())
 }
