@@ -416,6 +416,20 @@ pub fn check_environment(config: &ValidatedConfig) -> Result<Vec<String>> {
     Ok(warnings.iter().map(ToString::to_string).collect())
 }
 
+/// The spec of the envs a run of `config` trains on, after the run's wrappers (observation
+/// normalisation, `model.framestack`): the spaces the model sees. A model built outside the
+/// library for the run (the `impala_rs` Python package scripts a user's torch class with
+/// them) needs them before [`ImpalaBuilder::build`]. One env is built to read them, from
+/// `config.env` or, with `env_creator`, from the pickled Python env creator
+/// ([`ImpalaBuilder::python_env_creator`]); its errors are those `build` would report.
+pub fn run_env_spec(config: &ValidatedConfig, env_creator: Option<PathBuf>) -> Result<EnvSpec> {
+    let custom = match env_creator {
+        Some(creator) => Some(python_envs(config, Some(creator))?.0),
+        None => None,
+    };
+    env_spec(config, &run_envs(config, custom)?.sampling)
+}
+
 /// A GPU asked on a build or machine without CUDA is an error, never a silent CPU run.
 fn check_devices(config: &ValidatedConfig) -> Result<()> {
     let plan = config.config().learner_plan();

@@ -78,7 +78,7 @@ mod stop;
 pub mod tensorboard;
 
 pub use algorithm::Impala;
-pub use builder::{check_environment, ImpalaBuilder};
+pub use builder::{check_environment, run_env_spec, ImpalaBuilder};
 pub use checkpoint::{AlgorithmState, Counters};
 pub use error::{error_chain, one_line, ImpalaError, Result};
 pub use evaluation::{evaluate_checkpoint, evaluate_checkpoint_with_env};

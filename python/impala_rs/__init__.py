@@ -16,7 +16,10 @@
 Envs: the native classic-control ids, any Gymnasium id, an entry point
 ``"package.module:Name"``, a ``gymnasium.Env`` subclass or creator passed to
 ``.environment(...)``, or a name given to :func:`register_env`. Python envs are stepped in env
-worker processes, never in this interpreter. Ray Tune: :class:`impala_rs.tune.Impala`.
+worker processes, never in this interpreter. Models: RLlib's catalog (``model`` options),
+``"impala_resnet"``, a TorchScript file, or a ``torch.nn.Module`` class passed as
+``model={"custom_model": cls}`` or named with :func:`register_custom_model`. Ray Tune:
+:class:`impala_rs.tune.Impala`.
 """
 
 # The native module links the torch wheel's libtorch (its run path is `../torch/lib`), so it
@@ -25,6 +28,7 @@ worker processes, never in this interpreter. Ray Tune: :class:`impala_rs.tune.Im
 from ._impala_rs import ConfigError, ImpalaError, __version__, evaluate_checkpoint
 from .algorithm import Impala
 from .config import IMPALAConfig
+from .models import register_custom_model, registered_models
 from .registry import register_env, registered_envs
 
 #: RLlib's spelling of the algorithm's name.
@@ -38,6 +42,8 @@ __all__ = [
     "ImpalaError",
     "__version__",
     "evaluate_checkpoint",
+    "register_custom_model",
     "register_env",
     "registered_envs",
+    "registered_models",
 ]

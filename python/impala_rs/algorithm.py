@@ -6,6 +6,7 @@ import tempfile
 
 from . import _impala_rs
 from .config import IMPALAConfig
+from .models import script_model
 from .registry import PickledCreator
 
 
@@ -32,8 +33,17 @@ class Impala:
             native["python_executable"] = sys.executable
         name, creator = self.config._env_creator()
         self._creator = PickledCreator(name, creator) if creator is not None else None
+        creator_path = self._creator.path if self._creator else None
         try:
-            self._native = _impala_rs.Algorithm(native, self._creator.path if self._creator else None)
+            model = self.config._python_model()
+            if model is not None:
+                # A user's torch class: built for the env's spaces and scripted here; the core
+                # trains the file. `self.config` keeps the class (or its name) as written.
+                spec = _impala_rs.env_spec(native, creator_path)
+                model_config = self.config.to_dict()["model"]
+                path = script_model(*model, spec, model_config, native.get("seed"))
+                native["model"]["custom_model"] = path
+            self._native = _impala_rs.Algorithm(native, creator_path)
         except BaseException:
             if self._creator is not None:
                 self._creator.remove()

@@ -9,6 +9,7 @@ import copy
 import warnings
 
 from . import _impala_rs
+from .models import python_model
 from .registry import find_creator
 
 #: RLlib's "not provided" marker: a group argument left out keeps its value.
@@ -72,7 +73,10 @@ class IMPALAConfig:
 
     def training(self, **kwargs):
         """RLlib's ``training()``: the loss, optimizer, V-trace, learner queue and replay
-        options; ``model`` (a dict) is merged into the model options."""
+        options; ``model`` (a dict) is merged into the model options. Its ``custom_model``
+        takes a ``torch.nn.Module`` class or a name given to ``register_custom_model`` (built
+        with ``custom_model_config`` as keyword arguments and scripted), ``"impala_resnet"``
+        or the path of a TorchScript file."""
         return self._update("training", kwargs)
 
     def env_runners(self, **kwargs):
@@ -244,8 +248,14 @@ class IMPALAConfig:
             "name given to register_env, or a gymnasium.Env subclass or creator"
         )
 
+    def _python_model(self):
+        """``(label, class)`` when ``model.custom_model`` is a class for the package to script
+        (given directly or by a name given to ``register_custom_model``), else ``None``."""
+        return python_model(self.to_dict()["model"])
+
     def _native_dict(self):
-        """The config as the Rust side reads it: the env by name; search spaces refused."""
+        """The config as the Rust side reads it: the env by name; search spaces refused; a
+        model class to script left out (``Impala`` scripts it and names the file)."""
         out = self.to_dict()
         out["env"] = self._env_creator()[0]
         spaces = [f"`{k}` is a Ray Tune search space ({s})" for k, v in out.items() if (s := _search_space(v))]
@@ -264,6 +274,9 @@ class IMPALAConfig:
             error = _impala_rs.ConfigError(message)
             error.problems = spaces
             raise error
+        if python_model(out["model"]) is not None:
+            out["model"]["custom_model"] = None
+            out["model"]["custom_model_config"] = {}
         return out
 
     def _checked(self):

@@ -35,13 +35,15 @@ except ImportError as _exc:  # pragma: no cover - exercised only without Ray
         "without it)"
     ) from _exc
 
-from . import _impala_rs, registry
+from . import _impala_rs, models, registry
 from .algorithm import Impala as _Algorithm
 from .config import IMPALAConfig
 
-# Creators registered before this import reach Tune's trial processes too.
+# Creators and model classes registered before this import reach Tune's trial processes too.
 for _name, _creator in registry._CREATORS.items():
     registry.register_with_tune(_name, _creator)
+for _name, _model in models._MODELS.items():
+    models.register_with_tune(_name, _model)
 
 try:
     # Tune takes a config object as `param_space` when it is one of its `_Config`s (as RLlib's

@@ -15,6 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Once, PoisonError};
 
 use impala::config::{ConfigError as RustConfigError, ImpalaConfig, ValidatedConfig};
+use impala::core::Space;
 use impala::{Impala, ImpalaError as RustImpalaError};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
@@ -106,6 +107,54 @@ fn resource_bundles(config: &Bound<'_, PyDict>) -> PyResult<(Vec<BTreeMap<String
         })
         .collect();
     Ok((bundles, request.strategy.as_str().to_string()))
+}
+
+/// The spaces of the envs a run of `config` trains on, after its wrappers (framestack,
+/// observation normalisation), for building a user's torch model before the run:
+/// `{"observation_space": space, "action_space": space, "max_episode_steps": int | None}`,
+/// each space `{"type": "Discrete", "n"}`, `{"type": "MultiDiscrete", "nvec"}`,
+/// `{"type": "Box", "low", "high", "shape"}` (flat bounds) or `{"type": "Bytes", "shape"}` (a
+/// uint8 box). One env is built, from `config.env` or the pickled `env_creator`.
+#[pyfunction]
+#[pyo3(signature = (config, env_creator = None))]
+fn env_spec(
+    py: Python<'_>,
+    config: &Bound<'_, PyDict>,
+    env_creator: Option<PathBuf>,
+) -> PyResult<Py<PyAny>> {
+    let (config, _) = validated(config)?;
+    let spec = py.detach(|| impala::run_env_spec(&config, env_creator)).map_err(impala_err)?;
+    let dict = PyDict::new(py);
+    dict.set_item("observation_space", space_to_python(py, &spec.observation_space)?)?;
+    dict.set_item("action_space", space_to_python(py, &spec.action_space)?)?;
+    dict.set_item("max_episode_steps", spec.max_episode_steps)?;
+    Ok(dict.into_any().unbind())
+}
+
+/// A space as the dict [`env_spec`] describes (bounds as Python floats, infinities included).
+fn space_to_python<'py>(py: Python<'py>, space: &Space) -> PyResult<Bound<'py, PyDict>> {
+    let dict = PyDict::new(py);
+    match space {
+        Space::Discrete(n) => {
+            dict.set_item("type", "Discrete")?;
+            dict.set_item("n", n)?;
+        }
+        Space::MultiDiscrete(nvec) => {
+            dict.set_item("type", "MultiDiscrete")?;
+            dict.set_item("nvec", nvec)?;
+        }
+        Space::Box { low, high, shape } => {
+            dict.set_item("type", "Box")?;
+            dict.set_item("low", low)?;
+            dict.set_item("high", high)?;
+            dict.set_item("shape", shape)?;
+        }
+        Space::Bytes { shape } => {
+            dict.set_item("type", "Bytes")?;
+            dict.set_item("shape", shape)?;
+        }
+    }
+    Ok(dict)
 }
 
 /// The config a checkpoint was trained with (a checkpoint folder, or a run folder's newest
@@ -449,5 +498,6 @@ fn _impala_rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(evaluate_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(checkpoint_config, m)?)?;
     m.add_function(wrap_pyfunction!(resource_bundles, m)?)?;
+    m.add_function(wrap_pyfunction!(env_spec, m)?)?;
     Ok(())
 }
