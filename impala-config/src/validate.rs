@@ -532,7 +532,8 @@ fn check_training(config: &ImpalaConfig, c: &mut Checker) {
                 "is set but `_separate_vf_optimizer` trains the value function on the value loss alone (as RLlib does), so it only weighs the reported total_loss; remove it, or set `_separate_vf_optimizer = false` to use it".into(),
             );
         }
-        if config.model.vf_share_layers {
+        // A custom model decides for itself which parameters are the value function's.
+        if config.model.vf_share_layers && config.model.custom_model.is_none() {
             c.warn(
                 "_separate_vf_optimizer",
                 WarningKind::SeparateVfOptimizerSharedLayers,

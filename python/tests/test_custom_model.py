@@ -87,8 +87,6 @@ def cartpole():
             _lr_vf=0.003,
             grad_clip=40.0,
         )
-        # The model's value network is its own (the catalog's would be with this).
-        .training(model={"vf_share_layers": False})
         .learners(num_learner_threads=1)
         .reporting(min_time_s_per_iteration=0.25)
         .debugging(seed=0)
