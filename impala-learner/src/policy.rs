@@ -72,6 +72,10 @@ impl TorchPolicy {
     ) -> Result<Self> {
         use_one_libtorch_thread();
         let net = Network::build(model, spec, Device::Cpu, model_seed)?;
+        // An inference copy: no parameter needs a gradient.
+        for (_, p) in &net.params {
+            let _ = p.set_requires_grad(false);
+        }
         Ok(TorchPolicy { net, rng: SmallRng::seed_from_u64(sample_seed), version: 0, loaded: None })
     }
 

@@ -378,8 +378,8 @@ impl Model for ActorCritic {
         };
         let mut dist_inputs = head_in.f_linear(&self.logits.ws, self.logits.bs.as_ref())?;
         if let Some(log_std) = &self.log_std {
-            let n = dist_inputs.size()[0];
-            let ls = log_std.f_unsqueeze(0)?.f_expand([n, log_std.size()[0]], false)?;
+            // `expand_as`, not the batch size: a traced export works for any batch.
+            let ls = log_std.f_unsqueeze(0)?.f_expand_as(&dist_inputs)?;
             dist_inputs = Tensor::f_cat(&[dist_inputs, ls], 1)?;
         }
         let vf_in = match &self.vf_torso {

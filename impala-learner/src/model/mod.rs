@@ -64,6 +64,18 @@ impl Unroll<'_> {
         max_seq_len: usize,
         mut step: impl FnMut(&Tensor, &Tensor) -> Result<(Tensor, Tensor)>,
     ) -> Result<(Tensor, Tensor)> {
+        if self.steps == 1 {
+            // One step (runners, bootstraps, exported modules): no reshaping by the batch
+            // size, so a traced step works for any batch.
+            let (out, mut state) = step(feats, self.state)?;
+            if let Some(nd) = self.not_done {
+                state = state.f_mul(&nd.f_select(0, 0)?)?;
+            }
+            if max_seq_len <= 1 {
+                state = state.f_detach()?;
+            }
+            return Ok((out, state));
+        }
         let (t_len, b) = (self.steps as i64, self.rows as i64);
         let feats = feats.f_view([t_len, b, -1])?;
         let mut state = self.state.shallow_clone();

@@ -209,14 +209,13 @@ impl Recurrent {
 
     /// The flat `[B, state_dim]` state as the module's list of `[B, *shape]` tensors.
     fn unflatten(&self, flat: &Tensor) -> Result<Vec<Tensor>> {
-        let b = flat.size()[0];
         let state = flat.f_add(&self.initial)?;
         let mut offset = 0;
         self.shapes
             .iter()
             .map(|shape| {
                 let n: i64 = shape.iter().product();
-                let mut dims = vec![b];
+                let mut dims = vec![-1];
                 dims.extend(shape);
                 let t = state.f_narrow(1, offset, n)?.f_reshape(dims.as_slice())?;
                 offset += n;
@@ -252,7 +251,7 @@ impl Recurrent {
                         ),
                     });
                 }
-                Ok(t.f_reshape([b, n])?)
+                Ok(t.f_reshape([-1, n])?)
             })
             .collect::<Result<Vec<_>>>()?;
         Ok(Tensor::f_cat(&flat, 1)?.f_sub(&self.initial)?)
@@ -277,20 +276,35 @@ impl Model for TorchScriptModel {
             });
         };
         let b = u.rows as i64;
-        // Each step's logits and value side by side, so one unroll carries both.
+        // Each step's rows in the observation's layout (batch size left free for traced
+        // exports), and each step's logits and value side by side, so one unroll carries both.
+        let mut row_shape = vec![-1];
+        row_shape.extend(&x.size()[1..]);
         let mut width = None;
         let (packed, state) =
             u.step_by_step(&x.f_flatten(1, -1)?, recurrent.max_seq_len, |x_t, s| {
-                let x_t = x_t.f_view_as(&x.f_narrow(0, 0, b)?)?;
-                let inputs = [IValue::Tensor(x_t), IValue::TensorList(recurrent.unflatten(s)?)];
+                let inputs = [
+                    IValue::Tensor(x_t.f_view(row_shape.as_slice())?),
+                    IValue::TensorList(recurrent.unflatten(s)?),
+                ];
                 let mut out = self.call(&inputs, "(logits, value, state)")?.into_iter();
                 let logits = tensor(out.next().unwrap_or(IValue::None), "logits")?;
                 let value = tensor(out.next().unwrap_or(IValue::None), "value")?;
                 let state = tensor_list(out.next().unwrap_or(IValue::None), "state")?;
-                width = Some(logits.size().last().copied().unwrap_or(0));
-                let value = value.f_reshape([b, -1])?;
+                if value.numel() as i64 != b || logits.dim() != 2 {
+                    return Err(LearnerError::Model {
+                        reason: format!(
+                        "{}: forward should return logits [{b}, num_outputs] and a value [{b}] or \
+                         [{b}, 1], returned {:?} and {:?}",
+                        self.name(),
+                        logits.size(),
+                        value.size()
+                    ),
+                    });
+                }
+                width = Some(logits.size()[1]);
                 Ok((
-                    Tensor::f_cat(&[logits.f_reshape([b, -1])?, value], 1)?,
+                    Tensor::f_cat(&[logits, value.f_reshape([-1, 1])?], 1)?,
                     recurrent.flatten(state, b)?,
                 ))
             })?;
