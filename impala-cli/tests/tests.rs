@@ -3,6 +3,7 @@
 
 mod bad_input;
 mod common;
+mod custom_models;
 mod design;
 mod faults;
 mod python_envs;
