@@ -65,3 +65,33 @@ pub fn entries(dir: &Path) -> Vec<String> {
     names.sort();
     names
 }
+
+/// A copy in `dir` of `NAME.pt`, a TorchScript module that impala-learner's
+/// `tests/fixtures/scripted_models.py` writes (`residual_mlp` and `memory_gru` fit CartPole; the
+/// script runs once per test process, with the interpreter `./dev setup` made, which has torch,
+/// unless IMPALA_PYTHON names one).
+pub fn scripted_module(dir: &Path, name: &str) -> Result<std::path::PathBuf, String> {
+    use std::path::PathBuf;
+    use std::sync::OnceLock;
+    static MODULES: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let modules = MODULES.get_or_init(|| {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let out = std::env::temp_dir().join(format!("impala-cli-modules-{}", std::process::id()));
+        let python = std::env::var_os("IMPALA_PYTHON")
+            .map_or_else(|| root.join(".venv/bin/python"), PathBuf::from);
+        let script = root.join("impala-learner/tests/fixtures/scripted_models.py");
+        let run = Command::new(&python)
+            .arg(script)
+            .arg(&out)
+            .output()
+            .map_err(|e| format!("{}: {e}", python.display()))?;
+        if !run.status.success() {
+            return Err(String::from_utf8_lossy(&run.stderr).into_owned());
+        }
+        Ok(out)
+    });
+    let file = format!("{name}.pt");
+    let copy = dir.join(&file);
+    std::fs::copy(modules.as_ref()?.join(&file), &copy).map_err(|e| e.to_string())?;
+    Ok(copy)
+}

@@ -1,42 +1,91 @@
 //! `model.custom_model` through the `impala` command: a TorchScript module defined in the
-//! tests trains CartPole-v1, and models that cannot be built are one-line errors at start-up.
+//! tests trains CartPole-v1, models that cannot be built are one-line errors at start-up, and
+//! checkpoints carry the module, so they evaluate and resume without the original file.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::sync::OnceLock;
+use std::fs;
+use std::path::Path;
 
 use impala::{read_result_lines, RESULT_FILE};
 
-use crate::common::{impala, return_mean, TestResult};
+use crate::common::{impala, return_mean, scripted_module, Run, TestResult};
 
-/// The modules `impala-learner/tests/fixtures/scripted_models.py` writes (once per run).
-fn module(name: &str) -> Result<String, String> {
-    static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let dir = DIR.get_or_init(|| {
-        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-        let dir = std::env::temp_dir().join(format!("impala-cli-models-{}", std::process::id()));
-        // The interpreter `./dev setup` made (it has torch), unless IMPALA_PYTHON names one.
-        let python = std::env::var_os("IMPALA_PYTHON")
-            .map(PathBuf::from)
-            .unwrap_or_else(|| root.join(".venv/bin/python"));
-        let out = Command::new(&python)
-            .arg(root.join("impala-learner/tests/fixtures/scripted_models.py"))
-            .arg(&dir)
-            .output()
-            .map_err(|e| format!("{}: {e}", python.display()))?;
-        if !out.status.success() {
-            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-        }
-        Ok(dir)
-    });
-    let dir = dir.as_ref().map_err(Clone::clone)?;
-    Ok(dir.join(format!("{name}.pt")).display().to_string())
+const FAST: [&str; 7] = [
+    "--set",
+    "min_time_s_per_iteration=0.2",
+    "--set",
+    "num_envs_per_env_runner=4",
+    "--seed",
+    "3",
+    "--quiet",
+];
+
+/// `impala train --resume RUN --stop-iters ITERS` in `cwd`, with `extra` arguments.
+fn resume(cwd: &Path, run: &str, iters: &str, extra: &[&str]) -> std::io::Result<Run> {
+    let mut args = vec!["train", "--resume", run, "--stop-iters", iters];
+    args.extend(extra);
+    args.extend(FAST);
+    impala(cwd, &args)
+}
+
+#[test]
+fn checkpoints_carry_the_torchscript_module_to_evaluate_and_resume_without_the_file() -> TestResult
+{
+    let dir = tempfile::tempdir()?;
+    let models = dir.path().join("models");
+    fs::create_dir(&models)?;
+    let module = scripted_module(&models, "residual_mlp")?;
+    let model = format!("model.custom_model={}", module.display());
+    let mut args = vec!["train", "--run-dir", "run", "--set", &model, "--stop-iters", "2"];
+    args.extend(["--checkpoint-every", "1"]);
+    args.extend(FAST);
+    let run = impala(dir.path(), &args)?;
+    assert!(run.success, "{}\n{}", run.stdout, run.stderr);
+    let copy = |iteration: u64| {
+        dir.path().join(format!("run/checkpoint_{iteration:06}/learner/custom_model.pt"))
+    };
+    let config = fs::read_to_string(dir.path().join("run/checkpoint_000002/config.json"))?;
+    assert!(config.contains("\"custom_model\": \"learner/custom_model.pt\""), "{config}");
+    assert_eq!(fs::read(copy(2))?, fs::read(&module)?);
+    let run_dir = dir.path().join("run").to_string_lossy().into_owned();
+
+    // Resumed with another module, the checkpoint is refused; with the same module from
+    // another file, it resumes.
+    let other = scripted_module(&models, "memory_gru")?;
+    let other = format!("model.custom_model={}", other.display());
+    let run = resume(dir.path(), &run_dir, "3", &["--set", &other])?;
+    run.assert_one_line_error(&["cannot be used here", "TorchScript module", "SHA-256"]);
+    let run = resume(dir.path(), &run_dir, "3", &["--set", &model])?;
+    assert!(run.success, "{}\n{}", run.stdout, run.stderr);
+
+    // Without the original, from another folder, in fresh processes.
+    fs::remove_dir_all(&models)?;
+    let elsewhere = tempfile::tempdir()?;
+    let evaluate = ["evaluate", "--checkpoint", &run_dir, "--episodes", "1"];
+    let run = impala(elsewhere.path(), &evaluate)?;
+    assert!(run.success && run.stdout.contains("episode_return_mean"), "{}", run.stderr);
+    let run = resume(elsewhere.path(), &run_dir, "4", &[])?;
+    assert!(run.success, "{}\n{}", run.stdout, run.stderr);
+    assert_eq!(fs::read(copy(4))?, fs::read(copy(2))?);
+
+    // A module copy that is not the one the checkpoint was saved with is refused.
+    let mut bytes = fs::read(copy(4))?;
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0x01;
+    fs::write(copy(4), &bytes)?;
+    let damaged = ["corrupt checkpoint", "`learner/custom_model.pt`", "SHA-256"];
+    impala(elsewhere.path(), &evaluate)?.assert_one_line_error(&damaged);
+    resume(elsewhere.path(), &run_dir, "5", &[])?.assert_one_line_error(&damaged);
+    fs::remove_file(copy(4))?;
+    let run = impala(elsewhere.path(), &evaluate)?;
+    run.assert_one_line_error(&["corrupt checkpoint", "`learner/custom_model.pt` is missing"]);
+    Ok(())
 }
 
 #[test]
 fn a_scripted_residual_mlp_trains_cartpole_to_450() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let model = format!("model.custom_model={}", module("residual_mlp")?);
+    let model =
+        format!("model.custom_model={}", scripted_module(dir.path(), "residual_mlp")?.display());
     let args = [
         "train",
         "--set",
@@ -62,8 +111,12 @@ fn a_scripted_residual_mlp_trains_cartpole_to_450() -> TestResult {
 #[test]
 fn models_that_cannot_be_built_are_one_line_errors() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let broken = format!("model.custom_model={}", module("broken_width")?);
-    let not_script = format!("model.custom_model={}", module("broken_not_torchscript")?);
+    let broken =
+        format!("model.custom_model={}", scripted_module(dir.path(), "broken_width")?.display());
+    let not_script = format!(
+        "model.custom_model={}",
+        scripted_module(dir.path(), "broken_not_torchscript")?.display()
+    );
     for (set, needles) in [
         (broken.as_str(), &["model", "logits", "2 logits"][..]),
         (not_script.as_str(), &["cannot be loaded as TorchScript"][..]),

@@ -27,11 +27,16 @@ fn token_file(dir: &Path, token: &str) -> Result<PathBuf, std::io::Error> {
 
 /// Starts `impala args...` in `dir`, stdout and stderr into `dir/NAME.out` / `NAME.err`.
 fn start(dir: &Path, name: &str, args: &[&str]) -> Result<Child, std::io::Error> {
+    start_in(dir, dir, name, args)
+}
+
+/// Starts `impala args...` in `cwd`, stdout and stderr into `logs/NAME.out` / `NAME.err`.
+fn start_in(cwd: &Path, logs: &Path, name: &str, args: &[&str]) -> Result<Child, std::io::Error> {
     Command::new(env!("CARGO_BIN_EXE_impala"))
-        .current_dir(dir)
+        .current_dir(cwd)
         .args(args)
-        .stdout(Stdio::from(File::create(dir.join(format!("{name}.out")))?))
-        .stderr(Stdio::from(File::create(dir.join(format!("{name}.err")))?))
+        .stdout(Stdio::from(File::create(logs.join(format!("{name}.out")))?))
+        .stderr(Stdio::from(File::create(logs.join(format!("{name}.err")))?))
         .spawn()
 }
 
@@ -281,5 +286,29 @@ fn a_driver_that_no_runner_reaches_says_how_to_start_them() -> TestResult {
     run.assert_one_line_error(&["normalize_observations", "remote env runners"]);
     let run = impala(dir.path(), &["train", "--set", "compress_observations=true"])?;
     run.assert_one_line_error(&["compress_observations", "--listen"]);
+    Ok(())
+}
+
+#[test]
+fn a_runner_process_acts_with_the_drivers_torchscript_module_it_has_no_file_of() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    crate::common::scripted_module(dir.path(), "residual_mlp")?;
+    let port = free_port()?;
+    // A path relative to the driver's folder: the runner, started elsewhere, cannot open it.
+    let model = "model.custom_model=residual_mlp.pt";
+    let mut d = driver(dir.path(), port, &["--set", model, "--stop-iters", "2", "--seed", "0"])?;
+    let elsewhere = tempfile::tempdir()?;
+    let token = token_file(dir.path(), TOKEN)?.to_string_lossy().into_owned();
+    let connect = format!("127.0.0.1:{port}");
+    let args = ["env-runner", "--connect", &connect, "--token-file", &token];
+    let mut r = start_in(elsewhere.path(), dir.path(), "r1", &args)?;
+    let status = wait(&mut d, Duration::from_secs(60))?;
+    let out = output(dir.path(), "driver");
+    assert!(status.success(), "{out}\n{}", output(dir.path(), "r1"));
+    let last = last_result(dir.path())?;
+    assert!(last["num_env_steps_trained"].as_f64().is_some_and(|n| n > 0.0), "{last}");
+    assert!(wait(&mut r, Duration::from_secs(10))?.success(), "{}", output(dir.path(), "r1"));
+    let checkpoint = dir.path().join("run/checkpoint_000002/learner/custom_model.pt");
+    assert_eq!(std::fs::read(checkpoint)?, std::fs::read(dir.path().join("residual_mlp.pt"))?);
     Ok(())
 }

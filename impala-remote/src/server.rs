@@ -11,10 +11,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use impala_runner_pool::{PoolError, PoolLauncher, RunSession, RunnerPool, RunnerTransport};
+use prost::Message;
 use tokio::sync::watch;
 
 use crate::proto::env_runner_service_server::EnvRunnerServiceServer;
-use crate::session::Service;
+use crate::proto::{self, driver_message};
+use crate::session::{welcome_message, Service};
 use crate::{read_pem, RemoteError, Token, DEFAULT_MAX_MESSAGE_BYTES, STREAM_WINDOW};
 
 /// A certificate chain and private key (PEM) the driver serves TLS with.
@@ -265,6 +267,18 @@ impl RunnerTransport for RunnerServer {
         timeout: Duration,
     ) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
         Ok(RunnerServer::wait_for_runners(self, expected, timeout)?)
+    }
+
+    /// The welcome message (with the largest runner id and incarnation) must fit
+    /// [`ServerSettings::max_message_bytes`].
+    fn check_session(&self, run: &RunSession) -> Result<(), PoolError> {
+        let welcome = welcome_message(run, u64::MAX, u64::MAX, &self.shared.settings);
+        let message = proto::DriverMessage { kind: Some(driver_message::Kind::Welcome(welcome)) };
+        let (bytes, limit) = (message.encoded_len(), self.shared.settings.max_message_bytes);
+        if bytes > limit {
+            return Err(PoolError::SessionTooLarge { bytes, limit });
+        }
+        Ok(())
     }
 
     fn finish(&self, reason: &str) {

@@ -8,7 +8,7 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use impala_runner_pool::{Claim, Lost, Wakeup};
+use impala_runner_pool::{Claim, Lost, RunSession, Wakeup};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -16,7 +16,7 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::codec::{fragment_from_proto, spec_to_proto, weights_to_proto};
 use crate::proto::env_runner_service_server::EnvRunnerService;
 use crate::proto::{self, driver_message, runner_message};
-use crate::server::{Closing, Shared};
+use crate::server::{Closing, ServerSettings, Shared};
 use crate::PROTOCOL_VERSION;
 
 /// The tonic service: a session task per runner stream.
@@ -53,6 +53,24 @@ impl EnvRunnerService for Service {
             shared.live_sessions.fetch_sub(1, SeqCst);
         });
         Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// The welcome of runner `runner_id`'s incarnation `incarnation` into a slot of `run`.
+pub(crate) fn welcome_message(
+    run: &RunSession,
+    runner_id: u64,
+    incarnation: u64,
+    settings: &ServerSettings,
+) -> proto::Welcome {
+    proto::Welcome {
+        runner_id,
+        incarnation,
+        spec: Some(spec_to_proto(&run.spec)),
+        session: run.session.clone(),
+        compress_observations: run.compress_observations,
+        max_message_bytes: settings.max_message_bytes as u64,
+        heartbeat_interval_s: settings.heartbeat_interval.as_secs_f64(),
     }
 }
 
@@ -242,16 +260,12 @@ impl Session {
 
     /// Welcomes the runner into the slot it claimed (giving the slot back when it is gone).
     fn welcome(&self, claim: Claim) -> Option<Claim> {
-        let run = claim.run();
-        let welcome = proto::Welcome {
-            runner_id: claim.runner_id() as u64,
-            incarnation: claim.incarnation(),
-            spec: Some(spec_to_proto(&run.spec)),
-            session: run.session.clone(),
-            compress_observations: run.compress_observations,
-            max_message_bytes: self.shared.settings.max_message_bytes as u64,
-            heartbeat_interval_s: self.shared.settings.heartbeat_interval.as_secs_f64(),
-        };
+        let welcome = welcome_message(
+            claim.run(),
+            claim.runner_id() as u64,
+            claim.incarnation(),
+            &self.shared.settings,
+        );
         // The channel has room: nothing else was sent to this runner yet.
         if self.tx.try_send(driver_msg(driver_message::Kind::Welcome(welcome))).is_err() {
             claim.release();

@@ -417,3 +417,24 @@ fn token_files_need_a_secret_of_16_bytes() -> TestResult {
     std::fs::remove_dir_all(&dir)?;
     Ok(())
 }
+
+#[test]
+fn a_session_that_would_not_fit_the_welcome_message_is_refused_before_runners_wait() -> TestResult {
+    use impala_runner_pool::{PoolError, RunnerTransport};
+    let server = server(Duration::from_secs(5))?;
+    let limit = 1 << 20;
+    let run = |session_bytes: usize| RunSession {
+        spec: walk_spec(1),
+        session: vec![b'x'; session_bytes],
+        compress_observations: false,
+    };
+    // The spec and the other fields of the welcome take less than 200 bytes.
+    server.check_session(&run(limit - 200))?;
+    match server.check_session(&run(limit)) {
+        Err(PoolError::SessionTooLarge { bytes, limit: l }) => {
+            assert!(bytes > limit && l == limit, "{bytes} {l}");
+        }
+        other => return Err(format!("a session of the whole limit fit: {other:?}").into()),
+    }
+    Ok(())
+}

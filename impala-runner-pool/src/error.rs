@@ -25,6 +25,17 @@ pub enum PoolError {
         /// How long the pool waited.
         seconds: f64,
     },
+    /// A run's session data does not fit the transport's largest message.
+    #[error(
+        "the message that welcomes a runner would take {bytes} bytes, above the transport's \
+         limit of {limit}"
+    )]
+    SessionTooLarge {
+        /// The welcome message's size.
+        bytes: usize,
+        /// The transport's largest message.
+        limit: usize,
+    },
 }
 
 /// The crate's result alias.

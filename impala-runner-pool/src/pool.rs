@@ -22,7 +22,7 @@ pub type Wakeup = Arc<dyn Fn() + Send + Sync>;
 
 /// What one runner group's slots hand every runner that takes them: the env's spec (checked by
 /// the runner and used to validate its fragments), the application's session data (impala-rs:
-/// the config and seeds) and whether to LZ4-compress uint8 observations on the wire.
+/// the config, seeds and TorchScript module) and whether to LZ4-compress uint8 observations on the wire.
 #[derive(Debug, Clone)]
 pub struct RunSession {
     /// The spec of the driver's env.

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::RunnerPool;
+use crate::{PoolError, RunSession, RunnerPool};
 
 /// A transport's runners as the algorithm sees them: the pool they claim slots of, and a wait
 /// for them that says, when none came, how to start them. A [`RunnerPool`] is one by itself
@@ -19,6 +19,14 @@ pub trait RunnerTransport: Send + Sync + std::fmt::Debug {
         timeout: Duration,
     ) -> Result<usize, Box<dyn std::error::Error + Send + Sync>> {
         Ok(self.pool().wait_for_runners(expected, timeout)?)
+    }
+
+    /// Checks, before any runner waits for it, that the transport can hand `run` to its
+    /// runners: a session too large for the transport's messages would otherwise fail each
+    /// runner as it is welcomed. By default every session fits.
+    fn check_session(&self, run: &RunSession) -> Result<(), PoolError> {
+        let _ = run;
+        Ok(())
     }
 
     /// Tells the runners that the run is over, for `reason`: they end instead of waiting for

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use impala_config::ValidatedConfig;
-use impala_core::{EnvSpec, SampleBatch, Weights};
+use impala_core::{CustomModel, EnvSpec, SampleBatch, Weights};
 use impala_envs::{MeanStdFilter, SharedMeanStdFilter};
 use impala_learner::{Learner, LearnerError, LearnerHandle, LearnerStats};
 use impala_profile::{span, Activity};
@@ -22,11 +22,12 @@ use impala_sampler::{
 use crate::builder::{batching_stage, new_learner, PolicySource, Streams};
 use crate::checkpoint::{
     checkpoint_name, find_checkpoint, put_saved_filter, read_checkpoint, save_checkpoint,
-    AlgorithmState, Counters, CHECKPOINT_FORMAT_VERSION, LEARNER_DIR,
+    sha256_hex, AlgorithmState, Counters, CHECKPOINT_FORMAT_VERSION, LEARNER_DIR,
 };
 use crate::evaluation::Evaluator;
 use crate::result::{LearnerQueueInfo, DEFAULT_POLICY_ID};
 use crate::settings;
+use crate::torchscript::SharedModule;
 use crate::{
     peak_rss_mib, EpisodeWindow, EvaluationResult, ImpalaError, IterationResult, Perf,
     PolicyLearnerInfo, Result, ResultInfo,
@@ -134,6 +135,9 @@ pub struct Impala {
     pub(crate) staleness_reported: bool,
     /// The transport of remote env runners, when they sample instead of runner threads.
     pub(crate) remote: Option<Arc<dyn RunnerTransport>>,
+    /// The TorchScript module `model.custom_model` names, as read when the run started:
+    /// checkpoints keep a copy, remote env runners get it in their session.
+    pub(crate) script: Option<SharedModule>,
     /// The Python env workers' pool, when the envs are Python's: `stop()` kills the workers
     /// that runners stuck in an env step still hold.
     pub(crate) python_pool: Option<Arc<impala_gym::GymEnvPool>>,
@@ -235,10 +239,12 @@ impl Impala {
             self.runners = Some(match &self.remote {
                 Some(transport) => {
                     let session = crate::remote::run_session(
+                        transport.as_ref(),
                         &self.config,
                         &self.spec,
                         streams,
                         self.base_seed,
+                        self.script.as_deref(),
                     )?;
                     let launcher = Box::new(transport.pool().launcher(session));
                     let mut group =
@@ -592,8 +598,9 @@ impl Impala {
     }
 
     /// Saves a checkpoint `dir/checkpoint_<iteration>` atomically: config, counters, episode
-    /// window, seeds, the learner's weights and optimizer state, and a manifest of their
-    /// checksums.
+    /// window, seeds, the learner's weights and optimizer state, a copy of the TorchScript
+    /// module `model.custom_model` names (as read when the run started), and a manifest of
+    /// their checksums.
     ///
     /// After [`Impala::train`] reported that the learner thread died (a non-finite loss or
     /// weights), this still saves: the learner's last good weights and optimizer state (the
@@ -631,24 +638,23 @@ impl Impala {
         };
         let learner_error =
             |path: &Path, cause| ImpalaError::LearnerCheckpoint { path: path.to_path_buf(), cause };
+        let config = self.config.config();
+        let module = self.script.as_ref().map(|s| s.bytes());
         match (&self.learner, &self.dead_learner) {
-            (Some(handle), _) => {
-                save_checkpoint(dir, &state, self.config.config(), |learner_dir| {
-                    handle.save(learner_dir).map_err(|e| learner_error(learner_dir, e))
-                })
-            }
-            (None, Some(learner)) => {
-                save_checkpoint(dir, &state, self.config.config(), |learner_dir| {
-                    learner.save(learner_dir).map_err(|e| learner_error(learner_dir, e))
-                })
-            }
+            (Some(handle), _) => save_checkpoint(dir, &state, config, module, |learner_dir| {
+                handle.save(learner_dir).map_err(|e| learner_error(learner_dir, e))
+            }),
+            (None, Some(learner)) => save_checkpoint(dir, &state, config, module, |learner_dir| {
+                learner.save(learner_dir).map_err(|e| learner_error(learner_dir, e))
+            }),
             (None, None) => Err(self.learner().err().unwrap_or(ImpalaError::Stopped)),
         }
     }
 
     /// Restores a checkpoint written by [`Impala::save`] (a checkpoint folder or a run folder):
     /// weights, optimizer state, counters, episode window and iteration, so training continues
-    /// where it stopped. The checkpoint must be for the same environment and model; its files
+    /// where it stopped. The checkpoint must be for the same environment and model (for a
+    /// TorchScript model, the same module's bytes, from whichever file); its files
     /// are verified first (see [`crate::checkpoint`]). Also after the learner thread died.
     ///
     /// The env runners are replaced: the old ones are stopped, what they had in flight is
@@ -672,7 +678,26 @@ impl Impala {
         if saved.env != self.config.config().env {
             return Err(incompatible("env", saved.env, self.config.config().env.clone()));
         }
-        if saved.model != self.config.config().model {
+        let (mut saved_model, mut model) =
+            (saved.model.clone(), self.config.config().model.clone());
+        let saved_file =
+            saved_model.custom_model.as_deref().filter(|name| !CustomModel::NAMES.contains(name));
+        if let (Some(script), Some(copy)) = (&self.script, saved_file) {
+            // The same TorchScript model is the same module's bytes: the checkpoint's copy is
+            // another file than the one this run read.
+            let copy = Path::new(copy);
+            let bytes = std::fs::read(copy).map_err(|e| ImpalaError::io("read", copy, e))?;
+            let sha256 = sha256_hex(&bytes);
+            if sha256 != script.sha256() {
+                return Err(incompatible(
+                    "TorchScript module",
+                    format!("`{}` (SHA-256 {sha256})", copy.display()),
+                    format!("`{}` (SHA-256 {})", script.source().display(), script.sha256()),
+                ));
+            }
+            (saved_model.custom_model, model.custom_model) = (None, None);
+        }
+        if saved_model != model {
             return Err(incompatible(
                 "model",
                 format!("{:?}", saved.model),

@@ -20,6 +20,7 @@ use impala_sampler::{
 
 use crate::evaluation::Evaluator;
 use crate::settings;
+use crate::torchscript::ScriptedModel;
 use crate::{EpisodeWindow, Impala, ImpalaError, Result};
 
 /// Builds an [`Impala`] (see [`Impala::builder`]).
@@ -117,7 +118,10 @@ impl ImpalaBuilder {
             Some(_) => crate::remote::check_remote_config(&config)?,
             None => crate::remote::check_local_config(&config)?,
         }
-        let model = model.unwrap_or_else(|| Arc::new(settings::model(&config)));
+        let (model, script) = match model {
+            Some(factory) => (factory, None),
+            None => ScriptedModel::for_config(&config)?,
+        };
         // The driver only builds the model and evaluates; one libtorch thread keeps it from
         // competing with the learner thread (`num_learner_threads`) and the runners (one each).
         tch::set_num_threads(1);
@@ -168,6 +172,7 @@ impl ImpalaBuilder {
             stalls_reported: 0,
             staleness_reported: false,
             remote,
+            script,
             config,
         };
         algo.env_runner_group()?;

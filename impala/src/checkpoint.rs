@@ -4,6 +4,13 @@
 //! written under a temporary name, fsynced and renamed into place, so a crash or Ctrl-C never
 //! leaves a half-written checkpoint under a real name.
 //!
+//! A run whose `model.custom_model` is a TorchScript file keeps a copy of the module in the
+//! checkpoint ([`CUSTOM_MODEL_FILE`] in the learner's folder, checked against the manifest like
+//! every file), and the saved config names that copy, relative to the checkpoint; reading the
+//! checkpoint points the config at the copy's absolute path. So a checkpoint is evaluated or
+//! resumed with the module it was trained with, from any folder, wherever it was moved and
+//! whatever became of the original file.
+//!
 //! Reading one ([`read_checkpoint`]) verifies every file against the manifest before it reads
 //! any, so flipped or missing bytes anywhere (weights, optimizer state, config, state) are
 //! refused as a corrupt checkpoint naming the file; the learner then refuses weights that are
@@ -40,6 +47,8 @@ pub const CONFIG_FILE: &str = "config.json";
 pub const LEARNER_DIR: &str = "learner";
 /// The manifest inside a checkpoint: the size and SHA-256 of every other file.
 pub const MANIFEST_FILE: &str = "manifest.json";
+/// The copy of a run's TorchScript module (`model.custom_model`) inside the learner's folder.
+pub const CUSTOM_MODEL_FILE: &str = "custom_model.pt";
 const PREFIX: &str = "checkpoint_";
 
 /// The lifetime counters of a run (RLlib's `_counters`).
@@ -140,14 +149,22 @@ pub fn checkpoint_name(iteration: u64) -> String {
     format!("{PREFIX}{iteration:06}")
 }
 
+/// The `/`-separated path of the module's copy inside a checkpoint, as the saved config's
+/// `model.custom_model` names it.
+pub fn custom_model_copy() -> String {
+    format!("{LEARNER_DIR}/{CUSTOM_MODEL_FILE}")
+}
+
 /// Writes a checkpoint folder `parent/checkpoint_<iteration>` atomically: `fill` writes the
-/// learner's files into the given folder, then the state, the config and the manifest of every
-/// file's size and SHA-256 are added, everything is fsynced and the folder is renamed into place
-/// (replacing an older one of the same name).
+/// learner's files into the given folder, then the TorchScript module's bytes `module` (the
+/// run's `model.custom_model`, if it names one) are copied in, the state, the config (naming
+/// that copy) and the manifest of every file's size and SHA-256 are added, everything is
+/// fsynced and the folder is renamed into place (replacing an older one of the same name).
 pub fn save_checkpoint(
     parent: &Path,
     state: &AlgorithmState,
     config: &impala_config::ImpalaConfig,
+    module: Option<&[u8]>,
     fill: impl FnOnce(&Path) -> Result<()>,
 ) -> Result<PathBuf> {
     let name = checkpoint_name(state.training_iteration);
@@ -161,7 +178,16 @@ pub fn save_checkpoint(
             .map_err(|e| ImpalaError::io("create", &tmp, e))?;
         fill(&tmp.join(LEARNER_DIR))?;
         write_json(&tmp.join(STATE_FILE), state)?;
-        write_json(&tmp.join(CONFIG_FILE), config)?;
+        match module {
+            Some(bytes) => {
+                let copy = tmp.join(LEARNER_DIR).join(CUSTOM_MODEL_FILE);
+                fs::write(&copy, bytes).map_err(|e| ImpalaError::io("write", &copy, e))?;
+                let mut config = config.clone();
+                config.model.custom_model = Some(custom_model_copy());
+                write_json(&tmp.join(CONFIG_FILE), &config)?;
+            }
+            None => write_json(&tmp.join(CONFIG_FILE), config)?,
+        }
         write_manifest(&tmp, state)?;
         sync_tree(&tmp)
     })();
@@ -207,11 +233,13 @@ pub fn find_checkpoint(path: &Path) -> Result<PathBuf> {
 /// (size and SHA-256; a mismatch is a corrupt checkpoint naming the file), then the format
 /// version (a newer one is refused with the version that wrote it), then the JSON. Format 1
 /// checkpoints, which have no manifest, are read unverified with a warning (see the module
-/// docs). The learner's tensors are checked when the learner loads them.
+/// docs). The learner's tensors are checked when the learner loads them. A config naming the
+/// checkpoint's copy of a TorchScript module comes back naming the copy's absolute path.
 pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::ImpalaConfig)> {
     let corrupt = |reason: String| corrupt(dir, reason);
-    let verified_format =
+    let manifest =
         if dir.join(MANIFEST_FILE).exists() { Some(verify_manifest(dir)?) } else { None };
+    let verified_format = manifest.as_ref().map(|m| m.format_version);
     let read = |file: &str| {
         fs::read_to_string(dir.join(file)).map_err(|e| corrupt(format!("cannot read {file} ({e})")))
     };
@@ -241,16 +269,29 @@ pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::Imp
     let state: AlgorithmState = serde_json::from_value(version)
         .map_err(|e| corrupt(format!("{STATE_FILE} is incomplete ({e})")))?;
     let config_text = read(CONFIG_FILE)?;
-    let config = serde_json::from_str(&config_text).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => ImpalaError::IncompatibleCheckpoint {
-            path: dir.to_path_buf(),
-            reason: format!("its {CONFIG_FILE} does not fit this version's config ({e})"),
-            fix: "use the impala-rs version that wrote it, or start a new run".into(),
-        },
-        _ => corrupt(format!("{CONFIG_FILE} is not valid JSON, truncated or damaged ({e})")),
-    })?;
+    let mut config: impala_config::ImpalaConfig =
+        serde_json::from_str(&config_text).map_err(|e| match e.classify() {
+            serde_json::error::Category::Data => ImpalaError::IncompatibleCheckpoint {
+                path: dir.to_path_buf(),
+                reason: format!("its {CONFIG_FILE} does not fit this version's config ({e})"),
+                fix: "use the impala-rs version that wrote it, or start a new run".into(),
+            },
+            _ => corrupt(format!("{CONFIG_FILE} is not valid JSON, truncated or damaged ({e})")),
+        })?;
     if !dir.join(LEARNER_DIR).is_dir() {
         return Err(corrupt(format!("the `{LEARNER_DIR}` folder with the weights is missing")));
+    }
+    let copy = custom_model_copy();
+    if config.model.custom_model.as_deref() == Some(copy.as_str()) {
+        if manifest.as_ref().is_some_and(|m| !m.files.contains_key(&copy)) {
+            return Err(corrupt(format!(
+                "{MANIFEST_FILE} does not list `{copy}`, the TorchScript module that \
+                 {CONFIG_FILE} names"
+            )));
+        }
+        let path = dir.join(LEARNER_DIR).join(CUSTOM_MODEL_FILE);
+        let path = std::path::absolute(&path).map_err(|e| ImpalaError::io("resolve", &path, e))?;
+        config.model.custom_model = Some(path.to_string_lossy().into_owned());
     }
     Ok((state, config))
 }
@@ -303,7 +344,8 @@ struct FileDigest {
     sha256: String,
 }
 
-fn sha256_hex(bytes: &[u8]) -> String {
+/// The SHA-256 of `bytes` in lowercase hex.
+pub(crate) fn sha256_hex(bytes: &[u8]) -> String {
     Sha256::digest(bytes).iter().map(|b| format!("{b:02x}")).collect()
 }
 
@@ -357,8 +399,8 @@ fn write_manifest(dir: &Path, state: &AlgorithmState) -> Result<()> {
     write_json(&dir.join(MANIFEST_FILE), &manifest)
 }
 
-/// Checks every file of `dir` against its manifest; returns the manifest's format.
-fn verify_manifest(dir: &Path) -> Result<u32> {
+/// Checks every file of `dir` against its manifest; returns the manifest.
+fn verify_manifest(dir: &Path) -> Result<Manifest> {
     let corrupt = |reason: String| corrupt(dir, reason);
     let text = fs::read_to_string(dir.join(MANIFEST_FILE))
         .map_err(|e| corrupt(format!("cannot read {MANIFEST_FILE} ({e})")))?;
@@ -403,7 +445,7 @@ fn verify_manifest(dir: &Path) -> Result<u32> {
             )));
         }
     }
-    Ok(manifest.format_version)
+    Ok(manifest)
 }
 
 fn write_json<T: Serialize>(path: &Path, value: &T) -> Result<()> {
@@ -495,10 +537,10 @@ mod tests {
         let dir = tmp()?;
         let config = impala_config::ImpalaConfig::default();
         for iter in [2, 10, 4] {
-            save_checkpoint(dir.path(), &state(iter), &config, learner_files)?;
+            save_checkpoint(dir.path(), &state(iter), &config, None, learner_files)?;
         }
         // Saving the same iteration again replaces it.
-        save_checkpoint(dir.path(), &state(10), &config, learner_files)?;
+        save_checkpoint(dir.path(), &state(10), &config, None, learner_files)?;
         let newest = find_checkpoint(dir.path())?;
         assert!(newest.ends_with("checkpoint_000010"));
         let (s, c) = read_checkpoint(&newest)?;
@@ -514,7 +556,7 @@ mod tests {
     #[test]
     fn a_failing_save_leaves_nothing() -> Result<()> {
         let dir = tmp()?;
-        let err = save_checkpoint(dir.path(), &state(1), &Default::default(), |d| {
+        let err = save_checkpoint(dir.path(), &state(1), &Default::default(), None, |d| {
             Err(ImpalaError::corrupt_checkpoint(d, "boom".into()))
         });
         assert!(err.is_err());
@@ -525,11 +567,27 @@ mod tests {
         Ok(())
     }
 
+    /// A config whose `model.custom_model` is a TorchScript file.
+    fn scripted_config() -> impala_config::ImpalaConfig {
+        let mut config = impala_config::ImpalaConfig::default();
+        config.model.custom_model = Some("/elsewhere/residual_mlp.pt".into());
+        config
+    }
+
+    const MODULE: &[u8] = b"a TorchScript module";
+
     #[test]
     fn a_flipped_byte_in_any_file_is_a_corrupt_checkpoint_naming_it() -> Result<()> {
         let dir = tmp()?;
-        let ckpt = save_checkpoint(dir.path(), &state(3), &Default::default(), learner_files)?;
-        for file in required_files() {
+        let ckpt = save_checkpoint(
+            dir.path(),
+            &state(3),
+            &scripted_config(),
+            Some(MODULE),
+            learner_files,
+        )?;
+        // The module's copy is checked as every file is.
+        for file in required_files().into_iter().chain([custom_model_copy()]) {
             let path = ckpt.join(&file);
             let original = fs::read(&path).map_err(|e| ImpalaError::io("read", &path, e))?;
             let mut flipped = original.clone();
@@ -571,7 +629,7 @@ mod tests {
     fn format_1_is_read_unverified_and_its_damaged_json_is_corrupt() -> Result<()> {
         let dir = tmp()?;
         let config = impala_config::ImpalaConfig::default();
-        let ckpt = save_checkpoint(dir.path(), &state(3), &config, learner_files)?;
+        let ckpt = save_checkpoint(dir.path(), &state(3), &config, None, learner_files)?;
         // What impala-rs wrote before the manifest: format 1, no num_restores.
         let mut old = serde_json::to_value(state(3)).map_err(|source| ImpalaError::Json {
             action: "write",
@@ -601,7 +659,8 @@ mod tests {
     #[test]
     fn damaged_and_foreign_checkpoints_are_named() -> Result<()> {
         let dir = tmp()?;
-        let ckpt = save_checkpoint(dir.path(), &state(3), &Default::default(), learner_files)?;
+        let ckpt =
+            save_checkpoint(dir.path(), &state(3), &Default::default(), None, learner_files)?;
         let state_path = ckpt.join(STATE_FILE);
         let manifest = ckpt.join(MANIFEST_FILE);
         fs::remove_file(&manifest).map_err(|e| ImpalaError::io("remove", &manifest, e))?;
@@ -620,6 +679,53 @@ mod tests {
         write(&manifest, r#"{"format_version": 3, "impala_rs_version": "0.9.0"}"#)?;
         let err = read_err(&ckpt)?;
         assert!(err.contains("format 3 (written by impala-rs 0.9.0)"), "{err}");
+        Ok(())
+    }
+
+    #[test]
+    fn the_config_names_the_modules_copy_wherever_the_checkpoint_is() -> Result<()> {
+        let dir = tmp()?;
+        let runs = dir.path().join("runs");
+        let ckpt =
+            save_checkpoint(&runs, &state(3), &scripted_config(), Some(MODULE), learner_files)?;
+        let saved = fs::read_to_string(ckpt.join(CONFIG_FILE))
+            .map_err(|e| ImpalaError::io("read", &ckpt, e))?;
+        assert!(saved.contains("\"custom_model\": \"learner/custom_model.pt\""), "{saved}");
+        // Moved elsewhere, the checkpoint still names its own copy, by an absolute path.
+        let moved = dir.path().join("moved");
+        fs::rename(&runs, &moved).map_err(|e| ImpalaError::io("rename", &runs, e))?;
+        let ckpt = moved.join(checkpoint_name(3));
+        let (_, config) = read_checkpoint(&ckpt)?;
+        let copy = ckpt.join(LEARNER_DIR).join(CUSTOM_MODEL_FILE);
+        assert_eq!(config.model.custom_model, Some(copy.to_string_lossy().into_owned()));
+        assert_eq!(fs::read(&copy).map_err(|e| ImpalaError::io("read", &copy, e))?, MODULE);
+        let mut expected = scripted_config();
+        expected.model.custom_model.clone_from(&config.model.custom_model);
+        assert_eq!(config, expected);
+        // A manifest rewritten without the copy (consistent, but missing it) is refused.
+        fs::remove_file(&copy).map_err(|e| ImpalaError::io("remove", &copy, e))?;
+        write_manifest(&ckpt, &state(3))?;
+        let err = read_err(&ckpt)?;
+        assert!(err.starts_with("corrupt checkpoint"), "{err}");
+        assert!(
+            err.contains("does not list `learner/custom_model.pt`, the TorchScript module"),
+            "{err}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn impala_resnet_needs_no_file_its_config_says_it_all() -> Result<()> {
+        let dir = tmp()?;
+        let mut config = impala_config::ImpalaConfig::default();
+        config.model.custom_model = Some("impala_resnet".into());
+        config.model.custom_model_config =
+            [("channels".to_string(), serde_json::json!([8, 16])), ("hidden".into(), 64.into())]
+                .into();
+        let ckpt = save_checkpoint(dir.path(), &state(3), &config, None, learner_files)?;
+        let (_, read) = read_checkpoint(&ckpt)?;
+        assert_eq!(read, config);
+        assert!(!ckpt.join(LEARNER_DIR).join(CUSTOM_MODEL_FILE).exists());
         Ok(())
     }
 }

@@ -158,6 +158,36 @@ pub enum ImpalaError {
          them) instead"
     )]
     ModelFactoryWithRemoteRunners,
+    /// The run's TorchScript module does not fit the message that welcomes a remote env
+    /// runner (it travels in the run's session data).
+    #[error(
+        "the TorchScript module `{path}` (model.custom_model, {module_bytes} bytes) makes the \
+         message that welcomes a remote env runner {message_bytes} bytes, above the \
+         {limit}-byte message limit of the runners' transport; use a smaller module, or raise \
+         the limit on the driver and on every runner (max_message_bytes of \
+         impala::remote::ServerSettings and ClientSettings)"
+    )]
+    ModuleTooLarge {
+        /// The module's file.
+        path: PathBuf,
+        /// Its size.
+        module_bytes: usize,
+        /// The welcome message's size with it.
+        message_bytes: usize,
+        /// The transport's largest message.
+        limit: usize,
+    },
+    /// The TorchScript module a remote env runner got in its session is not the one the
+    /// driver sent (it does not decode, or its SHA-256 is not the one sent with it).
+    #[error(
+        "the TorchScript module (model.custom_model) that this env runner got from the driver \
+         {problem}: it was damaged on the way and is not loaded; connect the runner again (TLS \
+         between the driver and its runners refuses damaged messages)"
+    )]
+    SessionModule {
+        /// What does not match.
+        problem: String,
+    },
     /// The environment cannot be built.
     #[error(transparent)]
     Env(#[from] impala_envs::EnvError),

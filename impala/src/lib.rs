@@ -76,6 +76,7 @@ pub mod settings;
 mod source;
 mod stop;
 pub mod tensorboard;
+mod torchscript;
 
 pub use algorithm::Impala;
 pub use builder::{check_environment, run_env_spec, ImpalaBuilder};

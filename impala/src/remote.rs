@@ -1,20 +1,25 @@
 //! Env runners in other processes or on other hosts (RLlib's remote env runners), over any
 //! transport of [`impala_runner_pool`] ([`impala_remote`]'s gRPC is one): what the driver hands
-//! each remote runner (the config and the run's seeds) and how a runner process builds its env
-//! runner from that ([`env_runner_builder`]; [`serve_env_runner`] over gRPC).
+//! each remote runner (the config, the run's seeds and its TorchScript module) and how a runner
+//! process builds its env runner from that ([`env_runner_builder`]; [`serve_env_runner`] over
+//! gRPC).
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
 use impala_config::{ImpalaConfig, ValidatedConfig};
 use impala_core::{EnvSpec, Weights};
-use impala_runner_pool::{Assignment, BuildRunner, RunSession};
+use impala_runner_pool::{Assignment, BuildRunner, PoolError, RunSession, RunnerTransport};
 use impala_sampler::EnvRunner;
 use serde::{Deserialize, Serialize};
 
 use crate::builder::{run_envs, PolicySource, Streams};
+use crate::checkpoint::sha256_hex;
 use crate::settings;
+use crate::torchscript::ScriptModule;
 use crate::{error_chain, ImpalaError, Result};
 
 pub use impala_remote::{
@@ -54,39 +59,91 @@ pub fn runner_server(
     Ok(RunnerServer::bind(settings)?)
 }
 
-/// What a remote runner needs besides the env spec: the run's config and the seeds of its
-/// current streams (they move on with every restore, as for runner threads).
+/// Where a remote runner's session comes from, for messages.
+const SESSION: &str = "(remote session)";
+
+/// What a remote runner needs besides the env spec: the run's config, the seeds of its
+/// current streams (they move on with every restore, as for runner threads) and the run's
+/// TorchScript module, which the runner's host need not have.
 #[derive(Debug, Serialize, Deserialize)]
 struct SessionData {
     config: ImpalaConfig,
     env_seed: Option<u64>,
     sample_seed: u64,
     base_seed: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    module: Option<SessionModule>,
 }
 
-/// The session remote runners of a runner group get.
+/// A TorchScript module in the session: its bytes (base64, inside the JSON) and their SHA-256,
+/// which the runner checks before it writes them to its private copy and loads them.
+#[derive(Debug, Serialize, Deserialize)]
+struct SessionModule {
+    sha256: String,
+    base64: String,
+}
+
+impl SessionModule {
+    fn new(module: &ScriptModule) -> Self {
+        SessionModule { sha256: module.sha256().to_string(), base64: BASE64.encode(module.bytes()) }
+    }
+
+    /// The module the driver sent, refused when it is not the one whose SHA-256 came with it.
+    fn into_module(self) -> Result<ScriptModule> {
+        let damaged = |problem: String| ImpalaError::SessionModule { problem };
+        let bytes = BASE64
+            .decode(&self.base64)
+            .map_err(|e| damaged(format!("is not valid base64 ({e})")))?;
+        let sha256 = sha256_hex(&bytes);
+        if sha256 != self.sha256 {
+            return Err(damaged(format!(
+                "has SHA-256 {sha256}, but the driver sent it as {}",
+                self.sha256
+            )));
+        }
+        ScriptModule::new(bytes, Path::new(SESSION))
+    }
+}
+
+/// The session remote runners of a runner group get, checked against what `transport` can
+/// carry (a TorchScript module too large for its messages is refused here, at start-up).
 pub(crate) fn run_session(
+    transport: &dyn RunnerTransport,
     config: &ValidatedConfig,
     spec: &EnvSpec,
     streams: Streams,
     base_seed: u64,
+    module: Option<&ScriptModule>,
 ) -> Result<RunSession> {
     let data = SessionData {
         config: config.config().clone(),
         env_seed: streams.env_seed,
         sample_seed: streams.sample_seed,
         base_seed,
+        module: module.map(SessionModule::new),
     };
     let session = serde_json::to_vec(&data).map_err(|source| ImpalaError::Json {
         action: "write",
-        path: "(remote session)".into(),
+        path: SESSION.into(),
         source,
     })?;
-    Ok(RunSession {
+    let run = RunSession {
         spec: spec.clone(),
         session,
         compress_observations: config.config().compress_observations,
-    })
+    };
+    transport.check_session(&run).map_err(|e| match (e, module) {
+        (PoolError::SessionTooLarge { bytes, limit }, Some(module)) => {
+            ImpalaError::ModuleTooLarge {
+                path: module.source().to_path_buf(),
+                module_bytes: module.bytes().len(),
+                message_bytes: bytes,
+                limit,
+            }
+        }
+        (e, _) => ImpalaError::RunnerTransport(Box::new(e)),
+    })?;
+    Ok(run)
 }
 
 /// Refuses what remote runners cannot do, before anything starts.
@@ -124,23 +181,32 @@ pub(crate) fn check_local_config(config: &ValidatedConfig) -> Result<()> {
 }
 
 /// Builds a remote runner's env runner from its assignment: the driver's config (validated
-/// again here), its env (built as the driver builds its runners' envs) and a CPU policy copy
-/// acting with `weights`, its env and action streams those of the assigned runner and
-/// incarnation.
+/// again here, its TorchScript module the one the driver sent), its env (built as the driver
+/// builds its runners' envs) and a CPU policy copy acting with `weights`, its env and action
+/// streams those of the assigned runner and incarnation.
 fn build_runner(assignment: &Assignment, weights: Arc<Weights>) -> Result<EnvRunner> {
-    let data: SessionData = serde_json::from_slice(&assignment.session).map_err(|source| {
-        ImpalaError::Json { action: "read", path: "(remote session)".into(), source }
-    })?;
-    let config = data.config.validate()?;
+    let SessionData { mut config, env_seed, sample_seed, base_seed, module } =
+        serde_json::from_slice(&assignment.session).map_err(|source| ImpalaError::Json {
+            action: "read",
+            path: SESSION.into(),
+            source,
+        })?;
+    // The policy loads the module from this runner's private copy, which goes once the env
+    // runner is built.
+    let module = module.map(SessionModule::into_module).transpose()?;
+    if let Some(module) = &module {
+        config.model.custom_model = Some(module.path().to_string_lossy().into_owned());
+    }
+    let config = config.validate()?;
     let envs = run_envs(&config, None)?;
     let mut settings = settings::env_runner(&config);
-    settings.seed = data.env_seed;
+    settings.seed = env_seed;
     let policies = PolicySource {
         model: Arc::new(settings::model(&config)),
         spec: assignment.spec.clone(),
-        base_seed: data.base_seed,
+        base_seed,
     }
-    .with_weights(weights, data.sample_seed);
+    .with_weights(weights, sample_seed);
     Ok(EnvRunner::build(
         &settings,
         assignment.runner_id,
@@ -182,4 +248,70 @@ pub fn env_runner_builder() -> BuildRunner {
 /// stays unreachable for the reconnect timeout.
 pub fn serve_env_runner(settings: &ClientSettings) -> Result<String> {
     Ok(impala_remote::run_env_runner(settings, env_runner_builder())?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use impala_core::Space;
+
+    type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
+
+    fn cartpole() -> Result<EnvSpec> {
+        Ok(EnvSpec {
+            id: "CartPole-v1".into(),
+            observation_space: Space::continuous(vec![-5.0; 4], vec![5.0; 4])?,
+            action_space: Space::Discrete(2),
+            max_episode_steps: Some(500),
+        })
+    }
+
+    #[test]
+    fn a_runner_refuses_a_module_whose_sha256_is_not_the_one_sent_with_it() -> TestResult {
+        let data = SessionData {
+            config: ImpalaConfig::default(),
+            env_seed: None,
+            sample_seed: 0,
+            base_seed: 0,
+            module: Some(SessionModule {
+                sha256: sha256_hex(b"the driver's module"),
+                base64: BASE64.encode(b"another module"),
+            }),
+        };
+        let session = serde_json::to_vec(&data).map_err(|source| ImpalaError::Json {
+            action: "write",
+            path: SESSION.into(),
+            source,
+        })?;
+        let assignment = Assignment { runner_id: 1, incarnation: 0, spec: cartpole()?, session };
+        let build = env_runner_builder();
+        let refused = build(&assignment, Arc::new(Weights::new(1, vec![]))).err();
+        let message = refused.unwrap_or_default();
+        assert!(message.contains("damaged on the way"), "{message}");
+        assert!(message.contains(&sha256_hex(b"another module")), "{message}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_module_too_large_for_the_transports_messages_is_refused_at_start_up() -> TestResult {
+        let token = Token::new("0123456789abcdef")?;
+        let mut settings = ServerSettings::new("127.0.0.1:0", token);
+        settings.max_message_bytes = 64 << 10;
+        let server = RunnerServer::bind(settings)?;
+        let config = ImpalaConfig::default().validate()?;
+        let streams = Streams { env_seed: None, sample_seed: 0 };
+        let session = |module: &ScriptModule| {
+            run_session(&server, &config, &cartpole()?, streams, 0, Some(module))
+        };
+        // Base64 makes 3 bytes 4: 30 kB fit in 64 KiB with the config, 60 kB do not.
+        session(&ScriptModule::new(vec![7; 30_000], Path::new("small.pt"))?)?;
+        match session(&ScriptModule::new(vec![7; 60_000], Path::new("big.pt"))?) {
+            Err(e @ ImpalaError::ModuleTooLarge { module_bytes: 60_000, limit: 65_536, .. }) => {
+                let message = e.to_string();
+                assert!(message.contains("`big.pt`") && message.contains("max_message_bytes"));
+                Ok(())
+            }
+            other => Err(format!("a module above the message limit was sent: {other:?}").into()),
+        }
+    }
 }
