@@ -176,7 +176,7 @@ def script_model(label, cls, spec, model_config, seed=None):
             "https://docs.pytorch.org/docs/stable/jit_language_reference.html). TorchScript "
             f"said:\n{exc}"
         ) from exc
-    digest = _digest(cls, scripted, spec, num_outputs, options)
+    digest = _digest(cls, scripted, spec, num_outputs, options, seed)
     return _save(torch, scripted, f"{cls.__name__}-{digest}.pt")
 
 
@@ -258,11 +258,10 @@ def _num_outputs(space):
     return 2 * len(space["low"])
 
 
-def _digest(cls, scripted, spec, num_outputs, options):
-    """What makes two scripted modules interchangeable: the class, its TorchScript code and
-    parameter shapes, the spaces and the constructor's options (not the initial weights, which
-    the learner's weights replace)."""
-    parts = [f"{cls.__module__}.{cls.__qualname__}", repr(spec), str(num_outputs)]
+def _digest(cls, scripted, spec, num_outputs, options, seed):
+    """What makes two scripted modules the same: the class, its TorchScript code and parameter
+    shapes, the spaces, the constructor's options and the seed of the initial weights."""
+    parts = [f"{cls.__module__}.{cls.__qualname__}", repr(spec), str(num_outputs), f"seed:{seed}"]
     parts.append(json.dumps(options, sort_keys=True, default=repr))
     for name, module in scripted.named_modules():
         try:
@@ -282,7 +281,13 @@ def model_dir():
 
 
 def _save(torch, scripted, filename):
+    """Saves ``scripted`` as ``filename`` unless a module of that name (the same digest) is
+    there already: a checkpoint records the module's bytes, so building again from the same
+    class must find the same file, not a copy with freshly drawn weights."""
     folder = model_dir()
+    path = os.path.join(folder, filename)
+    if os.path.isfile(path):
+        return path
     try:
         os.makedirs(folder, exist_ok=True)
         # Written under a temporary name and renamed, so a run loading the file never reads it
@@ -291,7 +296,6 @@ def _save(torch, scripted, filename):
         os.close(fd)
         try:
             scripted.save(partial)
-            path = os.path.join(folder, filename)
             os.replace(partial, path)
         finally:
             if os.path.exists(partial):
