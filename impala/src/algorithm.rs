@@ -18,6 +18,7 @@ use impala_sampler::{
     EnvFactory, EnvRunnerGroup, EnvRunnerState, Fragment, SamplerError, SamplerMetrics,
     TrainBatchBuilder, WeightBroadcaster,
 };
+use tch::Device;
 
 use crate::builder::{batching_stage, new_learner, PolicySource, Streams};
 use crate::checkpoint::{
@@ -25,6 +26,7 @@ use crate::checkpoint::{
     AlgorithmState, Counters, CHECKPOINT_FORMAT_VERSION, LEARNER_DIR,
 };
 use crate::evaluation::Evaluator;
+use crate::policy::TrainedPolicy;
 use crate::result::{LearnerQueueInfo, DEFAULT_POLICY_ID};
 use crate::settings;
 use crate::{
@@ -193,6 +195,28 @@ impl Impala {
             Some(filter) => Ok(filter.snapshot()?),
             None => Ok(None),
         }
+    }
+
+    /// The policy as the learner has it now (RLlib's `algo.get_policy()`): the model with a
+    /// snapshot of the learner's current weights (the broadcast's) and the run's observation
+    /// filter, acting on the CPU. It is a copy: later training does not change it
+    /// ([`Impala::update_policy`] brings it up to date).
+    pub fn get_policy(&self) -> Result<TrainedPolicy> {
+        let clip_actions = self.config.config().clip_actions;
+        let filter = self.observation_filter()?;
+        TrainedPolicy::new(
+            &self.policies,
+            filter,
+            clip_actions,
+            self.current_weights()?,
+            Device::Cpu,
+        )
+    }
+
+    /// Gives `policy` (one of [`Impala::get_policy`]) the learner's current weights and the
+    /// run's current observation filter.
+    pub fn update_policy(&self, policy: &mut TrainedPolicy) -> Result<()> {
+        policy.update(self.current_weights()?, self.observation_filter()?)
     }
 
     /// A flag that, once set (by a Ctrl-C handler), ends the current iteration early so the

@@ -69,6 +69,7 @@ mod evaluation;
 mod logger;
 pub mod logging;
 mod metrics;
+mod policy;
 pub mod remote;
 mod result;
 pub mod run;
@@ -87,6 +88,7 @@ pub use logger::{
     PROGRESS_FILE, RESULT_FILE,
 };
 pub use metrics::{peak_rss_mib, EpisodeSummary, EpisodeWindow};
+pub use policy::TrainedPolicy;
 pub use result::{
     flatten, EvaluationResult, IterationResult, LearnerQueueInfo, Perf, PolicyLearnerInfo,
     ResultInfo, DEFAULT_POLICY_ID,
