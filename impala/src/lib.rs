@@ -95,6 +95,8 @@ pub use result::{
 };
 pub use source::{ConfigSource, EXAMPLE_CONFIGS};
 pub use stop::StopCriteria;
+/// Where a [`TrainedPolicy`] runs (libtorch's device: `Device::Cpu`, `Device::Cuda(i)`).
+pub use tch::Device;
 pub use tensorboard::EventWriter;
 
 /// `ImpalaConfig`: every RLlib option, builder groups, files, validation.
