@@ -12,7 +12,7 @@ use impala_core::{EpisodeStats, Weights};
 use impala_envs::MeanStdFilter;
 use impala_sampler::{EnvContext, EnvFactory, EnvRunnerGroup};
 
-use crate::builder::{env_spec, run_envs, stream_seed, PolicySource, Streams};
+use crate::builder::{env_spec, python_envs, run_envs, stream_seed, PolicySource, Streams};
 use crate::checkpoint::{find_checkpoint, put_saved_filter, read_checkpoint, LEARNER_DIR};
 use crate::settings;
 use crate::{EpisodeWindow, EvaluationResult, ImpalaError, Result};
@@ -195,7 +195,7 @@ fn evaluate(
     explore: bool,
     env_factory: Option<EnvFactory>,
 ) -> Result<EvaluationResult> {
-    let loaded = load_checkpoint_policy(path, env_factory, |config| {
+    let loaded = load_checkpoint_policy(path, EnvSource::factory(env_factory), |config| {
         config.evaluation_duration = episodes.max(1);
         config.evaluation_duration_unit = DurationUnit::Episodes;
         config.evaluation_explore = explore;
@@ -230,20 +230,43 @@ pub(crate) struct CheckpointPolicy {
     pub(crate) weights: Arc<Weights>,
 }
 
+/// Where the envs of a checkpoint's policy come from.
+pub(crate) enum EnvSource {
+    /// Its config's `env` (the registry, or Gymnasium).
+    Config,
+    /// The caller's envs (as given to [`ImpalaBuilder::env_factory`](crate::ImpalaBuilder::env_factory)).
+    Factory(EnvFactory),
+    /// A pickled Python env creator (as given to
+    /// [`ImpalaBuilder::python_env_creator`](crate::ImpalaBuilder::python_env_creator)).
+    PythonCreator(PathBuf),
+}
+
+impl EnvSource {
+    /// The caller's envs if any, else the config's.
+    pub(crate) fn factory(env_factory: Option<EnvFactory>) -> Self {
+        env_factory.map_or(EnvSource::Config, EnvSource::Factory)
+    }
+}
+
 /// Reads the checkpoint at `path` (a `checkpoint_NNNNNN` folder, or a run folder for its
 /// newest): its files verified against the manifest, its config (`adjust`ed, then validated),
-/// the envs of that config (or of `env_factory`) normalising with the saved observation
-/// filter, and its weights.
+/// the envs of that config (or of `envs`) normalising with the saved observation filter, and
+/// its weights.
 pub(crate) fn load_checkpoint_policy(
     path: &Path,
-    env_factory: Option<EnvFactory>,
+    envs: EnvSource,
     adjust: impl FnOnce(&mut ImpalaConfig),
 ) -> Result<CheckpointPolicy> {
     let dir = find_checkpoint(path)?;
     let (state, mut config) = read_checkpoint(&dir)?;
     adjust(&mut config);
     let config = config.validate()?;
-    let envs = run_envs(&config, env_factory)?;
+    let custom = match envs {
+        EnvSource::Config => None,
+        EnvSource::Factory(factory) => Some(factory),
+        EnvSource::PythonCreator(creator) => Some(python_envs(&config, Some(creator))?.0),
+    };
+    let envs = run_envs(&config, custom)?;
     // The policy sees observations normalised as in training: with the run's saved filter.
     put_saved_filter(envs.filter.as_ref(), state.observation_filter, &dir)?;
     let env_factory = envs.evaluation;

@@ -2,7 +2,7 @@
 //! `algo.compute_single_action` / `Policy.from_checkpoint`), from a checkpoint or from a live
 //! algorithm's current weights, with no env runners, learner or optimizer.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use impala_core::{EnvSpec, NamedTensor, Policy, PolicyInput, PolicyOutput, Space, Weights};
@@ -11,7 +11,7 @@ use impala_learner::TorchPolicy;
 use tch::Device;
 
 use crate::builder::PolicySource;
-use crate::evaluation::{load_checkpoint_policy, reading_fix, weights_do_not_fit};
+use crate::evaluation::{load_checkpoint_policy, reading_fix, weights_do_not_fit, EnvSource};
 use crate::{ImpalaError, Result};
 use impala_sampler::EnvFactory;
 
@@ -71,7 +71,7 @@ impl TrainedPolicy {
     /// manifest first; a damaged checkpoint, non-finite weights, or weights that do not fit
     /// the model are refused as [`ImpalaError::CorruptCheckpoint`].
     pub fn from_checkpoint(path: &Path, device: Device) -> Result<Self> {
-        Self::load(path, None, device).map_err(|e| reading_fix(e, "load"))
+        Self::load(path, EnvSource::Config, device)
     }
 
     /// [`TrainedPolicy::from_checkpoint`] for a run trained on envs of the caller's (given to
@@ -82,11 +82,27 @@ impl TrainedPolicy {
         env_factory: EnvFactory,
         device: Device,
     ) -> Result<Self> {
-        Self::load(path, Some(env_factory), device).map_err(|e| reading_fix(e, "load"))
+        Self::load(path, EnvSource::Factory(env_factory), device)
     }
 
-    fn load(path: &Path, env_factory: Option<EnvFactory>, device: Device) -> Result<Self> {
-        let loaded = load_checkpoint_policy(path, env_factory, |_| {})?;
+    /// [`TrainedPolicy::from_checkpoint`] for a run trained on the envs of a pickled Python
+    /// env creator (given to
+    /// [`ImpalaBuilder::python_env_creator`](crate::ImpalaBuilder::python_env_creator)): one
+    /// env it builds, in an env worker process, gives the spaces.
+    pub fn from_checkpoint_with_python_env_creator(
+        path: &Path,
+        creator: PathBuf,
+        device: Device,
+    ) -> Result<Self> {
+        Self::load(path, EnvSource::PythonCreator(creator), device)
+    }
+
+    fn load(path: &Path, envs: EnvSource, device: Device) -> Result<Self> {
+        Self::read(path, envs, device).map_err(|e| reading_fix(e, "load"))
+    }
+
+    fn read(path: &Path, envs: EnvSource, device: Device) -> Result<Self> {
+        let loaded = load_checkpoint_policy(path, envs, |_| {})?;
         let clip_actions = loaded.config.config().clip_actions;
         Self::new(&loaded.policies, loaded.filter, clip_actions, loaded.weights, device).map_err(
             |e| match e {

@@ -4,6 +4,8 @@ checkpoint (:meth:`Policy.from_checkpoint`) or from an algorithm (``algo.get_pol
 import numpy as np
 
 from . import _impala_rs
+from .config import IMPALAConfig
+from .registry import PickledCreator
 
 #: The id of the one policy an algorithm trains (RLlib's ``DEFAULT_POLICY_ID``).
 DEFAULT_POLICY_ID = "default_policy"
@@ -36,8 +38,23 @@ class Policy:
     def from_checkpoint(cls, checkpoint):
         """The policy of a checkpoint (a ``checkpoint_NNNNNN`` folder, or a run folder's
         newest), on the CPU, with no algorithm, env runners or learner. The checkpoint's files
-        are verified against its manifest; a damaged one raises ``ImpalaError``."""
-        return cls(_impala_rs.Policy.from_checkpoint(str(checkpoint)))
+        are verified against its manifest; a damaged one raises ``ImpalaError``. A run on an
+        env given to :func:`register_env` (or as a class) needs it registered again here: one
+        env is built, in an env worker process, for its spaces."""
+        try:
+            config = IMPALAConfig.from_dict(_impala_rs.checkpoint_config(str(checkpoint)))
+        except _impala_rs.ImpalaError:
+            # A damaged or missing checkpoint: raised as loading a policy words it (its fix
+            # is another checkpoint, not a new run).
+            return cls(_impala_rs.Policy.from_checkpoint(str(checkpoint)))
+        name, creator = config._env_creator()
+        if creator is None:
+            return cls(_impala_rs.Policy.from_checkpoint(str(checkpoint)))
+        pickled = PickledCreator(name, creator)
+        try:
+            return cls(_impala_rs.Policy.from_checkpoint(str(checkpoint), pickled.path))
+        finally:
+            pickled.remove()
 
     @property
     def observation_space(self):

@@ -328,11 +328,23 @@ type ActionBytes = (Py<PyBytes>, Py<PyBytes>, Py<PyBytes>, Py<PyBytes>, Py<PyByt
 #[pymethods]
 impl Policy {
     /// Loads a checkpoint's policy (a checkpoint folder, or a run folder's newest checkpoint)
-    /// onto the CPU: no algorithm, env runners or learner.
+    /// onto the CPU: no algorithm, env runners or learner. A run on a Python env creator's
+    /// envs needs it again as `env_creator` (pickled, as for `Algorithm`) for the spaces.
     #[staticmethod]
-    fn from_checkpoint(py: Python<'_>, path: PathBuf) -> PyResult<Self> {
+    #[pyo3(signature = (path, env_creator = None))]
+    fn from_checkpoint(
+        py: Python<'_>,
+        path: PathBuf,
+        env_creator: Option<PathBuf>,
+    ) -> PyResult<Self> {
+        let cpu = impala::Device::Cpu;
         let policy = py
-            .detach(|| TrainedPolicy::from_checkpoint(&path, impala::Device::Cpu))
+            .detach(|| match env_creator {
+                Some(creator) => {
+                    TrainedPolicy::from_checkpoint_with_python_env_creator(&path, creator, cpu)
+                }
+                None => TrainedPolicy::from_checkpoint(&path, cpu),
+            })
             .map_err(impala_err)?;
         Ok(Policy { inner: Mutex::new(policy) })
     }

@@ -6,7 +6,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from impala_rs import DEFAULT_POLICY_ID, ImpalaError, Policy, evaluate_checkpoint
+from impala_rs import DEFAULT_POLICY_ID, ImpalaError, Policy, evaluate_checkpoint, register_env
 
 from conftest import fast_cartpole
 
@@ -138,3 +138,47 @@ def test_an_algorithm_acts_with_its_learners_current_weights():
         np.testing.assert_array_equal(logits[0], fresh)
         with pytest.raises(KeyError, match="default_policy"):
             algo.get_policy("other")
+
+
+class Push(gym.Env):
+    """A point pushed by a force in [-1, 1] toward 0; observations are its position and
+    velocity."""
+
+    def __init__(self):
+        self.observation_space = gym.spaces.Box(-10.0, 10.0, (2,), np.float32)
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.x = np.zeros(2, np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return self.x.copy(), {}
+
+    def step(self, action):
+        force = float(np.clip(action[0], -1, 1))
+        self.x = np.clip(self.x + np.array([self.x[1], force], np.float32) * 0.1, -10, 10)
+        return self.x.copy(), -abs(float(self.x[0])), False, False, {}
+
+
+def test_a_registered_env_checkpoint_loads_and_clips_box_actions(tmp_path):
+    def make_push(env_config):
+        return Push()
+
+    register_env("push", make_push)
+    config = (
+        fast_cartpole()
+        .environment("push", env_config={"max_episode_steps": 20}, clip_actions=True)
+        .env_runners(num_envs_per_env_runner=2)
+    )
+    with config.build() as algo:
+        algo.train()
+        checkpoint = algo.save(tmp_path)
+    policy = Policy.from_checkpoint(checkpoint)
+    assert policy.action_space["type"] == "Box"
+    obs = np.random.default_rng(1).uniform(-1, 1, (200, 2)).astype(np.float32)
+    actions, _, info = policy.compute_actions(obs, explore=True)
+    assert actions.shape == (200, 1) and actions.dtype == np.float32
+    assert np.all(np.abs(actions) <= 1.0)
+    # Greedy: the Gaussian's mean, clipped.
+    greedy, _, info = policy.compute_actions(obs, explore=False)
+    np.testing.assert_array_equal(greedy[:, 0], np.clip(info["action_dist_inputs"][:, 0], -1, 1))
