@@ -104,14 +104,14 @@ impl TrainedPolicy {
     fn read(path: &Path, envs: EnvSource, device: Device) -> Result<Self> {
         let loaded = load_checkpoint_policy(path, envs, |_| {})?;
         let clip_actions = loaded.config.config().clip_actions;
-        Self::new(&loaded.policies, loaded.filter, clip_actions, loaded.weights, device).map_err(
-            |e| match e {
-                ImpalaError::PolicyInput { what, problem, .. } => {
-                    weights_do_not_fit(&loaded.dir, &format!("{what} {problem}"))
-                }
-                other => weights_do_not_fit(&loaded.dir, &other),
-            },
-        )
+        let mut policy = Self::build(&loaded.policies, loaded.filter, clip_actions, device)?;
+        policy.load_weights(loaded.weights).map_err(|e| match e {
+            ImpalaError::PolicyInput { what, problem, .. } => {
+                weights_do_not_fit(&loaded.dir, &format!("{what} {problem}"))
+            }
+            other => weights_do_not_fit(&loaded.dir, &other),
+        })?;
+        Ok(policy)
     }
 
     /// A policy of `source`'s model on `device` holding `weights`.
@@ -122,23 +122,28 @@ impl TrainedPolicy {
         weights: Arc<Weights>,
         device: Device,
     ) -> Result<Self> {
+        let mut policy = Self::build(source, filter, clip_actions, device)?;
+        policy.load_weights(weights)?;
+        Ok(policy)
+    }
+
+    /// `source`'s model on `device`, with its initial weights until [`Self::load_weights`].
+    fn build(
+        source: &PolicySource,
+        filter: Option<MeanStdFilter>,
+        clip_actions: bool,
+        device: Device,
+    ) -> Result<Self> {
         let seed = source.base_seed ^ SAMPLE_STREAM;
-        let policy = TorchPolicy::on_device(
-            source.model.as_ref(),
-            &source.spec,
-            source.base_seed,
-            seed,
-            device,
-        )?;
-        let mut policy = TrainedPolicy {
+        let model = source.model.as_ref();
+        let policy = TorchPolicy::on_device(model, &source.spec, source.base_seed, seed, device)?;
+        Ok(TrainedPolicy {
             policy,
             spec: source.spec.clone(),
             filter,
             clip_actions,
             weights: Arc::new(Weights::default()),
-        };
-        policy.load_weights(weights)?;
-        Ok(policy)
+        })
     }
 
     /// The observation space (after the run's framestack: with `model.framestack = k` an

@@ -29,7 +29,8 @@ class Policy:
     (``normalize_observations``) is applied with its saved statistics and never updated.
     ``explore=False`` acts greedily (the argmax, or the Gaussian's mean); ``Box`` actions are
     clipped when the run's config says ``clip_actions``. A recurrent model's state is a list of
-    one float32 array (its flat state, ``get_initial_state()`` starting an episode)."""
+    one float32 array (its flat state, ``get_initial_state()`` starting an episode); a state
+    given as several arrays (RLlib's ``[h, c]``) is read as their values one after another."""
 
     def __init__(self, native):
         self._native = native
@@ -93,7 +94,10 @@ class Policy:
         or None for initial states) and of the results belonging to one observation."""
         n = len(obs_batch)
         obs = _floats([np.asarray(o, dtype=np.float32).reshape(-1) for o in obs_batch])
-        states = _floats(state_batches[0]) if state_batches else b""
+        # A state given as several arrays (RLlib's LSTM `[h, c]`) is their rows side by side.
+        states = b""
+        if state_batches:
+            states = _floats(np.concatenate([np.asarray(s, dtype=np.float32).reshape(n, -1) for s in state_batches], axis=1))
         raw = self._native.compute_actions(obs, states, bool(explore))
         actions, state_out, dist_inputs, logp, vf_preds = raw
         info = {

@@ -110,6 +110,10 @@ def test_recurrent_state_goes_in_and_comes_out():
         assert action in (0, 1) and state_out[0].shape == (16,) and np.any(state_out[0])
         _, next_state, _ = algo.compute_single_action(obs, state=state_out, explore=False)
         assert not np.array_equal(next_state[0], state_out[0])
+        # RLlib's LSTM state is `[h, c]`: the same values in two arrays act the same.
+        h_c = [state_out[0][:8], state_out[0][8:]]
+        _, split_next, _ = algo.compute_single_action(obs, state=h_c, explore=False)
+        np.testing.assert_array_equal(split_next[0], next_state[0])
         # Without a state the algorithm returns the action alone (RLlib's semantics).
         assert algo.compute_single_action(obs, explore=False) == action
         actions, outs, _ = algo.compute_actions(
