@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use impala_config::ValidatedConfig;
-use impala_core::{EnvSpec, SampleBatch, Weights};
+use impala_core::{EnvSpec, NamedTensor, SampleBatch, Weights};
 use impala_envs::{MeanStdFilter, SharedMeanStdFilter};
 use impala_learner::{Learner, LearnerError, LearnerHandle, LearnerStats};
 use impala_profile::{span, Activity};
@@ -217,6 +217,24 @@ impl Impala {
     /// run's current observation filter.
     pub fn update_policy(&self, policy: &mut TrainedPolicy) -> Result<()> {
         policy.update(self.current_weights()?, self.observation_filter()?)
+    }
+
+    /// Replaces the learner's weights (RLlib's `algo.set_weights()`): one tensor per model
+    /// parameter, by name, in any order, as [`TrainedPolicy::get_weights`] gives them. A
+    /// missing, unknown or misshapen parameter is an [`ImpalaError::PolicyInput`] naming it,
+    /// and nothing changes. The env runners act with the new weights from their next
+    /// fragment; the optimizer state and the learner's version stay as they were.
+    pub fn set_weights(&mut self, weights: Vec<NamedTensor>) -> Result<()> {
+        // A policy of the run's model checks the weights by name, as a loaded policy does.
+        let mut policy = self.get_policy()?;
+        policy.set_weights(weights)?;
+        let weights = Arc::clone(policy.snapshot());
+        self.learner()?.set_weights(Arc::clone(&weights))?;
+        if let Some(group) = self.runners.as_mut() {
+            let ids = group.healthy_runner_ids();
+            group.sync_weights(weights, &ids);
+        }
+        Ok(())
     }
 
     /// A flag that, once set (by a Ctrl-C handler), ends the current iteration early so the

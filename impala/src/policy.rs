@@ -251,6 +251,11 @@ impl TrainedPolicy {
         self.load_weights(Arc::new(Weights::new(version, weights)))
     }
 
+    /// The weights the model holds, as one snapshot (what the learner and runners take).
+    pub(crate) fn snapshot(&self) -> &Arc<Weights> {
+        &self.weights
+    }
+
     /// Takes a live run's newer `weights` and observation `filter`.
     pub(crate) fn update(
         &mut self,

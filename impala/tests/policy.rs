@@ -163,3 +163,25 @@ fn recurrent_state_goes_in_and_comes_out() -> TestResult {
     assert!(err.contains("observations hold 3 values"), "{err}");
     Ok(())
 }
+
+#[test]
+fn set_weights_reaches_the_learner_and_a_mismatch_changes_nothing() -> TestResult {
+    let mut algo = Impala::new(quick().validate()?)?;
+    // Before `train()` no batch reaches the learner, so its weights stay what was set.
+    let mut zeroed = algo.get_policy()?.get_weights();
+    for w in &mut zeroed {
+        w.data.iter_mut().for_each(|x| *x = 0.0);
+    }
+    algo.set_weights(zeroed.clone())?;
+    assert_eq!(algo.get_policy()?.get_weights(), zeroed);
+    let mut missing = zeroed[1..].to_vec();
+    missing.reverse();
+    let err = message(algo.set_weights(missing))?;
+    assert!(err.contains(&format!("weight `{}` is missing", zeroed[0].name)), "{err}");
+    assert_eq!(algo.get_policy()?.get_weights(), zeroed);
+    // Training goes on from the weights set.
+    algo.train()?;
+    assert_ne!(algo.get_policy()?.get_weights(), zeroed);
+    algo.stop()?;
+    Ok(())
+}

@@ -7,7 +7,7 @@ import tempfile
 from . import _impala_rs
 from .config import IMPALAConfig
 from .models import script_model
-from .policy import DEFAULT_POLICY_ID, Policy
+from .policy import DEFAULT_POLICY_ID, Policy, _tensors
 from .registry import PickledCreator
 
 
@@ -107,6 +107,15 @@ class Impala:
         for policy_id in policies or []:
             _check_policy_id(policy_id)
         return {DEFAULT_POLICY_ID: self.get_policy().get_weights()}
+
+    def set_weights(self, weights):
+        """Replaces the learner's weights (RLlib's ``algo.set_weights()``) with
+        ``{policy id: {parameter name: array}}``, every parameter of ``get_weights()``; the env
+        runners act with them from their next fragment. A missing, unknown or misshapen
+        parameter raises ``ImpalaError`` naming it, and nothing changes."""
+        for policy_id, policy_weights in weights.items():
+            _check_policy_id(policy_id)
+            self._native.set_weights(_tensors(policy_weights))
 
     def save(self, checkpoint_dir=None):
         """Writes ``checkpoint_dir/checkpoint_<iteration>`` (a fresh temporary folder when

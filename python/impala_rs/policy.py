@@ -16,6 +16,12 @@ def _floats(values):
     return np.ascontiguousarray(values, dtype=np.float32).tobytes()
 
 
+def _tensors(weights):
+    """``{name: array}`` as the native side takes weights: ``[(name, shape, float32 bytes)]``."""
+    arrays = {name: np.asarray(value, dtype=np.float32) for name, value in weights.items()}
+    return [(name, list(a.shape), _floats(a)) for name, a in arrays.items()]
+
+
 def _array(raw, shape=(-1,)):
     return np.frombuffer(raw, dtype=np.float32).reshape(shape)
 
@@ -127,8 +133,4 @@ class Policy:
         """Replaces the model's weights with ``{parameter name: array}``, every parameter of
         ``get_weights()``; a missing, unknown or misshapen one raises ``ImpalaError`` naming
         it, and the policy keeps its weights."""
-        tensors = []
-        for name, value in weights.items():
-            array = np.asarray(value, dtype=np.float32)
-            tensors.append((name, list(array.shape), _floats(array)))
-        self._native.set_weights(tensors)
+        self._native.set_weights(_tensors(weights))

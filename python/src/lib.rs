@@ -265,6 +265,14 @@ impl Algorithm {
         Ok(Policy { inner: Mutex::new(policy) })
     }
 
+    /// Replaces the learner's weights with `(name, shape, float32 bytes)`, one per parameter
+    /// (the env runners act with them from their next fragment); a missing, unknown or
+    /// misshapen one raises `ImpalaError` naming it.
+    fn set_weights(&self, py: Python<'_>, weights: Vec<RawTensor>) -> PyResult<()> {
+        let tensors = named_tensors(weights)?;
+        self.with(py, |algo| algo.set_weights(tensors))
+    }
+
     /// Gives `policy` (one of `get_policy()`) the learner's current weights and the run's
     /// current observation filter.
     fn update_policy(&self, py: Python<'_>, policy: &Policy) -> PyResult<()> {
@@ -383,18 +391,8 @@ impl Policy {
 
     /// Replaces the weights with `(name, shape, float32 bytes)`, one per parameter; a missing,
     /// unknown or misshapen one raises `ImpalaError` naming it.
-    fn set_weights(
-        &self,
-        py: Python<'_>,
-        weights: Vec<(String, Vec<usize>, Vec<u8>)>,
-    ) -> PyResult<()> {
-        let tensors = weights
-            .into_iter()
-            .map(|(name, shape, data)| {
-                let data = floats(&data, &format!("weight `{name}`"))?;
-                Ok(NamedTensor { name, shape, data })
-            })
-            .collect::<PyResult<Vec<_>>>()?;
+    fn set_weights(&self, py: Python<'_>, weights: Vec<RawTensor>) -> PyResult<()> {
+        let tensors = named_tensors(weights)?;
         py.detach(|| self.lock().set_weights(tensors)).map_err(impala_err)
     }
 
@@ -422,6 +420,20 @@ impl Policy {
     fn lock(&self) -> MutexGuard<'_, TrainedPolicy> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
+}
+
+/// A weight as Python passes it: `(name, shape, float32 bytes)`.
+type RawTensor = (String, Vec<usize>, Vec<u8>);
+
+/// Weights from Python as tensors.
+fn named_tensors(weights: Vec<RawTensor>) -> PyResult<Vec<NamedTensor>> {
+    weights
+        .into_iter()
+        .map(|(name, shape, data)| {
+            let data = floats(&data, &format!("weight `{name}`"))?;
+            Ok(NamedTensor { name, shape, data })
+        })
+        .collect()
 }
 
 /// Native-endian `float32` bytes as floats; `what` names them in the error.

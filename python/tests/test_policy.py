@@ -132,6 +132,17 @@ def test_an_algorithm_acts_with_its_learners_current_weights():
         policy = algo.get_policy()
         for name, value in policy.get_weights().items():
             np.testing.assert_array_equal(value, weights[DEFAULT_POLICY_ID][name])
+        # set_weights reaches the learner (no batch reaches it before train()); a mismatch
+        # names the parameter and changes nothing.
+        zeroed = {name: np.zeros_like(value) for name, value in weights[DEFAULT_POLICY_ID].items()}
+        algo.set_weights({DEFAULT_POLICY_ID: zeroed})
+        assert all(not np.any(v) for v in algo.get_weights()[DEFAULT_POLICY_ID].values())
+        name = sorted(zeroed)[-1]
+        with pytest.raises(ImpalaError, match=f"weight `{name}` has shape"):
+            algo.set_weights({DEFAULT_POLICY_ID: {**zeroed, name: np.zeros(3)}})
+        with pytest.raises(KeyError, match="default_policy"):
+            algo.set_weights({"other": zeroed})
+        algo.set_weights(weights)
         algo.train()
         trained = algo.get_weights()[DEFAULT_POLICY_ID]
         assert any(not np.array_equal(trained[n], weights[DEFAULT_POLICY_ID][n]) for n in trained)
