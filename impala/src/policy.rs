@@ -8,12 +8,12 @@ use std::sync::Arc;
 use impala_core::{EnvSpec, NamedTensor, Policy, PolicyInput, PolicyOutput, Space, Weights};
 use impala_envs::MeanStdFilter;
 use impala_learner::TorchPolicy;
+use impala_sampler::EnvFactory;
 use tch::Device;
 
 use crate::builder::PolicySource;
 use crate::evaluation::{load_checkpoint_policy, reading_fix, weights_do_not_fit, EnvSource};
 use crate::{ImpalaError, Result};
-use impala_sampler::EnvFactory;
 
 /// Greedy actions need no randomness, and sampled ones are seeded by the run's base seed so a
 /// loaded policy explores reproducibly; this stream is apart from the env runners'.
@@ -192,7 +192,7 @@ impl TrainedPolicy {
         explore: bool,
     ) -> Result<PolicyOutput> {
         let obs_dim = self.spec.observation_space.flat_dim();
-        if obs.is_empty() || obs.len() % obs_dim != 0 {
+        if obs.is_empty() || obs_dim == 0 || obs.len() % obs_dim != 0 {
             return Err(ImpalaError::PolicyInput {
                 what: "observations".into(),
                 problem: format!(

@@ -4,9 +4,9 @@
 //! cannot drift apart. The builder (`IMPALAConfig`), `register_env` and the Ray Tune trainable
 //! are Python, in `python/impala_rs/`.
 //!
-//! Every call that trains, evaluates, saves or restores releases the interpreter lock, so other
-//! Python threads run meanwhile; Ctrl-C during `train()` ends the iteration early and then
-//! raises `KeyboardInterrupt` with the algorithm intact.
+//! Every call that trains, evaluates, saves, restores or acts releases the interpreter lock, so
+//! other Python threads run meanwhile; Ctrl-C during `train()` ends the iteration early and
+//! then raises `KeyboardInterrupt` with the algorithm intact.
 #![deny(missing_docs)]
 
 use std::collections::BTreeMap;
