@@ -440,6 +440,47 @@ impl Learner {
         Ok(Arc::new(Weights::new(self.version, tensors)))
     }
 
+    /// Replaces the model's weights in every tower with `weights` (RLlib's `set_weights`:
+    /// one tensor per parameter, sorted by name as [`Learner::weights`] gives them), keeping
+    /// the optimizer state and the version. Everything is checked before anything changes, so
+    /// refused weights leave the learner as it was.
+    pub fn set_weights(&mut self, weights: &Weights) -> Result<()> {
+        let params = self.towers[0].params();
+        let fail = |reason: String| LearnerError::Model { reason };
+        if weights.tensors.len() != params.len() {
+            return Err(fail(format!(
+                "{} weights given, the model has {} parameters",
+                weights.tensors.len(),
+                params.len()
+            )));
+        }
+        let _guard = tch::no_grad_guard();
+        let sources = params
+            .iter()
+            .zip(&weights.tensors)
+            .map(|((name, p), w)| {
+                let shape: Vec<usize> = p.size().iter().map(|&d| d as usize).collect();
+                if *name != w.name || shape != w.shape || w.data.len() != p.numel() {
+                    return Err(fail(format!(
+                        "weight `{}` {:?} does not fit model parameter `{name}` {shape:?}",
+                        w.name, w.shape
+                    )));
+                }
+                Ok(Tensor::f_from_slice(&w.data)?
+                    .f_view(p.size().as_slice())?
+                    .f_to_device(p.device())?
+                    .f_to_kind(p.kind())?)
+            })
+            .collect::<Result<Vec<_>>>()?;
+        for ((_, p), src) in params.iter().zip(&sources) {
+            p.shallow_clone().f_copy_(src)?;
+        }
+        for tower in &self.towers[1..] {
+            tower.copy_from(&self.towers[0])?;
+        }
+        Ok(())
+    }
+
     /// Writes `dir/model.safetensors` (the weights) and `dir/learner_state.safetensors`
     /// (optimizer state, version, agent steps trained), creating `dir`.
     pub fn save(&self, dir: &Path) -> Result<()> {

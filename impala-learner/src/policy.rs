@@ -53,6 +53,8 @@ fn use_one_libtorch_thread() {
 #[derive(Debug)]
 pub struct TorchPolicy {
     net: Network,
+    /// Where the model runs; inputs go to it and outputs come back to the CPU.
+    device: Device,
     rng: SmallRng,
     version: u64,
     /// The snapshot loaded last: setting the same `Arc` again copies nothing.
@@ -70,13 +72,27 @@ impl TorchPolicy {
         model_seed: u64,
         sample_seed: u64,
     ) -> Result<Self> {
+        Self::on_device(model, spec, model_seed, sample_seed, Device::Cpu)
+    }
+
+    /// [`TorchPolicy::new`] with the model on `device`: inference outside the env runners
+    /// (a trained policy serving actions) may run on a GPU. Observations and weights are
+    /// copied to it, outputs back to the CPU; action sampling stays in Rust on the CPU.
+    pub fn on_device(
+        model: &dyn ModelFactory,
+        spec: &EnvSpec,
+        model_seed: u64,
+        sample_seed: u64,
+        device: Device,
+    ) -> Result<Self> {
         use_one_libtorch_thread();
-        let net = Network::build(model, spec, Device::Cpu, model_seed)?;
+        let net = Network::build(model, spec, device, model_seed)?;
         // An inference copy: no parameter needs a gradient.
         for (_, p) in &net.params {
             let _ = p.set_requires_grad(false);
         }
-        Ok(TorchPolicy { net, rng: SmallRng::seed_from_u64(sample_seed), version: 0, loaded: None })
+        let rng = SmallRng::seed_from_u64(sample_seed);
+        Ok(TorchPolicy { net, device, rng, version: 0, loaded: None })
     }
 
     /// The model.
@@ -100,10 +116,14 @@ impl TorchPolicy {
             }
         }
         let _guard = tch::no_grad_guard();
-        let obs = Tensor::f_from_slice(obs)?.f_view([num_envs as i64, obs_dim as i64])?;
+        let obs = Tensor::f_from_slice(obs)?
+            .f_view([num_envs as i64, obs_dim as i64])?
+            .f_to_device(self.device)?;
         let state_t;
         let unroll = if state_dim > 0 {
-            state_t = Tensor::f_from_slice(state)?.f_view([num_envs as i64, state_dim as i64])?;
+            state_t = Tensor::f_from_slice(state)?
+                .f_view([num_envs as i64, state_dim as i64])?
+                .f_to_device(self.device)?;
             Some(Unroll { steps: 1, rows: num_envs, state: &state_t, not_done: None })
         } else {
             None
@@ -112,11 +132,11 @@ impl TorchPolicy {
     }
 }
 
-/// Copies a `[N, ...]` f32 tensor into `dst`, resizing it.
+/// Copies a `[N, ...]` f32 tensor (on any device) into `dst`, resizing it.
 fn copy_out(t: &Tensor, dst: &mut Vec<f32>) -> Result<()> {
     let n = t.numel();
     dst.resize(n, 0.0);
-    t.f_contiguous()?.f_copy_data(dst, n)?;
+    t.f_to_device(Device::Cpu)?.f_contiguous()?.f_copy_data(dst, n)?;
     Ok(())
 }
 

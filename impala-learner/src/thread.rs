@@ -112,6 +112,8 @@ enum Control {
     PublishWeights,
     /// [`LearnerHandle::current_weights`].
     Weights(Sender<Result<Arc<Weights>>>),
+    /// [`LearnerHandle::set_weights`].
+    SetWeights(Arc<Weights>, Sender<Result<()>>),
     Stop,
 }
 
@@ -407,6 +409,16 @@ impl LearnerHandle {
         rx.recv().map_err(|_| dead())?
     }
 
+    /// Replaces the learner's weights between two SGD steps ([`Learner::set_weights`]); the
+    /// next [`LearnerHandle::current_weights`] returns them.
+    pub fn set_weights(&self, weights: Arc<Weights>) -> Result<()> {
+        let (tx, rx) = bounded(1);
+        let dead =
+            || LearnerError::ThreadDied { reason: "the learner thread is not running".into() };
+        self.control.send(Control::SetWeights(weights, tx)).map_err(|_| dead())?;
+        rx.recv().map_err(|_| dead())?
+    }
+
     /// Queue sizes, timings and stall counts (RLlib's `learner_queue` and `timing_breakdown`).
     pub fn queue_stats(&self) -> LearnerQueueStats {
         let m = lock(&self.metrics);
@@ -516,7 +528,7 @@ fn fetch(
     source: &Source,
     control: &Receiver<Control>,
     timeout: Duration,
-    learner: &Learner,
+    learner: &mut Learner,
     snapshots: &mut Snapshots,
     shared: &Shared,
 ) -> std::result::Result<Slot, Interrupt> {
@@ -552,7 +564,7 @@ fn fetch(
 /// `Err(Failed)` when publishing a snapshot failed.
 fn serve(
     msg: Option<Control>,
-    learner: &Learner,
+    learner: &mut Learner,
     snapshots: &mut Snapshots,
     shared: &Shared,
 ) -> std::result::Result<(), Interrupt> {
@@ -567,6 +579,15 @@ fn serve(
         }
         Some(Control::Weights(reply)) => {
             let _ = reply.send(snapshots.current(learner, &shared.metrics));
+            Ok(())
+        }
+        Some(Control::SetWeights(weights, reply)) => {
+            let set = learner.set_weights(&weights);
+            if set.is_ok() {
+                // The version stays, so the snapshot of the old weights must not be reused.
+                snapshots.last = None;
+            }
+            let _ = reply.send(set);
             Ok(())
         }
         Some(Control::Stop) | None => Err(Interrupt::Stop),
@@ -584,7 +605,7 @@ fn learner_loop(
 ) -> Learner {
     loop {
         match control.try_recv() {
-            Ok(msg) => match serve(Some(msg), &learner, &mut snapshots, shared) {
+            Ok(msg) => match serve(Some(msg), &mut learner, &mut snapshots, shared) {
                 Ok(()) => continue,
                 Err(Interrupt::Failed(e)) => {
                     let _ = shared.outqueue.send(Err(e));
@@ -597,7 +618,7 @@ fn learner_loop(
         }
         let start = Instant::now();
         let fetched =
-            buffer.get(|| fetch(source, control, timeout, &learner, &mut snapshots, shared));
+            buffer.get(|| fetch(source, control, timeout, &mut learner, &mut snapshots, shared));
         let minibatch = match fetched {
             Ok(m) => m,
             Err(Interrupt::Timeout) => {

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use impala_config::ValidatedConfig;
-use impala_core::{CustomModel, EnvSpec, SampleBatch, Weights};
+use impala_core::{CustomModel, EnvSpec, NamedTensor, SampleBatch, Weights};
 use impala_envs::{MeanStdFilter, SharedMeanStdFilter};
 use impala_learner::{Learner, LearnerError, LearnerHandle, LearnerStats};
 use impala_profile::{span, Activity};
@@ -18,6 +18,7 @@ use impala_sampler::{
     EnvFactory, EnvRunnerGroup, EnvRunnerState, Fragment, SamplerError, SamplerMetrics,
     TrainBatchBuilder, WeightBroadcaster,
 };
+use tch::Device;
 
 use crate::builder::{batching_stage, new_learner, PolicySource, Streams};
 use crate::checkpoint::{
@@ -25,6 +26,7 @@ use crate::checkpoint::{
     sha256_hex, AlgorithmState, Counters, CHECKPOINT_FORMAT_VERSION, LEARNER_DIR,
 };
 use crate::evaluation::Evaluator;
+use crate::policy::TrainedPolicy;
 use crate::result::{LearnerQueueInfo, DEFAULT_POLICY_ID};
 use crate::settings;
 use crate::torchscript::SharedModule;
@@ -197,6 +199,46 @@ impl Impala {
             Some(filter) => Ok(filter.snapshot()?),
             None => Ok(None),
         }
+    }
+
+    /// The policy as the learner has it now (RLlib's `algo.get_policy()`): the model with a
+    /// snapshot of the learner's current weights (the broadcast's) and the run's observation
+    /// filter, acting on the CPU. It is a copy: later training does not change it
+    /// ([`Impala::update_policy`] brings it up to date).
+    pub fn get_policy(&self) -> Result<TrainedPolicy> {
+        let clip_actions = self.config.config().clip_actions;
+        let filter = self.observation_filter()?;
+        TrainedPolicy::new(
+            &self.policies,
+            filter,
+            clip_actions,
+            self.current_weights()?,
+            Device::Cpu,
+        )
+    }
+
+    /// Gives `policy` (one of [`Impala::get_policy`]) the learner's current weights and the
+    /// run's current observation filter.
+    pub fn update_policy(&self, policy: &mut TrainedPolicy) -> Result<()> {
+        policy.update(self.current_weights()?, self.observation_filter()?)
+    }
+
+    /// Replaces the learner's weights (RLlib's `algo.set_weights()`): one tensor per model
+    /// parameter, by name, in any order, as [`TrainedPolicy::get_weights`] gives them. A
+    /// missing, unknown or misshapen parameter is an [`ImpalaError::PolicyInput`] naming it,
+    /// and nothing changes. The env runners act with the new weights from their next
+    /// fragment; the optimizer state and the learner's version stay as they were.
+    pub fn set_weights(&mut self, weights: Vec<NamedTensor>) -> Result<()> {
+        // A policy of the run's model checks the weights by name, as a loaded policy does.
+        let mut policy = self.get_policy()?;
+        policy.set_weights(weights)?;
+        let weights = Arc::clone(policy.snapshot());
+        self.learner()?.set_weights(Arc::clone(&weights))?;
+        if let Some(group) = self.runners.as_mut() {
+            let ids = group.healthy_runner_ids();
+            group.sync_weights(weights, &ids);
+        }
+        Ok(())
     }
 
     /// A flag that, once set (by a Ctrl-C handler), ends the current iteration early so the

@@ -306,7 +306,7 @@ fn default_env(
 
 /// `config`'s Python envs, from `config.env` or from a pickled env creator; one is built now,
 /// so an import error or bad `env_config` is reported before any thread starts.
-fn python_envs(
+pub(crate) fn python_envs(
     config: &ValidatedConfig,
     creator: Option<PathBuf>,
 ) -> Result<(EnvFactory, Arc<impala_gym::GymEnvPool>)> {

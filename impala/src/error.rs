@@ -110,6 +110,17 @@ pub enum ImpalaError {
         /// Where we looked.
         path: PathBuf,
     },
+    /// A trained policy ([`crate::TrainedPolicy`]) was given observations, recurrent state or
+    /// weights that do not fit its model.
+    #[error("{what} {problem}; {fix}")]
+    PolicyInput {
+        /// What was given (`observations`, `state`, `weight \`policy.fc0.weight\``).
+        what: String,
+        /// How it does not fit.
+        problem: String,
+        /// What to give instead.
+        fix: String,
+    },
     /// The configuration asks for resources this machine does not have.
     #[error("impossible resource request: {reason}; {fix}")]
     ImpossibleResources {

@@ -3,15 +3,16 @@
 //! its runners afresh, so an evaluation's episodes all start in it, under its weights; and
 //! [`evaluate_checkpoint`], which evaluates a checkpoint's policy without building the algorithm.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use impala_config::{DurationUnit, ValidatedConfig};
+use impala_config::{DurationUnit, ImpalaConfig, ValidatedConfig};
 use impala_core::{EpisodeStats, Weights};
+use impala_envs::MeanStdFilter;
 use impala_sampler::{EnvContext, EnvFactory, EnvRunnerGroup};
 
-use crate::builder::{env_spec, run_envs, stream_seed, PolicySource, Streams};
+use crate::builder::{env_spec, python_envs, run_envs, stream_seed, PolicySource, Streams};
 use crate::checkpoint::{find_checkpoint, put_saved_filter, read_checkpoint, LEARNER_DIR};
 use crate::settings;
 use crate::{EpisodeWindow, EvaluationResult, ImpalaError, Result};
@@ -166,16 +167,22 @@ pub fn evaluate_checkpoint_with_env(
     evaluate(path, episodes, explore, Some(env_factory)).map_err(evaluation_fix)
 }
 
-/// A checkpoint error of an evaluation, with the fix that fits it: another checkpoint to
-/// evaluate, or the version that wrote it (neither resuming nor a new run).
+/// A checkpoint error of an evaluation, with the fix that fits it (see [`reading_fix`]).
 fn evaluation_fix(error: ImpalaError) -> ImpalaError {
+    reading_fix(error, "evaluate")
+}
+
+/// A checkpoint error of a caller that only reads the checkpoint (to `action` it: evaluate it,
+/// load its policy), with the fix that fits: another checkpoint, or the version that wrote it
+/// (neither resuming nor a new run).
+pub(crate) fn reading_fix(error: ImpalaError, action: &str) -> ImpalaError {
     match error {
         ImpalaError::CorruptCheckpoint { path, reason, .. } => {
-            let fix = "evaluate another checkpoint_NNNNNN folder of the run".into();
+            let fix = format!("{action} another checkpoint_NNNNNN folder of the run");
             ImpalaError::CorruptCheckpoint { path, reason, fix }
         }
         ImpalaError::IncompatibleCheckpoint { path, reason, .. } => {
-            let fix = "evaluate it with the impala-rs version that wrote it".into();
+            let fix = format!("{action} it with the impala-rs version that wrote it");
             ImpalaError::IncompatibleCheckpoint { path, reason, fix }
         }
         other => other,
@@ -188,34 +195,105 @@ fn evaluate(
     explore: bool,
     env_factory: Option<EnvFactory>,
 ) -> Result<EvaluationResult> {
+    let loaded = load_checkpoint_policy(path, EnvSource::factory(env_factory), |config| {
+        config.evaluation_duration = episodes.max(1);
+        config.evaluation_duration_unit = DurationUnit::Episodes;
+        config.evaluation_explore = explore;
+        config.evaluation_parallel_to_training = false;
+    })?;
+    let CheckpointPolicy { dir, config, env_factory, policies, weights, .. } = loaded;
+    // The weights must fit the model its config describes (the policy checks names, shapes).
+    policies.with_weights(Arc::clone(&weights), 0)(&EnvContext::default())
+        .map_err(|e| weights_do_not_fit(&dir, &e))?;
+    let streams = Streams::new(&config, policies.base_seed, 0);
+    let mut evaluator = Evaluator::new(config, env_factory, policies, &streams);
+    evaluator.start(weights)?;
+    evaluator.finish()
+}
+
+/// A checkpoint's policy as read from its folder, without training state: what evaluating it
+/// and [`TrainedPolicy`](crate::TrainedPolicy) need.
+pub(crate) struct CheckpointPolicy {
+    /// The checkpoint folder.
+    pub(crate) dir: PathBuf,
+    /// Its config (as adjusted by the caller), validated.
+    pub(crate) config: ValidatedConfig,
+    /// Its envs as evaluation builds them: normalising with the checkpoint's saved filter
+    /// (never updating it), with the config's wrappers.
+    pub(crate) env_factory: EnvFactory,
+    /// The saved observation filter those envs normalise with (`None` without
+    /// `normalize_observations`).
+    pub(crate) filter: Option<MeanStdFilter>,
+    /// Its model, the spec of those envs and the run's base seed.
+    pub(crate) policies: PolicySource,
+    /// Its weights (finite; not yet checked against the model).
+    pub(crate) weights: Arc<Weights>,
+}
+
+/// Where the envs of a checkpoint's policy come from.
+pub(crate) enum EnvSource {
+    /// Its config's `env` (the registry, or Gymnasium).
+    Config,
+    /// The caller's envs (as given to [`ImpalaBuilder::env_factory`](crate::ImpalaBuilder::env_factory)).
+    Factory(EnvFactory),
+    /// A pickled Python env creator (as given to
+    /// [`ImpalaBuilder::python_env_creator`](crate::ImpalaBuilder::python_env_creator)).
+    PythonCreator(PathBuf),
+}
+
+impl EnvSource {
+    /// The caller's envs if any, else the config's.
+    pub(crate) fn factory(env_factory: Option<EnvFactory>) -> Self {
+        env_factory.map_or(EnvSource::Config, EnvSource::Factory)
+    }
+}
+
+/// Reads the checkpoint at `path` (a `checkpoint_NNNNNN` folder, or a run folder for its
+/// newest): its files verified against the manifest, its config (`adjust`ed, then validated),
+/// the envs of that config (or of `envs`) normalising with the saved observation filter, and
+/// its weights.
+pub(crate) fn load_checkpoint_policy(
+    path: &Path,
+    envs: EnvSource,
+    adjust: impl FnOnce(&mut ImpalaConfig),
+) -> Result<CheckpointPolicy> {
     let dir = find_checkpoint(path)?;
     let (state, mut config) = read_checkpoint(&dir)?;
-    config.evaluation_duration = episodes.max(1);
-    config.evaluation_duration_unit = DurationUnit::Episodes;
-    config.evaluation_explore = explore;
-    config.evaluation_parallel_to_training = false;
+    adjust(&mut config);
     let config = config.validate()?;
-    let corrupt = |reason: String| ImpalaError::corrupt_checkpoint(&dir, reason);
-    let envs = run_envs(&config, env_factory)?;
+    let custom = match envs {
+        EnvSource::Config => None,
+        EnvSource::Factory(factory) => Some(factory),
+        EnvSource::PythonCreator(creator) => Some(python_envs(&config, Some(creator))?.0),
+    };
+    let envs = run_envs(&config, custom)?;
     // The policy sees observations normalised as in training: with the run's saved filter.
     put_saved_filter(envs.filter.as_ref(), state.observation_filter, &dir)?;
     let env_factory = envs.evaluation;
     let spec = env_spec(&config, &env_factory)?;
+    let filter = match &envs.filter {
+        Some(filter) => filter.snapshot()?,
+        None => None,
+    };
     let weights =
         impala_learner::read_model_weights(&dir.join(LEARNER_DIR), state.counters.num_grad_updates)
-            .map_err(|e| corrupt(format!("its weights do not load ({e})")))?;
+            .map_err(|e| {
+                ImpalaError::corrupt_checkpoint(&dir, format!("its weights do not load ({e})"))
+            })?;
     let policies = PolicySource {
         model: Arc::new(settings::model(&config)),
         spec,
         base_seed: state.base_seed,
     };
-    // The weights must fit the model its config describes (the policy checks names, shapes).
-    policies.with_weights(Arc::clone(&weights), 0)(&EnvContext::default())
-        .map_err(|e| corrupt(format!("its weights do not fit its config's model ({e})")))?;
-    let streams = Streams::new(&config, state.base_seed, 0);
-    let mut evaluator = Evaluator::new(config, env_factory, policies, &streams);
-    evaluator.start(weights)?;
-    evaluator.finish()
+    Ok(CheckpointPolicy { dir, config, env_factory, filter, policies, weights })
+}
+
+/// The error of a checkpoint whose weights do not fit the model its config describes.
+pub(crate) fn weights_do_not_fit(dir: &Path, error: &dyn std::fmt::Display) -> ImpalaError {
+    ImpalaError::corrupt_checkpoint(
+        dir,
+        format!("its weights do not fit its config's model ({error})"),
+    )
 }
 
 #[cfg(test)]

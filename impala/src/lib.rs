@@ -69,6 +69,7 @@ mod evaluation;
 mod logger;
 pub mod logging;
 mod metrics;
+mod policy;
 pub mod remote;
 mod result;
 pub mod run;
@@ -88,12 +89,15 @@ pub use logger::{
     PROGRESS_FILE, RESULT_FILE,
 };
 pub use metrics::{peak_rss_mib, EpisodeSummary, EpisodeWindow};
+pub use policy::TrainedPolicy;
 pub use result::{
     flatten, EvaluationResult, IterationResult, LearnerQueueInfo, Perf, PolicyLearnerInfo,
     ResultInfo, DEFAULT_POLICY_ID,
 };
 pub use source::{ConfigSource, EXAMPLE_CONFIGS};
 pub use stop::StopCriteria;
+/// Where a [`TrainedPolicy`] runs (libtorch's device: `Device::Cpu`, `Device::Cuda(i)`).
+pub use tch::Device;
 pub use tensorboard::EventWriter;
 
 /// `ImpalaConfig`: every RLlib option, builder groups, files, validation.

@@ -5,6 +5,7 @@ mod common;
 mod learner_settings;
 mod models;
 mod options;
+mod policy;
 #[cfg(unix)]
 mod runner_processes;
 mod settings;

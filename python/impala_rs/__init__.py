@@ -18,8 +18,9 @@ Envs: the native classic-control ids, any Gymnasium id, an entry point
 ``.environment(...)``, or a name given to :func:`register_env`. Python envs are stepped in env
 worker processes, never in this interpreter. Models: RLlib's catalog (``model`` options),
 ``"impala_resnet"``, a TorchScript file, or a ``torch.nn.Module`` class passed as
-``model={"custom_model": cls}`` or named with :func:`register_custom_model`. Ray Tune:
-:class:`impala_rs.tune.Impala`.
+``model={"custom_model": cls}`` or named with :func:`register_custom_model`. Trained policies:
+``algo.compute_single_action(obs)``, ``algo.get_policy()``, or :meth:`Policy.from_checkpoint`
+without an algorithm. Ray Tune: :class:`impala_rs.tune.Impala`.
 """
 
 # The native module links the torch wheel's libtorch (its run path is `../torch/lib`), so it
@@ -29,6 +30,7 @@ from ._impala_rs import ConfigError, ImpalaError, __version__, evaluate_checkpoi
 from .algorithm import Impala
 from .config import IMPALAConfig
 from .models import register_custom_model, registered_models
+from .policy import DEFAULT_POLICY_ID, Policy
 from .registry import register_env, registered_envs
 
 #: RLlib's spelling of the algorithm's name.
@@ -36,10 +38,12 @@ IMPALA = Impala
 
 __all__ = [
     "IMPALA",
+    "DEFAULT_POLICY_ID",
     "IMPALAConfig",
     "ConfigError",
     "Impala",
     "ImpalaError",
+    "Policy",
     "__version__",
     "evaluate_checkpoint",
     "register_custom_model",

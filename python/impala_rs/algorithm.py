@@ -7,6 +7,7 @@ import tempfile
 from . import _impala_rs
 from .config import IMPALAConfig
 from .models import script_model
+from .policy import DEFAULT_POLICY_ID, Policy, _tensors
 from .registry import PickledCreator
 
 
@@ -33,6 +34,9 @@ class Impala:
             native["python_executable"] = sys.executable
         name, creator = self.config._env_creator()
         self._creator = PickledCreator(name, creator) if creator is not None else None
+        # The policy `compute_single_action`/`compute_actions` act with, brought up to the
+        # learner's weights on every call.
+        self._policy = None
         creator_path = self._creator.path if self._creator else None
         try:
             model = self.config._python_model()
@@ -65,6 +69,53 @@ class Impala:
         """``evaluation_duration`` evaluation episodes with the current weights (greedy unless
         ``evaluation_explore``); ``{"env_runners": {"episode_return_mean": ...}}``."""
         return self._native.evaluate()
+
+    def get_policy(self, policy_id=DEFAULT_POLICY_ID):
+        """The policy (RLlib's ``algo.get_policy()``) with the learner's current weights and
+        the run's observation filter: a :class:`Policy` snapshot that later training does not
+        change (call again for newer weights)."""
+        _check_policy_id(policy_id)
+        return Policy(self._native.get_policy())
+
+    def _current_policy(self, policy_id):
+        _check_policy_id(policy_id)
+        if self._policy is None:
+            self._policy = self.get_policy()
+        else:
+            self._native.update_policy(self._policy._native)
+        return self._policy
+
+    def compute_single_action(self, observation=None, state=None, policy_id=DEFAULT_POLICY_ID, explore=True):
+        """An action for one observation with the learner's current weights (RLlib's
+        ``algo.compute_single_action``): the action, or ``(action, state_out, info)`` when a
+        ``state`` is given (``policy.get_initial_state()`` for a new episode). Greedy when
+        ``explore`` is False. See :class:`Policy` for what observations may be."""
+        policy = self._current_policy(policy_id)
+        action, state_out, info = policy.compute_single_action(observation, state, explore=explore)
+        return action if state is None else (action, state_out, info)
+
+    def compute_actions(self, obs_batch, state_batches=None, policy_id=DEFAULT_POLICY_ID, explore=True):
+        """Actions for a batch of observations with the learner's current weights: the
+        actions, or ``(actions, state_outs, info)`` when ``state_batches`` are given."""
+        policy = self._current_policy(policy_id)
+        actions, state_outs, info = policy.compute_actions(obs_batch, state_batches, explore=explore)
+        return actions if state_batches is None else (actions, state_outs, info)
+
+    def get_weights(self, policies=None):
+        """The learner's current weights as RLlib's ``algo.get_weights()`` gives them:
+        ``{policy id: {parameter name: float32 array}}``."""
+        for policy_id in policies or []:
+            _check_policy_id(policy_id)
+        return {DEFAULT_POLICY_ID: self.get_policy().get_weights()}
+
+    def set_weights(self, weights):
+        """Replaces the learner's weights (RLlib's ``algo.set_weights()``) with
+        ``{policy id: {parameter name: array}}``, every parameter of ``get_weights()``; the env
+        runners act with them from their next fragment. A missing, unknown or misshapen
+        parameter raises ``ImpalaError`` naming it, and nothing changes."""
+        for policy_id, policy_weights in weights.items():
+            _check_policy_id(policy_id)
+            self._native.set_weights(_tensors(policy_weights))
 
     def save(self, checkpoint_dir=None):
         """Writes ``checkpoint_dir/checkpoint_<iteration>`` (a fresh temporary folder when
@@ -112,3 +163,9 @@ class Impala:
         except _impala_rs.ImpalaError:
             state = "stopped"
         return f"Impala(env={json.dumps(self.config._env_creator()[0])}, {state})"
+
+
+def _check_policy_id(policy_id):
+    """IMPALA trains one policy, ``default_policy``; another id is a ``KeyError``."""
+    if policy_id != DEFAULT_POLICY_ID:
+        raise KeyError(f"no policy {policy_id!r}: the algorithm trains one, {DEFAULT_POLICY_ID!r}")

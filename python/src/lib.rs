@@ -4,9 +4,9 @@
 //! cannot drift apart. The builder (`IMPALAConfig`), `register_env` and the Ray Tune trainable
 //! are Python, in `python/impala_rs/`.
 //!
-//! Every call that trains, evaluates, saves or restores releases the interpreter lock, so other
-//! Python threads run meanwhile; Ctrl-C during `train()` ends the iteration early and then
-//! raises `KeyboardInterrupt` with the algorithm intact.
+//! Every call that trains, evaluates, saves, restores or acts releases the interpreter lock, so
+//! other Python threads run meanwhile; Ctrl-C during `train()` ends the iteration early and
+//! then raises `KeyboardInterrupt` with the algorithm intact.
 #![deny(missing_docs)]
 
 use std::collections::BTreeMap;
@@ -15,12 +15,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Once, PoisonError};
 
 use impala::config::{ConfigError as RustConfigError, ImpalaConfig, ValidatedConfig};
-use impala::core::Space;
-use impala::{Impala, ImpalaError as RustImpalaError};
+use impala::core::{NamedTensor, Space};
+use impala::{Impala, ImpalaError as RustImpalaError, TrainedPolicy};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyString, PyTuple};
 use serde_json::Value;
 
 create_exception!(
@@ -258,6 +258,27 @@ impl Algorithm {
         self.lock().as_ref().map(Impala::iteration).ok_or_else(stopped)
     }
 
+    /// The policy with the learner's current weights and the run's observation filter (a
+    /// copy: later training does not change it; see `update_policy`).
+    fn get_policy(&self, py: Python<'_>) -> PyResult<Policy> {
+        let policy = self.with(py, |algo| algo.get_policy())?;
+        Ok(Policy { inner: Mutex::new(policy) })
+    }
+
+    /// Replaces the learner's weights with `(name, shape, float32 bytes)`, one per parameter
+    /// (the env runners act with them from their next fragment); a missing, unknown or
+    /// misshapen one raises `ImpalaError` naming it.
+    fn set_weights(&self, py: Python<'_>, weights: Vec<RawTensor>) -> PyResult<()> {
+        let tensors = named_tensors(weights)?;
+        self.with(py, |algo| algo.set_weights(tensors))
+    }
+
+    /// Gives `policy` (one of `get_policy()`) the learner's current weights and the run's
+    /// current observation filter.
+    fn update_policy(&self, py: Python<'_>, policy: &Policy) -> PyResult<()> {
+        self.with(py, |algo| algo.update_policy(&mut policy.lock()))
+    }
+
     /// The validated config, every option included.
     #[getter]
     fn config(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
@@ -297,6 +318,138 @@ impl Drop for Algorithm {
             }
         }
     }
+}
+
+/// A trained policy ([`impala::TrainedPolicy`]): a checkpoint's, or a snapshot of an
+/// algorithm's current weights. Observations, states and outputs cross as native-endian
+/// `float32` bytes (the package's `Policy` turns numpy arrays into them and back).
+#[pyclass(module = "impala_rs._impala_rs")]
+struct Policy {
+    /// Calls from several Python threads take turns.
+    inner: Mutex<TrainedPolicy>,
+}
+
+/// What `compute_actions` returns: actions, state_out, action-distribution inputs, action
+/// log-probabilities and value predictions, each as `float32` bytes.
+type ActionBytes = (Py<PyBytes>, Py<PyBytes>, Py<PyBytes>, Py<PyBytes>, Py<PyBytes>);
+
+#[pymethods]
+impl Policy {
+    /// Loads a checkpoint's policy (a checkpoint folder, or a run folder's newest checkpoint)
+    /// onto the CPU: no algorithm, env runners or learner. A run on a Python env creator's
+    /// envs needs it again as `env_creator` (pickled, as for `Algorithm`) for the spaces.
+    #[staticmethod]
+    #[pyo3(signature = (path, env_creator = None))]
+    fn from_checkpoint(
+        py: Python<'_>,
+        path: PathBuf,
+        env_creator: Option<PathBuf>,
+    ) -> PyResult<Self> {
+        let cpu = impala::Device::Cpu;
+        let policy = py
+            .detach(|| match env_creator {
+                Some(creator) => {
+                    TrainedPolicy::from_checkpoint_with_python_env_creator(&path, creator, cpu)
+                }
+                None => TrainedPolicy::from_checkpoint(&path, cpu),
+            })
+            .map_err(impala_err)?;
+        Ok(Policy { inner: Mutex::new(policy) })
+    }
+
+    /// Acts on `obs` (rows of the observation space's flat size) with recurrent `states`
+    /// (empty: initial states); see [`TrainedPolicy::compute_actions`].
+    fn compute_actions(
+        &self,
+        py: Python<'_>,
+        obs: &[u8],
+        states: &[u8],
+        explore: bool,
+    ) -> PyResult<ActionBytes> {
+        let (obs, states) = (floats(obs, "observations")?, floats(states, "state")?);
+        let out = py
+            .detach(|| self.lock().compute_actions(&obs, &states, explore))
+            .map_err(impala_err)?;
+        let bytes = |v: &[f32]| PyBytes::new(py, &to_bytes(v)).unbind();
+        Ok((
+            bytes(&out.actions),
+            bytes(&out.state_out),
+            bytes(&out.action_dist_inputs),
+            bytes(&out.action_logp),
+            bytes(&out.vf_preds),
+        ))
+    }
+
+    /// The weights as `(name, shape, float32 bytes)`, sorted by name.
+    fn get_weights(&self, py: Python<'_>) -> Vec<(String, Vec<usize>, Py<PyBytes>)> {
+        let weights = self.lock().get_weights();
+        weights
+            .into_iter()
+            .map(|w| (w.name, w.shape, PyBytes::new(py, &to_bytes(&w.data)).unbind()))
+            .collect()
+    }
+
+    /// Replaces the weights with `(name, shape, float32 bytes)`, one per parameter; a missing,
+    /// unknown or misshapen one raises `ImpalaError` naming it.
+    fn set_weights(&self, py: Python<'_>, weights: Vec<RawTensor>) -> PyResult<()> {
+        let tensors = named_tensors(weights)?;
+        py.detach(|| self.lock().set_weights(tensors)).map_err(impala_err)
+    }
+
+    /// The observation space as [`env_spec`] describes spaces.
+    #[getter]
+    fn observation_space(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(space_to_python(py, self.lock().observation_space())?.into_any().unbind())
+    }
+
+    /// The action space as [`env_spec`] describes spaces.
+    #[getter]
+    fn action_space(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        Ok(space_to_python(py, self.lock().action_space())?.into_any().unbind())
+    }
+
+    /// Values of one episode's recurrent state (0 without one).
+    #[getter]
+    fn state_dim(&self) -> usize {
+        self.lock().state_dim()
+    }
+}
+
+impl Policy {
+    /// The policy; a panic in an earlier call (already reported) does not lock it away.
+    fn lock(&self) -> MutexGuard<'_, TrainedPolicy> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A weight as Python passes it: `(name, shape, float32 bytes)`.
+type RawTensor = (String, Vec<usize>, Vec<u8>);
+
+/// Weights from Python as tensors.
+fn named_tensors(weights: Vec<RawTensor>) -> PyResult<Vec<NamedTensor>> {
+    weights
+        .into_iter()
+        .map(|(name, shape, data)| {
+            let data = floats(&data, &format!("weight `{name}`"))?;
+            Ok(NamedTensor { name, shape, data })
+        })
+        .collect()
+}
+
+/// Native-endian `float32` bytes as floats; `what` names them in the error.
+fn floats(bytes: &[u8], what: &str) -> PyResult<Vec<f32>> {
+    if bytes.len() % 4 != 0 {
+        return Err(PyValueError::new_err(format!(
+            "{what}: {} bytes are no whole number of float32 values",
+            bytes.len()
+        )));
+    }
+    Ok(bytes.chunks_exact(4).map(|c| f32::from_ne_bytes([c[0], c[1], c[2], c[3]])).collect())
+}
+
+/// Floats as native-endian `float32` bytes.
+fn to_bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_ne_bytes()).collect()
 }
 
 fn stopped() -> PyErr {
@@ -490,6 +643,7 @@ fn _impala_rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ImpalaError", m.py().get_type::<ImpalaError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Algorithm>()?;
+    m.add_class::<Policy>()?;
     m.add_function(wrap_pyfunction!(config_keys, m)?)?;
     m.add_function(wrap_pyfunction!(config_aliases, m)?)?;
     m.add_function(wrap_pyfunction!(nearest_key, m)?)?;
