@@ -27,6 +27,7 @@ import warnings
 from typing import List
 
 from ._impala_rs import ConfigError, ImpalaError
+from .registry import find_in_tune
 
 #: The model names the core builds itself.
 BUILTIN_MODELS = ("impala_resnet",)
@@ -75,18 +76,7 @@ def find_model(name):
     RLlib's ``ModelCatalog.register_custom_model``); ``None`` when there is none."""
     if name in _MODELS:
         return _MODELS[name]
-    if "ray" not in sys.modules:
-        return None
-    try:
-        from ray.tune.registry import RLLIB_MODEL, _global_registry
-    except ImportError:
-        return None
-    try:
-        if _global_registry.contains(RLLIB_MODEL, name):
-            return _global_registry.get(RLLIB_MODEL, name)
-    except Exception:  # noqa: BLE001 - no Ray session: nothing registered there
-        return None
-    return None
+    return find_in_tune("RLLIB_MODEL", name)
 
 
 def python_model(model):

@@ -49,8 +49,26 @@ def find_creator(name):
     ``None`` for ids and entry points."""
     if name in _CREATORS:
         return _CREATORS[name]
+    return find_in_tune("ENV_CREATOR", name)
+
+
+def find_in_tune(category, name):
+    """What Ray Tune's registry holds as ``name`` in ``category`` (``"ENV_CREATOR"``,
+    ``"RLLIB_MODEL"``); ``None`` without Ray or a registration. Ray is only looked at once
+    imported, so the package never imports it."""
     if "ray" not in sys.modules:
         return None
+    try:
+        from ray.tune import registry
+    except ImportError:
+        return None
+    try:
+        kind = getattr(registry, category)
+        if registry._global_registry.contains(kind, name):
+            return registry._global_registry.get(kind, name)
+    except Exception:  # noqa: BLE001 - no Ray session: nothing registered there
+        return None
+    return None
     try:
         from ray.tune.registry import ENV_CREATOR, _global_registry
     except ImportError:

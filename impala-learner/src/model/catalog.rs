@@ -364,18 +364,7 @@ impl Model for ActorCritic {
             self.encoding.encode(obs)?
         };
         let feats = self.torso.forward(x.shallow_clone())?;
-        let (head_in, state) = match (&self.lstm, unroll) {
-            (Some(lstm), Some(u)) => {
-                let (out, state) = lstm.unroll(&feats, &u)?;
-                (out, Some(state))
-            }
-            (Some(_), None) => {
-                return Err(LearnerError::Batch {
-                    reason: "an LSTM model needs its recurrent state".into(),
-                })
-            }
-            (None, _) => (feats, None),
-        };
+        let (head_in, state) = Lstm::wrap(self.lstm.as_ref(), feats, unroll)?;
         let mut dist_inputs = head_in.f_linear(&self.logits.ws, self.logits.bs.as_ref())?;
         if let Some(log_std) = &self.log_std {
             // `expand_as`, not the batch size: a traced export works for any batch.
@@ -423,6 +412,25 @@ impl Lstm {
             cell_size: hi,
             max_seq_len: config.max_seq_len.get(),
         })
+    }
+
+    /// The heads' input: `feats` through `lstm` when there is one (with the state after the
+    /// last step), else `feats`.
+    pub(crate) fn wrap(
+        lstm: Option<&Lstm>,
+        feats: Tensor,
+        unroll: Option<Unroll<'_>>,
+    ) -> Result<(Tensor, Option<Tensor>)> {
+        match (lstm, unroll) {
+            (Some(lstm), Some(u)) => {
+                let (out, state) = lstm.unroll(&feats, &u)?;
+                Ok((out, Some(state)))
+            }
+            (Some(_), None) => Err(LearnerError::Batch {
+                reason: "an LSTM model needs its recurrent state".into(),
+            }),
+            (None, _) => Ok((feats, None)),
+        }
     }
 
     /// Recurrent state per env: `h` then `c`.

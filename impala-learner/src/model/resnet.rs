@@ -144,18 +144,7 @@ impl Model for ImpalaResNet {
         }
         let x = x.f_relu()?.f_flatten(1, -1)?;
         let feats = x.f_linear(&self.fc.ws, self.fc.bs.as_ref())?.f_relu()?;
-        let (head_in, state) = match (&self.lstm, unroll) {
-            (Some(lstm), Some(u)) => {
-                let (out, state) = lstm.unroll(&feats, &u)?;
-                (out, Some(state))
-            }
-            (Some(_), None) => {
-                return Err(LearnerError::Batch {
-                    reason: "an LSTM model needs its recurrent state".into(),
-                })
-            }
-            (None, _) => (feats, None),
-        };
+        let (head_in, state) = Lstm::wrap(self.lstm.as_ref(), feats, unroll)?;
         let dist_inputs = head_in.f_linear(&self.logits.ws, self.logits.bs.as_ref())?;
         let values = head_in.f_linear(&self.value.ws, self.value.bs.as_ref())?.f_squeeze_dim(1)?;
         Ok(ModelOutput { dist_inputs, values, state })
