@@ -5,11 +5,13 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;
 
-use impala_core::{CustomModel, Policy, PolicyInput, PolicyOutput, Space};
-use impala_learner::{Learner, LearnerError, LearnerSettings, ModelSettings, TorchPolicy};
-use tch::Device;
+use impala_core::{CustomModel, EnvSpec, Policy, PolicyInput, PolicyOutput, ResNetSettings, Space};
+use impala_learner::{Learner, LearnerError, LearnerSettings, ModelSettings, TorchPolicy, Unroll};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+use tch::{Device, Tensor};
 
-use crate::common::{max_weight_diff, random_batch, spec, TestResult};
+use crate::common::{max_weight_diff, nz, random_batch, spec, TestResult};
 
 /// The modules of `fixtures/scripted_models.py`, written once per test run.
 fn modules() -> Result<&'static Path, String> {
@@ -172,5 +174,71 @@ fn scripted_modules_on_three_towers_make_one_towers_update() -> TestResult {
         let diff = max_weight_diff(&one.weights()?, &many.weights()?);
         assert!(diff < 1e-5, "{name}: weights differ by {diff}");
     }
+    Ok(())
+}
+
+/// `impala_resnet` with `use_lstm`: the runner's step-by-step inference carries the LSTM's
+/// state, the learner's unroll over the same steps gives the same values, and it trains.
+#[test]
+fn impala_resnet_with_an_lstm_carries_its_state_and_trains() -> TestResult {
+    let spec = EnvSpec {
+        id: "Frames".into(),
+        observation_space: Space::Bytes { shape: vec![12, 12, 2] },
+        action_space: Space::Discrete(3),
+        max_episode_steps: None,
+    };
+    let settings = LearnerSettings {
+        model_seed: 5,
+        model: ModelSettings {
+            custom_model: Some(CustomModel::ImpalaResNet(ResNetSettings {
+                channels: vec![4, 8],
+                hidden: 16,
+            })),
+            use_lstm: true,
+            lstm_cell_size: nz(8),
+            ..ModelSettings::default()
+        },
+        ..LearnerSettings::default()
+    };
+    let mut learner = Learner::new(&settings, &spec, Device::Cpu)?;
+    let mut policy = TorchPolicy::new(&settings.model, &spec, settings.model_seed, 0)?;
+    let (t, b, sd, obs_dim) = (4, 2, 16, 12 * 12 * 2);
+    assert_eq!(policy.state_dim(), sd, "h and c of 8 each");
+
+    // The runner acts step by step from the zero state, carrying the state it gets back.
+    let mut rng = SmallRng::seed_from_u64(2);
+    let mut obs = Vec::with_capacity(t * b * obs_dim);
+    let (mut state, mut values) = (vec![0.0f32; b * sd], Vec::with_capacity(t * b));
+    let mut out = PolicyOutput::default();
+    for _ in 0..t {
+        let step: Vec<f32> = (0..b * obs_dim).map(|_| f32::from(rng.random::<u8>())).collect();
+        policy.compute_actions(
+            &PolicyInput { obs: &step, num_envs: b, state: &state, explore: true },
+            &mut out,
+        )?;
+        assert_eq!(out.state_out.len(), b * sd);
+        assert_ne!(out.state_out, state, "the LSTM's state moved");
+        state.clone_from(&out.state_out);
+        values.extend_from_slice(&out.vf_preds);
+        obs.extend(step);
+    }
+
+    // The learner unrolls the same steps from the same state.
+    let obs = Tensor::f_from_slice(&obs)?.f_view([(t * b) as i64, obs_dim as i64])?;
+    let state_in = Tensor::f_zeros([b as i64, sd as i64], (tch::Kind::Float, Device::Cpu))?;
+    let unroll = Unroll { steps: t, rows: b, state: &state_in, not_done: None };
+    let fwd = learner.model().forward(&obs, Some(unroll))?;
+    let unrolled = Vec::<f32>::try_from(&fwd.values.f_detach()?)?;
+    let final_state = fwd.state.ok_or(LearnerError::Batch { reason: "no state".into() })?;
+    let final_state = Vec::<f32>::try_from(&final_state.f_flatten(0, -1)?.f_detach()?)?;
+    let close = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5);
+    assert!(close(&unrolled, &values), "{unrolled:?} vs {values:?}");
+    assert!(close(&final_state, &state));
+
+    // And trains on batches that carry a state in.
+    let before = learner.weights()?;
+    let stats = learner.update(&random_batch(&spec, 6, 3, sd, 4), 0)?;
+    assert!(stats.total_loss.is_finite() && stats.grad_gnorm > 0.0, "{stats:?}");
+    assert!(max_weight_diff(&before, &learner.weights()?) > 0.0);
     Ok(())
 }

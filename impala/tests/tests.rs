@@ -2,6 +2,7 @@
 
 mod algorithm;
 mod common;
+mod image_model;
 mod learner_settings;
 mod models;
 mod options;
