@@ -11,6 +11,18 @@
 //! - `learner_thread_weights_every_step`: the same with a weight snapshot requested and taken
 //!   after every step (the old behaviour; a driver asks every `broadcast_interval` steps).
 //!
+//! Custom models, at train batch 500 (T = 50, B = 10):
+//!
+//! - `cartpole_64x64_train_batch_500`: the embedded CartPole config's network (two [64, 64]
+//!   tanh torsos, policy and value) as a TorchScript module (`benches/cartpole_mlp.py`, run with
+//!   the venv's Python or `IMPALA_PYTHON`): `Learner::update` with it, with the built-in model
+//!   of the same shape, and a hand-written tch step on the same module (forward, the same loss
+//!   terms, backward, libtorch's Adam with global-norm clipping: the floor);
+//! - `impala_resnet_train_batch_500`: `Learner::update` of the IMPALA paper's ResNet
+//!   (`model.custom_model = "impala_resnet"`, channels [16, 32, 32], hidden 256) on 84x84x4
+//!   byte observations at 1 and 2 libtorch threads, beside `atari_cnn_train_batch_500`;
+//!   `benches/resnet_pytorch.py` times bare PyTorch's same network and step.
+//!
 //! Plus `Learner::update` of RLlib's default 84x84x4 Atari conv net on byte observations (what
 //! Pong trains) at 1 and 2 libtorch threads, `TorchPolicy` inference for 1, 8 and 32 envs, and
 //! on a CUDA machine the learner step on the GPU for the CartPole MLP and the Atari conv net.
@@ -20,15 +32,21 @@
 #![allow(missing_docs, reason = "criterion_group! generates an undocumented function")]
 
 use std::hint::black_box;
+use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use impala_core::{EnvSpec, Policy, PolicyInput, PolicyOutput, SampleBatch, Space};
-use impala_learner::{Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings, TorchPolicy};
+use impala_core::{
+    CustomModel, EnvSpec, Policy, PolicyInput, PolicyOutput, ResNetSettings, SampleBatch, Space,
+};
+use impala_learner::{
+    Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings, ModelSettings, TorchPolicy,
+};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tch::nn::{self, Module, OptimizerConfig};
-use tch::{Device, Kind, Tensor};
+use tch::{Device, IValue, Kind, TchError, Tensor, TrainableCModule};
 
 const T: usize = 50;
 const B: usize = 10;
@@ -207,6 +225,155 @@ fn atari_train_batch(c: &mut Criterion) {
     group.finish();
 }
 
+/// `benches/cartpole_mlp.py` run with the venv's Python (or `IMPALA_PYTHON`): the embedded
+/// CartPole config's network as TorchScript. `None`, saying why, where that Python cannot run.
+fn scripted_cartpole_mlp() -> Option<PathBuf> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let python = std::env::var_os("IMPALA_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("../.venv/bin/python"));
+    let out =
+        std::env::temp_dir().join(format!("impala-bench-cartpole-mlp-{}.pt", std::process::id()));
+    let run = Command::new(&python).arg(root.join("benches/cartpole_mlp.py")).arg(&out).output();
+    match run {
+        Ok(done) if done.status.success() => Some(out),
+        Ok(done) => {
+            println!("skipping the TorchScript benches: {}", String::from_utf8_lossy(&done.stderr));
+            None
+        }
+        Err(e) => {
+            println!("skipping the TorchScript benches: {}: {e}", python.display());
+            None
+        }
+    }
+}
+
+/// A hand-written tch training step on a TorchScript module returning `(logits, value)`:
+/// forward, the learner's loss terms, backward, libtorch's Adam with global-norm clipping.
+struct BareScripted {
+    module: TrainableCModule,
+    opt: nn::Optimizer,
+    _vs: nn::VarStore,
+}
+
+impl BareScripted {
+    fn new(path: &Path) -> Result<Self, TchError> {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let mut module = TrainableCModule::load(path, vs.root())?;
+        module.f_set_train()?;
+        let opt = nn::Adam::default().build(&vs, 5e-4)?;
+        Ok(BareScripted { module, opt, _vs: vs })
+    }
+
+    fn step(
+        &mut self,
+        obs: &Tensor,
+        actions: &Tensor,
+        adv: &Tensor,
+        targets: &Tensor,
+    ) -> Result<f64, TchError> {
+        let IValue::Tuple(out) = self.module.forward_is(&[IValue::Tensor(obs.shallow_clone())])?
+        else {
+            return Err(TchError::Kind("forward should return (logits, value)".into()));
+        };
+        let [IValue::Tensor(logits), IValue::Tensor(v)] = &out[..] else {
+            return Err(TchError::Kind("forward should return (logits, value)".into()));
+        };
+        let logp = logits.log_softmax(-1, Kind::Float);
+        let pi = -(logp.gather(1, actions, false).squeeze_dim(1) * adv).sum(Kind::Float);
+        let entropy = -(logp.exp() * &logp).sum(Kind::Float);
+        let vf = (v - targets).square().sum(Kind::Float) * 0.5;
+        let loss = pi - entropy * 0.01 + vf * 0.5;
+        self.opt.backward_step_clip_norm(&loss, 40.0);
+        loss.f_double_value(&[])
+    }
+}
+
+/// The embedded CartPole config's network at train batch 500: built in, as TorchScript through
+/// the learner, and the same TorchScript module in a bare tch loop.
+fn cartpole_custom_model_train_batch(c: &mut Criterion) {
+    tch::set_num_threads(1);
+    let Some(path) = scripted_cartpole_mlp() else {
+        return;
+    };
+    let spec = cartpole();
+    let train = batch(&spec, B, 0);
+    let n = (T * B) as i64;
+    let mut group = c.benchmark_group("cartpole_64x64_train_batch_500");
+    group.throughput(Throughput::Elements(n as u64));
+    if let Ok(mut bare) = BareScripted::new(&path) {
+        let obs = Tensor::from_slice(&train.obs.to_f32()).view([n, 4]);
+        let actions = Tensor::from_slice(&train.actions).to_kind(Kind::Int64).view([n, 1]);
+        let adv = Tensor::from_slice(&train.rewards);
+        let targets = Tensor::from_slice(&train.rewards);
+        group.bench_function("bare_libtorch_torchscript_step", |b| {
+            b.iter(|| black_box(bare.step(&obs, &actions, &adv, &targets)))
+        });
+    }
+    let builtin = ModelSettings {
+        fcnet_hiddens: vec![64, 64],
+        vf_share_layers: false,
+        ..ModelSettings::default()
+    };
+    let scripted = ModelSettings {
+        custom_model: Some(CustomModel::TorchScript(path.clone())),
+        ..builtin.clone()
+    };
+    let models = [("torchscript", scripted), ("builtin", builtin)];
+    for (name, model) in &models {
+        let settings =
+            LearnerSettings { model_seed: 0, model: model.clone(), ..Default::default() };
+        match Learner::new(&settings, &spec, Device::Cpu) {
+            Ok(mut learner) => {
+                group.bench_function(format!("learner_update_{name}"), |b| {
+                    b.iter(|| black_box(learner.update(&train, 0).map(|s| s.total_loss)))
+                });
+            }
+            Err(e) => println!("learner_update_{name}: {e}"),
+        }
+    }
+    group.finish();
+    // What an env runner of the embedded config does per step: act for its 8 envs.
+    for (name, model) in &models {
+        match TorchPolicy::new(model, &spec, 0, 0) {
+            Ok(policy) => {
+                let group = format!("cartpole_64x64_{name}_policy_inference");
+                bench_inference(c, &group, policy, &spec, &[1, 8]);
+            }
+            Err(e) => println!("{name} policy: {e}"),
+        }
+    }
+    let _ = std::fs::remove_file(&path);
+}
+
+/// The IMPALA paper's ResNet's learner step on 84x84x4 byte observations on the CPU at 1 and 2
+/// libtorch threads (`benches/resnet_pytorch.py` is bare PyTorch's).
+fn impala_resnet_train_batch(c: &mut Criterion) {
+    let spec = atari();
+    let model = ModelSettings {
+        custom_model: Some(CustomModel::ImpalaResNet(ResNetSettings::default())),
+        ..ModelSettings::default()
+    };
+    let settings = LearnerSettings { model_seed: 0, model, ..LearnerSettings::default() };
+    let train = batch(&spec, B, 2);
+    let mut group = c.benchmark_group("impala_resnet_train_batch_500");
+    group.throughput(Throughput::Elements((T * B) as u64));
+    group.sample_size(10);
+    for threads in [1, 2] {
+        tch::set_num_threads(threads);
+        match Learner::new(&settings, &spec, Device::Cpu) {
+            Ok(mut learner) => {
+                group.bench_function(BenchmarkId::new("learner_update_threads", threads), |b| {
+                    b.iter(|| black_box(learner.update(&train, 0).map(|s| s.total_loss)))
+                });
+            }
+            Err(e) => println!("impala_resnet: {e}"),
+        }
+    }
+    tch::set_num_threads(1);
+    group.finish();
+}
+
 fn policy_inference(c: &mut Criterion) {
     tch::set_num_threads(1);
     let (settings, _) = default_settings();
@@ -271,7 +438,9 @@ fn cuda_train_batch(c: &mut Criterion) {
 criterion_group!(
     benches,
     cartpole_train_batch,
+    cartpole_custom_model_train_batch,
     atari_train_batch,
+    impala_resnet_train_batch,
     policy_inference,
     cuda_train_batch
 );

@@ -209,9 +209,19 @@ pub fn observations(obs: &Tensor, space: &Space) -> Result<Tensor> {
         Space::Discrete(n) => one_hot(obs, &[*n])?,
         Space::MultiDiscrete(nvec) => one_hot(obs, nvec)?,
         Space::Box { shape, .. } | Space::Bytes { shape } => {
+            // Float observations of a flat space are already what the model reads: they pass
+            // without a conversion or a view, each a libtorch dispatch, which a runner's
+            // forward pass of a small MLP pays for every step.
+            let x = match obs.kind() {
+                Kind::Float => obs.shallow_clone(),
+                _ => obs.f_to_kind(Kind::Float)?,
+            };
+            if shape.len() == 1 {
+                return Ok(x);
+            }
             let mut dims = vec![-1i64];
             dims.extend(shape.iter().map(|&d| d as i64));
-            obs.f_to_kind(Kind::Float)?.f_view(dims.as_slice())?
+            x.f_view(dims.as_slice())?
         }
     })
 }
