@@ -26,6 +26,10 @@ pub enum Command {
     Train(TrainArgs),
     /// Run episodes with a checkpoint's policy and print their returns.
     Evaluate(EvaluateArgs),
+    /// Write a checkpoint's policy as a TorchScript module for plain PyTorch (`torch.jit.load`):
+    /// `forward(obs) -> (logits, value)`, or `forward(obs, state) -> (logits, value, state)`
+    /// for recurrent models, with the run's observation filter folded in.
+    Export(ExportArgs),
     /// Print the validated config with every default filled in, and its warnings.
     Config(ConfigArgs),
     /// List the environments that can be trained on.
@@ -332,6 +336,18 @@ pub struct EvaluateArgs {
     /// Sample actions instead of acting greedily.
     #[arg(long)]
     pub explore: bool,
+}
+
+/// `impala export`.
+#[derive(Debug, Clone, Args)]
+pub struct ExportArgs {
+    /// A checkpoint folder, or a run folder (its newest checkpoint is used).
+    pub checkpoint: PathBuf,
+    /// The file to write.
+    pub out: PathBuf,
+    /// The module format.
+    #[arg(long, default_value = "torchscript", value_parser = ["torchscript"])]
+    pub format: String,
 }
 
 /// `impala config`.

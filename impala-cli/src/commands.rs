@@ -17,7 +17,7 @@ use impala_tune::soak::{memory_soak, soak_config, SoakOptions};
 use impala_tune::{Experiment, SearchOptions, TrainSummary};
 
 use crate::args::{
-    BenchArgs, ConfigArgs, EnvRunnerArgs, EvaluateArgs, MemoryArgs, TrainArgs, TuneArgs,
+    BenchArgs, ConfigArgs, EnvRunnerArgs, EvaluateArgs, ExportArgs, MemoryArgs, TrainArgs, TuneArgs,
 };
 use crate::signals::Interrupts;
 
@@ -144,6 +144,24 @@ pub(crate) fn evaluate(args: &EvaluateArgs) -> anyhow::Result<ExitCode> {
     // learner thread, optimizer state or training runners), its files verified.
     let eval = impala::evaluate_checkpoint(&args.checkpoint, args.episodes, args.explore)?;
     println!("{}", serde_json::to_string(&eval)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+pub(crate) fn export(args: &ExportArgs) -> anyhow::Result<ExitCode> {
+    let policy = impala::TrainedPolicy::from_checkpoint(&args.checkpoint, impala::Device::Cpu)?;
+    policy.export_torchscript(&args.out)?;
+    let obs: Vec<String> =
+        policy.observation_space().shape().iter().map(usize::to_string).collect();
+    let width = policy.action_space().dist_inputs_dim();
+    let (state_in, state_out) = match policy.state_dim() {
+        0 => (String::new(), String::new()),
+        s => (format!(", state [B, {s}]"), format!(", state [B, {s}]")),
+    };
+    println!(
+        "{}: forward(obs [B, {}] float32{state_in}) -> (logits [B, {width}], value [B]{state_out})",
+        args.out.display(),
+        obs.join(", ")
+    );
     Ok(ExitCode::SUCCESS)
 }
 

@@ -29,6 +29,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
         Command::Train(args) => commands::train(&args),
         Command::Evaluate(args) => commands::evaluate(&args),
+        Command::Export(args) => commands::export(&args),
         Command::Config(args) => commands::print_config(&args),
         Command::Envs => {
             impala::envs::list()?.iter().for_each(|info| println!("{info}"));

@@ -5,6 +5,7 @@ mod bad_input;
 mod common;
 mod custom_models;
 mod design;
+mod export;
 mod faults;
 mod python_envs;
 mod remote;

@@ -72,6 +72,14 @@ pub enum LearnerError {
         /// What went wrong.
         reason: String,
     },
+    /// A policy could not be exported (`TorchPolicy::export_torchscript`).
+    #[error("cannot export the policy to {path}: {reason}")]
+    Export {
+        /// The file to write.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
     /// The learner plan (`num_gpus`, or `num_learners` x `num_gpus_per_learner`) asks for more
     /// CUDA devices than libtorch sees.
     #[error(
@@ -111,4 +119,11 @@ impl From<LearnerError> for impala_core::CoreError {
     fn from(e: LearnerError) -> Self {
         impala_core::CoreError::Policy { reason: e.to_string() }
     }
+}
+
+/// libtorch's message of `e` without the C++ backtrace it appends.
+pub(crate) fn torch_reason(e: &tch::TchError) -> String {
+    let text = e.to_string();
+    let text = text.split("Exception raised from").next().unwrap_or_default();
+    text.trim().trim_start_matches("Internal torch error:").trim().trim_end_matches(';').to_owned()
 }

@@ -46,6 +46,7 @@
 mod batch;
 mod distribution;
 mod error;
+mod export;
 mod learner;
 mod minibatch;
 mod model;
@@ -57,6 +58,7 @@ mod thread;
 pub use batch::{BatchLoader, LoadedBatch};
 pub use distribution::ActionDistribution;
 pub use error::{LearnerError, Result};
+pub use export::ExportFilter;
 pub use impala_core::{CustomModel, ResNetSettings};
 pub use learner::{read_model_weights, Learner, LearnerStats, LEARNER_STATE_FILE, MODEL_FILE};
 pub use minibatch::{Minibatch, MinibatchBuffer};

@@ -52,9 +52,9 @@ fn use_one_libtorch_thread() {
 /// ```
 #[derive(Debug)]
 pub struct TorchPolicy {
-    net: Network,
+    pub(crate) net: Network,
     /// Where the model runs; inputs go to it and outputs come back to the CPU.
-    device: Device,
+    pub(crate) device: Device,
     rng: SmallRng,
     version: u64,
     /// The snapshot loaded last: setting the same `Arc` again copies nothing.

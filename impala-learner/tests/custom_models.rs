@@ -14,7 +14,7 @@ use tch::{Device, Tensor};
 use crate::common::{max_weight_diff, nz, random_batch, spec, TestResult};
 
 /// The modules of `fixtures/scripted_models.py`, written once per test run.
-fn modules() -> Result<&'static Path, String> {
+pub fn modules() -> Result<&'static Path, String> {
     static DIR: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     DIR.get_or_init(|| {
         let root = Path::new(env!("CARGO_MANIFEST_DIR"));

@@ -7,6 +7,7 @@ mod common;
 #[cfg(feature = "cuda-tests")]
 mod cuda;
 mod custom_models;
+mod export;
 mod learning;
 mod loss;
 mod policy;

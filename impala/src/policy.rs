@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use impala_core::{EnvSpec, NamedTensor, Policy, PolicyInput, PolicyOutput, Space, Weights};
 use impala_envs::MeanStdFilter;
-use impala_learner::TorchPolicy;
+use impala_learner::{ExportFilter, TorchPolicy};
 use impala_sampler::EnvFactory;
 use tch::Device;
 
@@ -236,6 +236,21 @@ impl TrainedPolicy {
             }
         }
         Ok(out)
+    }
+
+    /// Writes the policy as a TorchScript module that plain PyTorch runs (`torch.jit.load`)
+    /// without impala-rs (RLlib's `export_policy_model`): `forward(obs) -> (logits, value)`, or
+    /// `forward(obs, state) -> (logits, value, state)` for recurrent models, with `obs` float32
+    /// `[B, *observation_space().shape()]` as this policy takes them and the run's observation
+    /// filter folded in. Actions are decoded from the logits as
+    /// [`TorchPolicy::export_torchscript`] says; `Box` actions are not clipped by the module.
+    pub fn export_torchscript(&self, path: &Path) -> Result<()> {
+        let filter = self.filter.as_ref().map(|f| ExportFilter {
+            mean: f.running_stats().mean().to_vec(),
+            std: f.divisors(),
+            clip: f.clip(),
+        });
+        Ok(self.policy.export_torchscript(path, filter.as_ref())?)
     }
 
     /// The model's weights, sorted by parameter name (RLlib's `policy.get_weights()`).

@@ -1,5 +1,6 @@
 //! `TrainedPolicy`: a checkpoint's policy acting in a plain env loop as evaluation acts, refused
-//! when the checkpoint is damaged, its weights by name, and recurrent state in and out.
+//! when the checkpoint is damaged, its weights by name, recurrent state in and out, and its
+//! TorchScript export.
 
 use std::path::{Path, PathBuf};
 
@@ -183,5 +184,74 @@ fn set_weights_reaches_the_learner_and_a_mismatch_changes_nothing() -> TestResul
     algo.train()?;
     assert_ne!(algo.get_policy()?.get_weights(), zeroed);
     algo.stop()?;
+    Ok(())
+}
+
+/// `module`'s `forward` on `inputs`, as the tensors of the tuple it returns.
+fn run_module(path: &Path, inputs: Vec<tch::Tensor>) -> Boxed<Vec<Vec<f32>>> {
+    let module = tch::CModule::load(path)?;
+    let args: Vec<tch::IValue> = inputs.into_iter().map(tch::IValue::Tensor).collect();
+    let tch::IValue::Tuple(outputs) = module.forward_is(&args)? else {
+        return Err("forward returned no tuple".into());
+    };
+    outputs
+        .into_iter()
+        .map(|o| match o {
+            tch::IValue::Tensor(t) => Ok(Vec::<f32>::try_from(t.flatten(0, -1))?),
+            other => Err(format!("forward returned {other:?}").into()),
+        })
+        .collect()
+}
+
+fn assert_close(what: &str, ours: &[f32], theirs: &[f32]) {
+    assert_eq!(ours.len(), theirs.len(), "{what}: {ours:?} vs {theirs:?}");
+    for (a, b) in ours.iter().zip(theirs) {
+        assert!((a - b).abs() <= 1e-5 * (1.0 + a.abs()), "{what}: {ours:?} vs {theirs:?}");
+    }
+}
+
+#[test]
+fn an_exported_checkpoint_policy_folds_in_the_observation_filter() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let mut policy = TrainedPolicy::from_checkpoint(&checkpoint(dir.path())?, Device::Cpu)?;
+    let path = dir.path().join("policy.pt");
+    policy.export_torchscript(&path)?;
+    // Raw observations, far from the filter's mean: the module must normalise them itself.
+    let obs = [0.5f32, -1.5, 0.2, 2.0, -0.3, 0.7, -0.1, -2.5];
+    let ours = policy.compute_actions(&obs, &[], false)?;
+    let theirs = run_module(&path, vec![tch::Tensor::from_slice(&obs).view([2, 4])])?;
+    assert_eq!(theirs.len(), 2, "(logits, value)");
+    assert_close("logits", &ours.action_dist_inputs, &theirs[0]);
+    assert_close("value", &ours.vf_preds, &theirs[1]);
+    let err = message(policy.export_torchscript(&dir.path().join("missing/dir/policy.pt")))?;
+    assert!(err.contains("missing/dir/policy.pt"), "{err}");
+    Ok(())
+}
+
+#[test]
+fn an_exported_recurrent_policy_takes_and_returns_its_state() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let mut config = quick();
+    config.model.use_lstm = true;
+    config.model.lstm_cell_size = 8;
+    let mut algo = Impala::new(config.validate()?)?;
+    let mut policy = algo.get_policy()?;
+    algo.stop()?;
+    let path = dir.path().join("lstm.pt");
+    policy.export_torchscript(&path)?;
+    let obs = [0.01f32, -0.02, 0.03, 0.04];
+    let first = policy.compute_single_action(&obs, &policy.initial_state(), false)?;
+    let second = policy.compute_single_action(&obs, &first.state_out, false)?;
+    let theirs = run_module(
+        &path,
+        vec![
+            tch::Tensor::from_slice(&obs).view([1, 4]),
+            tch::Tensor::from_slice(&first.state_out).view([1, 16]),
+        ],
+    )?;
+    assert_eq!(theirs.len(), 3, "(logits, value, state)");
+    assert_close("logits", &second.action_dist_inputs, &theirs[0]);
+    assert_close("value", &second.vf_preds, &theirs[1]);
+    assert_close("state", &second.state_out, &theirs[2]);
     Ok(())
 }

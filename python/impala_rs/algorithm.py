@@ -101,6 +101,12 @@ class Impala:
         actions, state_outs, info = policy.compute_actions(obs_batch, state_batches, explore=explore)
         return actions if state_batches is None else (actions, state_outs, info)
 
+    def export_policy_model(self, export_dir, policy_id=DEFAULT_POLICY_ID, onnx=None):
+        """Writes the policy, at the learner's current weights, as ``export_dir/model.pt``
+        (RLlib's ``algo.export_policy_model``): a TorchScript module for plain PyTorch; see
+        :meth:`Policy.export_model`. Returns the file's path."""
+        return self.get_policy(policy_id).export_model(export_dir, onnx=onnx)
+
     def get_weights(self, policies=None):
         """The learner's current weights as RLlib's ``algo.get_weights()`` gives them:
         ``{policy id: {parameter name: float32 array}}``."""

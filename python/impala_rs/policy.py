@@ -1,6 +1,8 @@
 """``Policy``: a trained policy acting outside training (RLlib's old-stack ``Policy``), from a
 checkpoint (:meth:`Policy.from_checkpoint`) or from an algorithm (``algo.get_policy()``)."""
 
+import os
+
 import numpy as np
 
 from . import _impala_rs
@@ -128,6 +130,25 @@ class Policy:
         """The model's weights: ``{parameter name: float32 array}`` (RLlib's
         ``Policy.get_weights``)."""
         return {name: _array(raw, shape).copy() for name, shape, raw in self._native.get_weights()}
+
+    def export_model(self, export_dir, onnx=None):
+        """Writes the policy as ``export_dir/model.pt`` (RLlib's ``Policy.export_model``), a
+        TorchScript module plain PyTorch runs without impala_rs: ``torch.jit.load(path)(obs)``
+        gives ``(logits, value)``, or with ``(obs, state)`` ``(logits, value, state)`` for a
+        recurrent model. ``obs`` is float32 ``[B, *shape]`` as :meth:`compute_actions` takes it
+        (images ``[B, H, W, C]`` of 0-255 values, ``Discrete`` observations ``[B]`` indices),
+        the run's observation filter folded in; ``logits`` are ``info["action_dist_inputs"]``
+        (argmax for a greedy ``Discrete`` action; a ``Box`` policy's means then log-stds), and
+        the state ``[B, state_dim]`` starts an episode at zeros. Returns the file's path."""
+        if onnx is not None:
+            raise ValueError(
+                f"export_model(onnx={onnx!r}): ONNX export is not supported; the TorchScript "
+                "model.pt it writes with onnx=None converts with torch.onnx.export"
+            )
+        os.makedirs(export_dir, exist_ok=True)
+        path = os.path.join(str(export_dir), "model.pt")
+        self._native.export_torchscript(path)
+        return path
 
     def set_weights(self, weights):
         """Replaces the model's weights with ``{parameter name: array}``, every parameter of

@@ -396,6 +396,12 @@ impl Policy {
         py.detach(|| self.lock().set_weights(tensors)).map_err(impala_err)
     }
 
+    /// Writes the policy as a TorchScript module at `path`; see
+    /// [`TrainedPolicy::export_torchscript`].
+    fn export_torchscript(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
+        py.detach(|| self.lock().export_torchscript(&path)).map_err(impala_err)
+    }
+
     /// The observation space as [`env_spec`] describes spaces.
     #[getter]
     fn observation_space(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {

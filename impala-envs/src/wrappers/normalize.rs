@@ -157,6 +157,16 @@ impl MeanStdFilter {
         self.clip
     }
 
+    /// What each value is divided by after its mean is taken off: its standard deviation plus
+    /// RLlib's `SMALL_NUMBER` (an exported policy folds these in).
+    pub fn divisors(&self) -> Vec<f64> {
+        (0..self.running_stats.mean.len()).map(|i| self.divisor(i)).collect()
+    }
+
+    fn divisor(&self, i: usize) -> f64 {
+        self.running_stats.std(i) + SMALL_NUMBER
+    }
+
     /// Normalises one or more observations in place (`obs` holds whole rows of `dim` values),
     /// first pushing each row into the statistics when `update` is true (RLlib's
     /// `__call__(x, update)`; evaluation uses `update = false`).
@@ -175,8 +185,7 @@ impl MeanStdFilter {
                 self.buffer.push(row)?;
             }
             for (i, x) in row.iter_mut().enumerate() {
-                let mut y = (f64::from(*x) - self.running_stats.mean[i])
-                    / (self.running_stats.std(i) + SMALL_NUMBER);
+                let mut y = (f64::from(*x) - self.running_stats.mean[i]) / self.divisor(i);
                 if let Some(c) = self.clip {
                     y = y.clamp(-c, c);
                 }

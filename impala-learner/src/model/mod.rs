@@ -245,6 +245,8 @@ pub(crate) struct Network {
     pub model: Box<dyn Model>,
     pub dist: ActionDistribution,
     pub obs_dim: usize,
+    /// One observation's shape in the env's layout (`[]` for Discrete).
+    pub obs_shape: Vec<usize>,
     pub state_dim: usize,
     /// The parameters sorted by name (weights and checkpoints are in this order).
     pub params: Vec<(String, Tensor)>,
@@ -275,6 +277,7 @@ impl Network {
         }
         let network = Network {
             obs_dim: spec.observation_space.flat_dim(),
+            obs_shape: spec.observation_space.shape(),
             state_dim: model.state_dim(),
             model,
             dist,
