@@ -223,12 +223,19 @@ impl TrainedPolicy {
                     .into(),
             });
         };
-        let mut obs = obs.to_vec();
-        if let Some(filter) = &mut self.filter {
-            filter.apply(&mut obs, false)?;
-        }
+        // A copy only to filter (a batch of images is large).
+        let filtered;
+        let obs = match &mut self.filter {
+            Some(filter) => {
+                let mut copy = obs.to_vec();
+                filter.apply(&mut copy, false)?;
+                filtered = copy;
+                &filtered[..]
+            }
+            None => obs,
+        };
         let mut out = PolicyOutput::default();
-        let input = PolicyInput { obs: &obs, num_envs: n, state: states, explore };
+        let input = PolicyInput { obs, num_envs: n, state: states, explore };
         self.policy.compute_actions(&input, &mut out)?;
         if let (Space::Box { low, high, .. }, true) = (&self.spec.action_space, self.clip_actions) {
             for (i, a) in out.actions.iter_mut().enumerate() {

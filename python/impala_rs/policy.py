@@ -101,7 +101,12 @@ class Policy:
         ``Policy.compute_actions``, every row of ``state_batches`` (``[array [n, state_dim]]``,
         or None for initial states) and of the results belonging to one observation."""
         n = len(obs_batch)
-        obs = _floats([np.asarray(o, dtype=np.float32).reshape(-1) for o in obs_batch])
+        try:
+            # One conversion for a batch of equal shapes (an array, or a list of arrays).
+            obs = _floats(np.asarray(obs_batch, dtype=np.float32).reshape(n, -1))
+        except ValueError:
+            rows = [np.asarray(o, dtype=np.float32).reshape(-1) for o in obs_batch]
+            obs = _floats(np.concatenate(rows)) if rows else b""
         # A state given as several arrays (RLlib's LSTM `[h, c]`) is their rows side by side.
         states = b""
         if state_batches:
