@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use impala_core::{LossReduction, OptType, Schedule};
+use impala_core::{LossReduction, OptType, Precision, Schedule};
 
 use crate::model::ModelConfig;
 
@@ -258,6 +258,12 @@ pub struct ImpalaConfig {
     /// libtorch intra-op threads of the learner (impala-rs option; runners always use 1).
     pub num_learner_threads: usize,
 
+    // ---- framework() ----
+    /// Precision of the models' forward passes on the learner and the env runners
+    /// (impala-rs option, Lightning's spelling): `bf16-mixed` needs a CPU with AVX512-BF16 or
+    /// AMX, or a GPU with bfloat16 convolutions, and is refused at start-up elsewhere.
+    pub precision: Precision,
+
     // ---- resources() ----
     /// GPUs for the learner (RLlib's default is 1; impala-rs defaults to 0 so the default
     /// config runs on any machine).
@@ -385,6 +391,7 @@ impl Default for ImpalaConfig {
             num_gpus_per_learner: 0.0,
             num_gpu_loader_threads: 8,
             num_learner_threads: 1,
+            precision: Precision::Fp32,
 
             num_gpus: 0.0,
             num_cpus_for_main_process: 1.0,

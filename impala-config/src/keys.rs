@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use impala_core::{ConvFilter, LossReduction, OptType, Schedule};
+use impala_core::{ConvFilter, LossReduction, OptType, Precision, Schedule};
 
 use crate::config::{DurationUnit, EnvBackend, ImpalaConfig, PlacementStrategy};
 use crate::model::ModelConfig;
@@ -21,6 +21,8 @@ pub enum Group {
     FaultTolerance,
     /// `learners()`.
     Learners,
+    /// `framework()`.
+    Framework,
     /// `resources()`.
     Resources,
     /// `reporting()`.
@@ -33,12 +35,13 @@ pub enum Group {
 
 impl Group {
     /// Every group, in RLlib's order.
-    pub const ALL: [Group; 9] = [
+    pub const ALL: [Group; 10] = [
         Group::Environment,
         Group::Training,
         Group::EnvRunners,
         Group::FaultTolerance,
         Group::Learners,
+        Group::Framework,
         Group::Resources,
         Group::Reporting,
         Group::Evaluation,
@@ -53,6 +56,7 @@ impl Group {
             Group::EnvRunners => "env_runners",
             Group::FaultTolerance => "fault_tolerance",
             Group::Learners => "learners",
+            Group::Framework => "framework",
             Group::Resources => "resources",
             Group::Reporting => "reporting",
             Group::Evaluation => "evaluation",
@@ -111,6 +115,7 @@ fn describe_type(ty: &str) -> String {
         "Schedule" => "a list of [timestep, value] pairs".into(),
         "OptType" => "\"adam\" or \"rmsprop\"".into(),
         "LossReduction" => "\"sum\" or \"mean\"".into(),
+        "Precision" => "\"fp32\" or \"bf16-mixed\"".into(),
         "DurationUnit" => "\"episodes\" or \"timesteps\"".into(),
         "EnvBackend" => "\"auto\", \"native\" or \"gymnasium\"".into(),
         "PlacementStrategy" => "\"PACK\", \"SPREAD\", \"STRICT_PACK\" or \"STRICT_SPREAD\"".into(),
@@ -359,6 +364,11 @@ groups! {
         num_learner_threads: usize,
     }
 
+    /// RLlib's `framework()`: impala-rs runs on libtorch; this sets its numeric precision.
+    Framework => Framework {
+        precision: Precision,
+    }
+
     /// RLlib's `resources()`: driver CPUs and learner GPUs.
     Resources => Resources {
         num_gpus: f64,
@@ -474,6 +484,7 @@ entry_points! {
     env_runners => EnvRunners,
     fault_tolerance => FaultTolerance,
     learners => Learners,
+    framework => Framework,
     resources => Resources,
     reporting => Reporting,
     evaluation => Evaluation,

@@ -45,7 +45,7 @@ pub use config::{DurationUnit, EnvBackend, ImpalaConfig, PlacementStrategy};
 pub use diagnostics::{Rule, Violation, Warning, WarningKind};
 pub use error::{ConfigError, Origin, Position, Result};
 pub use impala_core::{
-    Activation, ConvFilter, LearnerDeviceKind, LossReduction, OptType, Schedule,
+    Activation, ConvFilter, LearnerDeviceKind, LossReduction, OptType, Precision, Schedule,
 };
 pub use io::{nearest_key, ConfigFormat, Loaded};
 pub use keys::{

@@ -208,6 +208,13 @@ fn wrong_types_name_the_key_the_expected_type_and_the_position() -> TestResult {
         (ConfigFormat::Yaml, "\nopt_type: sgd\n", "opt_type", "\"adam\" or \"rmsprop\"", 2),
         (ConfigFormat::Toml, "\n\ngrad_clip = \"big\"\n", "grad_clip", "a number, or none", 3),
         (ConfigFormat::Yaml, "num_workers: -1\n", "num_workers", "a non-negative integer", 1),
+        (
+            ConfigFormat::Toml,
+            "precision = \"fp16\"\n",
+            "precision",
+            "\"fp32\" or \"bf16-mixed\"",
+            1,
+        ),
     ];
     for (format, text, key, expected, line) in cases {
         match ImpalaConfig::from_str_as(text, format) {
@@ -353,6 +360,7 @@ fn every_key_belongs_to_a_group_as_in_rllib() -> TestResult {
     assert_eq!(group("restart_failed_env_runners"), Some(Group::FaultTolerance));
     assert_eq!(group("num_learners"), Some(Group::Learners));
     assert_eq!(group("_fake_gpus"), Some(Group::Resources));
+    assert_eq!(group("precision"), Some(Group::Framework));
     assert_eq!(group("min_time_s_per_iteration"), Some(Group::Reporting));
     assert_eq!(group("evaluation_interval"), Some(Group::Evaluation));
     assert_eq!(group("_skip_learners"), Some(Group::Debugging));
@@ -377,6 +385,7 @@ fn builders_set_what_they_name() {
         .env_runners(|r| r.num_env_runners(64).num_envs_per_env_runner(5))
         .fault_tolerance(|f| f.max_num_env_runner_restarts(7))
         .learners(|l| l.num_learners(1))
+        .framework(|f| f.precision(impala_config::Precision::Bf16Mixed))
         .resources(|r| r.num_gpus(4.0).num_cpus_for_main_process(2.0))
         .reporting(|r| r.min_sample_timesteps_per_iteration(1000))
         .evaluation(|e| e.evaluation_duration(3))
@@ -389,6 +398,7 @@ fn builders_set_what_they_name() {
     assert_eq!((config.num_env_runners, config.num_envs_per_env_runner), (64, 5));
     assert_eq!(config.max_num_env_runner_restarts, 7);
     assert_eq!(config.num_learners, 1);
+    assert_eq!(config.precision, impala_config::Precision::Bf16Mixed);
     assert_eq!((config.num_gpus, config.num_cpus_for_main_process), (4.0, 2.0));
     assert_eq!(config.min_sample_timesteps_per_iteration, 1000);
     assert_eq!(config.evaluation_duration, 3);

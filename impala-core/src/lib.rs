@@ -27,5 +27,7 @@ pub use policy::{Policy, PolicyInput, PolicyOutput};
 pub use schedule::Schedule;
 pub use space::Space;
 pub use stats::EpisodeStats;
-pub use training::{Activation, LearnerDeviceKind, LossReduction, OptType, UnknownActivation};
+pub use training::{
+    Activation, LearnerDeviceKind, LossReduction, OptType, Precision, UnknownActivation,
+};
 pub use weights::{NamedTensor, Weights};

@@ -1,5 +1,6 @@
 //! The closed sets of names the learner and the config share: the optimizer, how the loss is
-//! reduced, the models' activations and conv layers, and what the learner's towers run on.
+//! reduced, the models' activations and conv layers, what the learner's towers run on and in
+//! which precision.
 //! The config parses them from RLlib's spellings; the learner uses them as they are.
 
 use std::fmt;
@@ -29,6 +30,37 @@ pub enum LossReduction {
     Sum,
     /// Means, as RLlib's new API stack learner.
     Mean,
+}
+
+/// The numeric precision of the models' forward passes (`precision`, Lightning's spelling).
+///
+/// ```
+/// use impala_core::Precision;
+/// let p: Precision = serde_json::from_value(serde_json::json!("bf16-mixed"))?;
+/// assert_eq!(p, Precision::Bf16Mixed);
+/// assert_eq!(p.to_string(), "bf16-mixed");
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum Precision {
+    /// Everything in float32.
+    #[default]
+    #[serde(rename = "fp32")]
+    Fp32,
+    /// Convolutions and matrix products in bfloat16 under libtorch's autocast, with float32
+    /// weights, optimizer state, loss and V-trace (Lightning's `"bf16-mixed"`); the env
+    /// runners' inference too.
+    #[serde(rename = "bf16-mixed")]
+    Bf16Mixed,
+}
+
+impl fmt::Display for Precision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Precision::Fp32 => "fp32",
+            Precision::Bf16Mixed => "bf16-mixed",
+        })
+    }
 }
 
 /// What the learner's towers run on.

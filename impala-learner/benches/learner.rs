@@ -24,7 +24,8 @@
 //!   `benches/resnet_pytorch.py` times bare PyTorch's same network and step.
 //!
 //! Plus `Learner::update` of RLlib's default 84x84x4 Atari conv net on byte observations (what
-//! Pong trains) at 1 and 2 libtorch threads, `TorchPolicy` inference for 1, 8 and 32 envs, and
+//! Pong trains) at 1 and 2 libtorch threads, in float32 and bf16-mixed, each beside a bare tch
+//! step of the same net (`atari_cnn_train_batch_500`), `TorchPolicy` inference for 1, 8 and 32 envs, and
 //! on a CUDA machine the learner step on the GPU for the CartPole MLP and the Atari conv net.
 //!
 //! `cargo bench -p impala-learner --bench learner -- --measurement-time 3 --warm-up-time 1`
@@ -38,10 +39,12 @@ use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use impala_core::{
-    CustomModel, EnvSpec, Policy, PolicyInput, PolicyOutput, ResNetSettings, SampleBatch, Space,
+    CustomModel, EnvSpec, Policy, PolicyInput, PolicyOutput, Precision, ResNetSettings,
+    SampleBatch, Space,
 };
 use impala_learner::{
-    Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings, ModelSettings, TorchPolicy,
+    Autocast, Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings, ModelSettings,
+    TorchPolicy,
 };
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -205,20 +208,96 @@ fn cartpole_train_batch(c: &mut Criterion) {
     group.finish();
 }
 
-/// The Atari conv net's learner step on the CPU at 1 and 2 libtorch threads.
+/// RLlib's 84x84 Atari conv net (`[16, 8, 4], [32, 4, 2], [256, 11, 1]`, ReLU, linear logits
+/// and value heads) in plain tch: bytes scaled and viewed channels-last as the learner does,
+/// the same loss terms, backward, global-norm clipping at 40 and libtorch's Adam; in bf16 the
+/// forward pass runs under the same [`Autocast`] guard the learner uses.
+struct BareCnn {
+    convs: Vec<nn::Conv2D>,
+    logits: nn::Linear,
+    value: nn::Linear,
+    opt: nn::Optimizer,
+    precision: Precision,
+}
+
+impl BareCnn {
+    fn new(precision: Precision) -> Result<Self, TchError> {
+        let vs = nn::VarStore::new(Device::Cpu);
+        let p = vs.root();
+        let conv = |name: &str, i, o, k, stride, padding| {
+            let config = nn::ConvConfig { stride, padding, ..Default::default() };
+            nn::conv2d(&p / name, i, o, k, config)
+        };
+        // 84 -> 21 -> 11 -> 1, RLlib's output sizes.
+        let convs = vec![
+            conv("conv0", 4, 16, 8, 4, 2),
+            conv("conv1", 16, 32, 4, 2, 2),
+            conv("conv2", 32, 256, 11, 1, 0),
+        ];
+        let logits = nn::linear(&p / "logits", 256, 6, Default::default());
+        let value = nn::linear(&p / "value", 256, 1, Default::default());
+        let opt = nn::Adam::default().build(&vs, 5e-4)?;
+        Ok(BareCnn { convs, logits, value, opt, precision })
+    }
+
+    fn step(&mut self, obs: &Tensor, actions: &Tensor, adv: &Tensor, targets: &Tensor) -> f64 {
+        let autocast = match self.precision {
+            Precision::Bf16Mixed => Autocast::bf16(Device::Cpu).ok(),
+            Precision::Fp32 => None,
+        };
+        let mut x = (obs.to_kind(Kind::Float) / 255.0).permute([0, 3, 1, 2]);
+        for conv in &self.convs {
+            x = conv.forward(&x).relu();
+        }
+        let h = x.flatten(1, -1);
+        let (logits, v) = (self.logits.forward(&h), self.value.forward(&h));
+        drop(autocast);
+        let logp = logits.to_kind(Kind::Float).log_softmax(-1, Kind::Float);
+        let v = v.to_kind(Kind::Float).squeeze_dim(1);
+        let pi = -(logp.gather(1, actions, false).squeeze_dim(1) * adv).sum(Kind::Float);
+        let entropy = -(logp.exp() * &logp).sum(Kind::Float);
+        let vf = (v - targets).square().sum(Kind::Float) * 0.5;
+        let loss = pi - entropy * 0.01 + vf * 0.5;
+        self.opt.backward_step_clip_norm(&loss, 40.0);
+        loss.double_value(&[])
+    }
+}
+
+/// The Atari conv net's learner step on the CPU at 1 and 2 libtorch threads, in float32 and
+/// bf16-mixed, each beside the bare tch step ([`BareCnn`]). bf16-mixed is skipped, saying why,
+/// on a CPU without bfloat16 instructions.
 fn atari_train_batch(c: &mut Criterion) {
     let spec = atari();
     let (settings, _) = default_settings();
     let train = batch(&spec, B, 2);
+    let n = (T * B) as i64;
+    let obs = Tensor::from_slice(&train.obs.to_f32()).to_kind(Kind::Uint8).view([n, 84, 84, 4]);
+    let actions = Tensor::from_slice(&train.actions).to_kind(Kind::Int64).view([n, 1]);
+    let adv = Tensor::from_slice(&train.rewards);
     let mut group = c.benchmark_group("atari_cnn_train_batch_500");
-    group.throughput(Throughput::Elements((T * B) as u64));
+    group.throughput(Throughput::Elements(n as u64));
     group.sample_size(10);
-    for threads in [1, 2] {
-        tch::set_num_threads(threads);
-        if let Ok(mut learner) = Learner::new(&settings, &spec, Device::Cpu) {
-            group.bench_function(BenchmarkId::new("learner_update_threads", threads), |b| {
-                b.iter(|| black_box(learner.update(&train, 0).map(|s| s.total_loss)))
-            });
+    for precision in [Precision::Fp32, Precision::Bf16Mixed] {
+        if let Err(e) = impala_learner::check_precision(precision, Device::Cpu) {
+            eprintln!("atari_cnn_train_batch_500: skipping {precision}: {e}");
+            continue;
+        }
+        let settings = LearnerSettings { precision, ..settings.clone() };
+        for threads in [1, 2] {
+            tch::set_num_threads(threads);
+            if let Ok(mut bare) = BareCnn::new(precision) {
+                let id =
+                    BenchmarkId::new(format!("bare_libtorch_step_{precision}_threads"), threads);
+                group.bench_function(id, |b| {
+                    b.iter(|| black_box(bare.step(&obs, &actions, &adv, &adv)))
+                });
+            }
+            if let Ok(mut learner) = Learner::new(&settings, &spec, Device::Cpu) {
+                let id = BenchmarkId::new(format!("learner_update_{precision}_threads"), threads);
+                group.bench_function(id, |b| {
+                    b.iter(|| black_box(learner.update(&train, 0).map(|s| s.total_loss)))
+                });
+            }
         }
     }
     tch::set_num_threads(1);

@@ -22,6 +22,13 @@ pub enum LearnerError {
         /// What is wrong.
         reason: String,
     },
+    /// The `precision` asked for cannot run here (bf16-mixed on a CPU or GPU without fast
+    /// bfloat16), or libtorch refused to switch autocast.
+    #[error("{reason}")]
+    Precision {
+        /// Why, and what to set instead.
+        reason: String,
+    },
     /// A model breaks the model contract (output shapes, non-finite outputs, a file that is
     /// not TorchScript, a forward pass that raises).
     #[error("model: {reason}")]

@@ -16,7 +16,7 @@ use zip::write::FileOptions;
 use zip::{CompressionMethod, ZipArchive, ZipWriter};
 
 use crate::error::torch_reason;
-use crate::{LearnerError, Result, TorchPolicy};
+use crate::{LearnerError, Precision, Result, TorchPolicy};
 
 /// An observation filter folded into an exported module: RLlib's `MeanStdFilter` at fixed
 /// statistics, `clip((obs - mean) / std, -clip, clip)` in float64 as the filter computes it
@@ -127,7 +127,8 @@ impl TorchPolicy {
                 state,
                 not_done: None,
             });
-            let out = net.forward(&x, unroll)?;
+            // The module runs in float32 whatever precision the policy acts in.
+            let out = net.forward_in(Precision::Fp32, &x, unroll)?;
             let mut parts = vec![out.dist_inputs, out.values.f_unsqueeze(1)?];
             parts.extend(out.state);
             Ok(Tensor::f_cat(&parts, 1)?)

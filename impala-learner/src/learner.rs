@@ -156,7 +156,11 @@ impl Learner {
         }
         let towers = devices
             .iter()
-            .map(|&d| Tower::new(model, spec, d, settings.model_seed))
+            .map(|&d| {
+                let mut tower = Tower::new(model, spec, d, settings.model_seed)?;
+                tower.net.set_precision(settings.precision, d)?;
+                Ok(tower)
+            })
             .collect::<Result<Vec<_>>>()?;
         let o = &settings.optimizer;
         let kind = match o.opt_type {

@@ -52,6 +52,7 @@ mod minibatch;
 mod model;
 mod optim;
 mod policy;
+mod precision;
 mod settings;
 mod thread;
 
@@ -59,7 +60,7 @@ pub use batch::{BatchLoader, LoadedBatch};
 pub use distribution::ActionDistribution;
 pub use error::{LearnerError, Result};
 pub use export::ExportFilter;
-pub use impala_core::{CustomModel, ResNetSettings};
+pub use impala_core::{CustomModel, Precision, ResNetSettings};
 pub use learner::{read_model_weights, Learner, LearnerStats, LEARNER_STATE_FILE, MODEL_FILE};
 pub use minibatch::{Minibatch, MinibatchBuffer};
 pub use model::{
@@ -67,6 +68,7 @@ pub use model::{
     Unroll, TORCHSCRIPT_VF_PREFIXES,
 };
 pub use policy::TorchPolicy;
+pub use precision::{check_precision, Autocast};
 pub use settings::{
     learner_devices, LearnerSettings, LearnerThreadSettings, LossSettings, ModelSettings,
     OptimizerSettings, MIN_LEARNER_QUEUE_TIMEOUT,

@@ -3,7 +3,7 @@
 use std::cell::Cell;
 use std::sync::Arc;
 
-use impala_core::{CoreError, EnvSpec, Policy, PolicyInput, PolicyOutput, Weights};
+use impala_core::{CoreError, EnvSpec, Policy, PolicyInput, PolicyOutput, Precision, Weights};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use tch::{Device, Tensor};
@@ -93,6 +93,15 @@ impl TorchPolicy {
         }
         let rng = SmallRng::seed_from_u64(sample_seed);
         Ok(TorchPolicy { net, device, rng, version: 0, loaded: None })
+    }
+
+    /// Runs inference in `precision` from now on, once its device is checked for it
+    /// ([`check_precision`](crate::check_precision)). In bf16-mixed the model runs under
+    /// bfloat16 autocast and actions are sampled from its logits cast back to float32; the
+    /// behaviour log-probabilities are recorded as computed.
+    pub fn with_precision(mut self, precision: Precision) -> Result<Self> {
+        self.net.set_precision(precision, self.device)?;
+        Ok(self)
     }
 
     /// The model.

@@ -9,7 +9,8 @@ use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use impala_core::{
-    Activation, ConvFilter, CustomModel, LearnerDeviceKind, LossReduction, OptType, Schedule,
+    Activation, ConvFilter, CustomModel, LearnerDeviceKind, LossReduction, OptType, Precision,
+    Schedule,
 };
 use tch::Device;
 
@@ -203,6 +204,9 @@ pub struct LearnerSettings {
     pub loss: LossSettings,
     /// The optimizer(s).
     pub optimizer: OptimizerSettings,
+    /// Precision of the towers' forward passes (`precision`); the optimizer state and the
+    /// weights stay float32 either way.
+    pub precision: Precision,
 }
 
 /// What [`LearnerHandle::spawn`](crate::LearnerHandle::spawn) reads: RLlib's

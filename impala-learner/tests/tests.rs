@@ -11,5 +11,6 @@ mod export;
 mod learning;
 mod loss;
 mod policy;
+mod precision;
 mod threads;
 mod towers;

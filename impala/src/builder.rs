@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use impala_config::{EnvBackend, ValidatedConfig};
-use impala_core::{CoreError, Env, EnvSpec, Policy, Weights};
+use impala_core::{CoreError, Env, EnvSpec, Policy, Precision, Weights};
 use impala_envs::SharedMeanStdFilter;
 use impala_learner::{learner_devices, Learner, LearnerHandle, ModelFactory, TorchPolicy};
 use impala_runner_pool::RunnerTransport;
@@ -126,6 +126,8 @@ impl ImpalaBuilder {
         // competing with the learner thread (`num_learner_threads`) and the runners (one each).
         tch::set_num_threads(1);
         check_devices(&config)?;
+        // Env runners infer on the CPU; the learner's towers check their own devices.
+        impala_learner::check_precision(config.config().precision, tch::Device::Cpu)?;
         let (env_factory, creator_pool) = match (env_factory, env_creator) {
             (None, Some(creator)) => {
                 let (factory, pool) = python_envs(&config, Some(creator))?;
@@ -142,7 +144,8 @@ impl ImpalaBuilder {
         let learner = new_learner(&config, model.as_ref(), &spec, base_seed)?;
         crate::budget::check_memory(&config, &spec, learner.num_parameters())?;
         let learner = LearnerHandle::spawn(&settings::learner_thread(&config), learner)?;
-        let policies = PolicySource { model, spec: spec.clone(), base_seed };
+        let precision = config.config().precision;
+        let policies = PolicySource { model, spec: spec.clone(), base_seed, precision };
         let streams = Streams::new(&config, base_seed, 0);
         let batching = batching_stage(&config, &streams)?;
         let mut algo = Impala {
@@ -369,6 +372,8 @@ pub(crate) struct PolicySource {
     pub(crate) spec: EnvSpec,
     /// Seeds the model's initial weights (overwritten by the weights a policy is given).
     pub(crate) base_seed: u64,
+    /// The precision policies infer in (`precision`).
+    pub(crate) precision: Precision,
 }
 
 /// What [`PolicySource::with_weights`] gives the runner group: a policy per runner context.
@@ -385,6 +390,7 @@ impl PolicySource {
             let seed = runner_sample_seed(sample_seed, ctx.runner_index, ctx.incarnation);
             let mut policy =
                 TorchPolicy::new(source.model.as_ref(), &source.spec, source.base_seed, seed)
+                    .and_then(|p| p.with_precision(source.precision))
                     .map_err(CoreError::from)?;
             policy.set_weights(&weights)?;
             Ok(Box::new(policy) as Box<dyn Policy>)

@@ -205,6 +205,7 @@ fn build_runner(assignment: &Assignment, weights: Arc<Weights>) -> Result<EnvRun
         model: Arc::new(settings::model(&config)),
         spec: assignment.spec.clone(),
         base_seed,
+        precision: config.config().precision,
     }
     .with_weights(weights, sample_seed);
     Ok(EnvRunner::build(

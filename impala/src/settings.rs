@@ -148,6 +148,7 @@ pub fn learner(config: &ValidatedConfig) -> LearnerSettings {
             separate_vf_optimizer: c.separate_vf_optimizer,
             lr_vf: c.lr_vf,
         },
+        precision: c.precision,
     }
 }
 

@@ -1,11 +1,11 @@
 //! The IMPALA paper's ResNet (`model.custom_model = "impala_resnet"`) learns a small image
 //! game through the library, end to end: byte observations from a Rust env, runners acting
-//! with the ResNet, the learner training it.
+//! with the ResNet, the learner training it, in float32 and in bf16-mixed.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use impala::config::{ImpalaConfig, ModelConfig};
+use impala::config::{ImpalaConfig, ModelConfig, Precision};
 use impala::core::{CoreError, Env, EnvSpec, Space, StepOutcome};
 use impala::Impala;
 
@@ -88,6 +88,31 @@ impl Env for Catch {
 /// 150k env steps is a generous budget; the wall-clock limit only guards against a hang.
 #[test]
 fn impala_resnet_learns_catch_from_bytes() -> TestResult {
+    learns_catch(Precision::Fp32)
+}
+
+/// The same in bf16-mixed (runners and learner under bfloat16 autocast), or, on a CPU without
+/// bfloat16 instructions, refused at build with the reason.
+#[test]
+fn impala_resnet_learns_catch_in_bf16_mixed() -> TestResult {
+    if let Err(e) = impala::learner::check_precision(Precision::Bf16Mixed, tch::Device::Cpu) {
+        let config = ImpalaConfig {
+            env: "Catch".into(),
+            precision: Precision::Bf16Mixed,
+            ..ImpalaConfig::default()
+        };
+        let built = Impala::builder(config.validate()?)
+            .env(|ctx| Ok(Box::new(Catch::new(ctx.seed.unwrap_or(0))) as Box<dyn Env>))
+            .build();
+        let err = built.err().ok_or("bf16-mixed was not refused")?.to_string();
+        assert!(err.contains("precision = \"bf16-mixed\" is refused"), "{err}");
+        assert_eq!(err, e.to_string());
+        return Ok(());
+    }
+    learns_catch(Precision::Bf16Mixed)
+}
+
+fn learns_catch(precision: Precision) -> TestResult {
     const TARGET: f64 = 0.6;
     const ENV_STEPS: u64 = 150_000;
     const TIME_LIMIT: Duration = Duration::from_secs(300);
@@ -104,6 +129,7 @@ fn impala_resnet_learns_catch_from_bytes() -> TestResult {
         lr: 1e-3,
         entropy_coeff: 0.01,
         min_time_s_per_iteration: 1.0,
+        precision,
         model: ModelConfig {
             custom_model: Some("impala_resnet".into()),
             custom_model_config: BTreeMap::from([
@@ -132,7 +158,7 @@ fn impala_resnet_learns_catch_from_bytes() -> TestResult {
     algo.stop()?;
     assert!(
         reached,
-        "no mean return of {TARGET} within {ENV_STEPS} env steps and {TIME_LIMIT:?}: \
+        "{precision}: no mean return of {TARGET} within {ENV_STEPS} env steps and {TIME_LIMIT:?}: \
          (env steps, return) {results:?}"
     );
     Ok(())

@@ -119,13 +119,15 @@ class IMPALAConfig:
 
     def framework(self, framework="torch", **kwargs):
         """RLlib's ``framework()``: impala-rs runs on libtorch, so only ``"torch"`` is
-        accepted."""
-        if framework != "torch" or kwargs:
+        accepted; ``precision`` is ``"fp32"`` (the default) or ``"bf16-mixed"`` (bfloat16
+        convolutions and matrix products with float32 weights, optimizer state and loss, on
+        CPUs with AVX512-BF16 or AMX and GPUs with bfloat16 convolutions)."""
+        if framework != "torch":
             raise TypeError(
-                f"framework({framework!r}{', ...' if kwargs else ''}): impala-rs runs on libtorch "
-                "only; remove the call or use framework('torch')"
+                f"framework({framework!r}): impala-rs runs on libtorch only; remove the call or "
+                "use framework('torch')"
             )
-        return self
+        return self._update("framework", kwargs)
 
     # --- dict-style access --------------------------------------------------------------------
 

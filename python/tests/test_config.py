@@ -47,6 +47,9 @@ def test_aliases_and_rllib_old_names():
     assert config.framework("torch") is config
     with pytest.raises(TypeError, match="libtorch"):
         config.framework("tf2")
+    assert config.framework(precision="bf16-mixed").to_dict()["precision"] == "bf16-mixed"
+    with pytest.raises(TypeError, match="nearest valid key is `precision`"):
+        config.framework(precison="bf16-mixed")
 
 
 def test_unknown_and_misplaced_options_raise_at_once():

@@ -16,6 +16,7 @@ GROUPS = [
     "env_runners",
     "fault_tolerance",
     "learners",
+    "framework",
     "resources",
     "reporting",
     "evaluation",
@@ -82,14 +83,16 @@ def render():
             if group == "environment" and name == "env":
                 continue
             params.append(f"        {name}: Union[{annotation}, _NotProvided] = ...,")
-        head = "self, env: Union[str, Type[Any], Callable[..., Any], _NotProvided] = ..., *," if group == "environment" else "self, *,"
+        head = {
+            "environment": "self, env: Union[str, Type[Any], Callable[..., Any], _NotProvided] = ..., *,",
+            "framework": 'self, framework: Literal["torch"] = "torch", *,',
+        }.get(group, "self, *,")
         lines.append(f"    def {group}(")
         lines.append(f"        {head}")
         lines.extend(params)
         lines.append('    ) -> "IMPALAConfig": ...')
     lines += [
         "    rollouts = env_runners",
-        '    def framework(self, framework: Literal["torch"] = "torch") -> "IMPALAConfig": ...',
         "    def to_dict(self) -> Dict[str, Any]: ...",
         "    @classmethod",
         '    def from_dict(cls, config_dict: Dict[str, Any]) -> "IMPALAConfig": ...',

@@ -10,11 +10,11 @@ mod init;
 mod resnet;
 mod torchscript;
 
-use impala_core::{CustomModel, EnvSpec, Space};
+use impala_core::{CustomModel, EnvSpec, Precision, Space};
 use std::fmt::Debug;
 use tch::{Device, Kind, Tensor};
 
-use crate::{ActionDistribution, LearnerError, ModelSettings, Result};
+use crate::{check_precision, ActionDistribution, Autocast, LearnerError, ModelSettings, Result};
 
 pub use catalog::ActorCritic;
 pub(crate) use init::Init;
@@ -250,6 +250,8 @@ pub(crate) struct Network {
     pub state_dim: usize,
     /// The parameters sorted by name (weights and checkpoints are in this order).
     pub params: Vec<(String, Tensor)>,
+    /// bf16-mixed runs [`Network::forward`] under autocast.
+    pub precision: Precision,
 }
 
 impl Network {
@@ -282,16 +284,51 @@ impl Network {
             model,
             dist,
             params,
+            precision: Precision::Fp32,
         };
         network.check(device)?;
         Ok(network)
     }
 
-    /// The forward pass with the contract's shapes checked and a Gaussian's log-std bounded.
+    /// Runs the forward pass in `precision` from now on, once `device` is checked for it.
+    pub fn set_precision(&mut self, precision: Precision, device: Device) -> Result<()> {
+        check_precision(precision, device)?;
+        self.precision = precision;
+        Ok(())
+    }
+
+    /// The forward pass with the contract's shapes checked and a Gaussian's log-std bounded;
+    /// in bf16-mixed the model runs under autocast and its outputs come back as float32, so
+    /// the distribution, the loss and V-trace never see bfloat16.
     pub fn forward(&self, obs: &Tensor, unroll: Option<Unroll<'_>>) -> Result<ModelOutput> {
+        self.forward_in(self.precision, obs, unroll)
+    }
+
+    /// [`Network::forward`] in `precision` instead of the network's own.
+    pub fn forward_in(
+        &self,
+        precision: Precision,
+        obs: &Tensor,
+        unroll: Option<Unroll<'_>>,
+    ) -> Result<ModelOutput> {
         let n = obs.size().first().copied().unwrap_or(0);
         let rows = unroll.map(|u| u.rows as i64);
-        let mut out = self.model.forward(obs, unroll)?;
+        let mut out = match precision {
+            Precision::Fp32 => self.model.forward(obs, unroll)?,
+            Precision::Bf16Mixed => {
+                let autocast = Autocast::bf16(obs.device())?;
+                let mut out = self.model.forward(obs, unroll)?;
+                drop(autocast);
+                let float = |t: &Tensor| match t.kind() {
+                    Kind::Float => Ok(t.shallow_clone()),
+                    _ => t.f_to_kind(Kind::Float),
+                };
+                out.dist_inputs = float(&out.dist_inputs)?;
+                out.values = float(&out.values)?;
+                out.state = out.state.as_ref().map(float).transpose()?;
+                out
+            }
+        };
         let width = self.dist.inputs_dim() as i64;
         let expect = |what: &str, expected: String, got: &Tensor| LearnerError::Model {
             reason: format!(
