@@ -2,13 +2,14 @@
 //! optimizer state and loss, learning on pixels as float32 does; where the CPU has no bfloat16
 //! instructions, refused with the reason (each test checks whichever this CPU calls for).
 
-use impala_core::{EnvSpec, Policy, PolicyInput, PolicyOutput, Precision, SampleBatch, Space};
+use impala_core::{EnvSpec, Policy, PolicyInput, PolicyOutput, Precision, Space};
 use impala_learner::{check_precision, Learner, LearnerError, LearnerSettings, TorchPolicy};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tch::{Device, Kind};
 
 use crate::common::TestResult;
+use crate::learning::run_bandit;
 
 const SIDE: usize = 10;
 
@@ -69,39 +70,11 @@ fn learn_pixels(
     let mut learner = Learner::new(&s, &spec, Device::Cpu)?;
     let mut policy =
         TorchPolicy::new(&s.model, &spec, s.model_seed, 5)?.with_precision(precision)?;
-    let mut rng = SmallRng::seed_from_u64(0);
-    let (t, b, dim) = (4, 32, SIDE * SIDE);
-    let mut rewards = Vec::with_capacity(iters);
-    let mut out = PolicyOutput::default();
-    for _ in 0..iters {
-        let mut batch = SampleBatch::zeros(t, b, &spec.observation_space, &spec.action_space, 0);
-        for step in 0..t {
-            let (obs, right) = frames(&mut rng, b);
-            policy.compute_actions(
-                &PolicyInput { obs: &obs, num_envs: b, state: &[], explore: true },
-                &mut out,
-            )?;
-            for row in 0..b {
-                let i = step * b + row;
-                batch.obs.write(i * dim, &obs[row * dim..(row + 1) * dim]);
-                batch.actions[i] = out.actions[row];
-                batch.action_logp[i] = out.action_logp[row];
-                batch.vf_preds[i] = out.vf_preds[row];
-                batch.rewards[i] = if out.actions[row] == right[row] { 1.0 } else { 0.0 };
-                batch.terminateds[i] = true;
-            }
-        }
-        rewards.push(batch.rewards.iter().sum::<f32>() as f64 / (t * b) as f64);
-        let stats = learner.update(&batch, 0)?;
-        assert!(stats.total_loss.is_finite() && stats.grad_gnorm.is_finite(), "{stats:?}");
-        policy.set_weights(&learner.weights()?)?;
+    let history = run_bandit(&mut learner, &mut policy, &spec, iters, frames)?;
+    for (name, p) in learner.model().parameters() {
+        assert_eq!(p.kind(), Kind::Float, "weight `{name}` left float32");
     }
-    if precision == Precision::Bf16Mixed {
-        for (name, p) in learner.model().parameters() {
-            assert_eq!(p.kind(), Kind::Float, "weight `{name}` left float32");
-        }
-    }
-    Ok(rewards)
+    Ok(history.into_iter().map(|(reward, _)| reward).collect())
 }
 
 #[test]

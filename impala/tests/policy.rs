@@ -131,14 +131,20 @@ fn weights_round_trip_by_name_and_a_mismatch_names_the_parameter() -> TestResult
     Ok(())
 }
 
-#[test]
-fn recurrent_state_goes_in_and_comes_out() -> TestResult {
+/// The untrained policy of a quick run with an LSTM of 8 cells.
+fn lstm_policy() -> Result<TrainedPolicy, Box<dyn std::error::Error>> {
     let mut config = quick();
     config.model.use_lstm = true;
     config.model.lstm_cell_size = 8;
     let mut algo = Impala::new(config.validate()?)?;
-    let mut policy = algo.get_policy()?;
+    let policy = algo.get_policy()?;
     algo.stop()?;
+    Ok(policy)
+}
+
+#[test]
+fn recurrent_state_goes_in_and_comes_out() -> TestResult {
+    let mut policy = lstm_policy()?;
     assert_eq!(policy.state_dim(), 16, "h and c of 8 cells");
     let state = policy.initial_state();
     assert_eq!(state, vec![0.0; 16]);
@@ -231,12 +237,7 @@ fn an_exported_checkpoint_policy_folds_in_the_observation_filter() -> TestResult
 #[test]
 fn an_exported_recurrent_policy_takes_and_returns_its_state() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let mut config = quick();
-    config.model.use_lstm = true;
-    config.model.lstm_cell_size = 8;
-    let mut algo = Impala::new(config.validate()?)?;
-    let mut policy = algo.get_policy()?;
-    algo.stop()?;
+    let mut policy = lstm_policy()?;
     let path = dir.path().join("lstm.pt");
     policy.export_torchscript(&path)?;
     let obs = [0.01f32, -0.02, 0.03, 0.04];
