@@ -464,6 +464,13 @@ fn policy_inference(c: &mut Criterion) {
         };
         bench_inference(c, &format!("{name}_policy_inference"), policy, &spec, &sizes);
     }
+    // The Atari runners' inference in bf16-mixed, where this CPU runs it.
+    let spec = atari();
+    if let Ok(policy) = TorchPolicy::new(&settings.model, &spec, settings.model_seed, 0)
+        .and_then(|p| p.with_precision(Precision::Bf16Mixed))
+    {
+        bench_inference(c, "atari_policy_inference_bf16-mixed", policy, &spec, &[1, 4, 8]);
+    }
 }
 
 /// `compute_actions` of `policy` for each number of envs in `sizes`.
