@@ -104,6 +104,21 @@ fn batch(spec: &EnvSpec, rows: usize, seed: u64) -> SampleBatch {
     b
 }
 
+/// The bare steps' loss: RLlib's terms, summed, on fixed advantages and value targets
+/// (`-sum(logp(a) * adv) - 0.01 * entropy + 0.5 * 0.5 * sum((v - target)^2)`).
+fn bare_loss(
+    logp: &Tensor,
+    v: &Tensor,
+    actions: &Tensor,
+    adv: &Tensor,
+    targets: &Tensor,
+) -> Tensor {
+    let pi = -(logp.gather(1, actions, false).squeeze_dim(1) * adv).sum(Kind::Float);
+    let entropy = -(logp.exp() * logp).sum(Kind::Float);
+    let vf = (v - targets).square().sum(Kind::Float) * 0.5;
+    pi - entropy * 0.01 + vf * 0.5
+}
+
 /// The same network and loss terms in plain tch with libtorch's Adam.
 struct Bare {
     net: nn::Sequential,
@@ -131,10 +146,7 @@ impl Bare {
         let h = self.net.forward(obs);
         let logp = self.logits.forward(&h).log_softmax(-1, Kind::Float);
         let v = self.value.forward(&h).squeeze_dim(1);
-        let pi = -(logp.gather(1, actions, false).squeeze_dim(1) * adv).sum(Kind::Float);
-        let entropy = -(logp.exp() * &logp).sum(Kind::Float);
-        let vf = (v - targets).square().sum(Kind::Float) * 0.5;
-        let loss = pi - entropy * 0.01 + vf * 0.5;
+        let loss = bare_loss(&logp, &v, actions, adv, targets);
         self.opt.backward_step(&loss);
         loss.double_value(&[])
     }
@@ -254,10 +266,7 @@ impl BareCnn {
         drop(autocast);
         let logp = logits.to_kind(Kind::Float).log_softmax(-1, Kind::Float);
         let v = v.to_kind(Kind::Float).squeeze_dim(1);
-        let pi = -(logp.gather(1, actions, false).squeeze_dim(1) * adv).sum(Kind::Float);
-        let entropy = -(logp.exp() * &logp).sum(Kind::Float);
-        let vf = (v - targets).square().sum(Kind::Float) * 0.5;
-        let loss = pi - entropy * 0.01 + vf * 0.5;
+        let loss = bare_loss(&logp, &v, actions, adv, targets);
         self.opt.backward_step_clip_norm(&loss, 40.0);
         loss.double_value(&[])
     }
@@ -359,10 +368,7 @@ impl BareScripted {
             return Err(TchError::Kind("forward should return (logits, value)".into()));
         };
         let logp = logits.log_softmax(-1, Kind::Float);
-        let pi = -(logp.gather(1, actions, false).squeeze_dim(1) * adv).sum(Kind::Float);
-        let entropy = -(logp.exp() * &logp).sum(Kind::Float);
-        let vf = (v - targets).square().sum(Kind::Float) * 0.5;
-        let loss = pi - entropy * 0.01 + vf * 0.5;
+        let loss = bare_loss(&logp, v, actions, adv, targets);
         self.opt.backward_step_clip_norm(&loss, 40.0);
         loss.f_double_value(&[])
     }
