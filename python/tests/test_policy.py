@@ -2,6 +2,8 @@
 the evaluation runners act, weights by parameter name, corrupt checkpoints refused, recurrent
 state in and out, and an algorithm's actions from its learner's current weights."""
 
+import time
+
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -148,8 +150,18 @@ def test_an_algorithm_acts_with_its_learners_current_weights():
         assert any(not np.array_equal(trained[n], weights[DEFAULT_POLICY_ID][n]) for n in trained)
         obs = np.array([0.01, -0.02, 0.03, 0.04], dtype=np.float32)
         # The algorithm's actions follow the learner; the snapshot taken before training does not.
-        logits = algo.compute_actions([obs], state_batches=[], explore=False)[2]["action_dist_inputs"]
-        fresh = algo.get_policy().compute_single_action(obs, explore=False)[2]["action_dist_inputs"]
+        # The learner goes on with its queued train batches after train() returns (as RLlib's
+        # learner thread does), so the two reads are compared once no update fell between them.
+        for _ in range(200):
+            before = algo.get_weights()[DEFAULT_POLICY_ID]
+            logits = algo.compute_actions([obs], state_batches=[], explore=False)[2]["action_dist_inputs"]
+            fresh = algo.get_policy().compute_single_action(obs, explore=False)[2]["action_dist_inputs"]
+            after = algo.get_weights()[DEFAULT_POLICY_ID]
+            if all(np.array_equal(before[n], after[n]) for n in before):
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail("the learner was still updating 10 s after train() returned")
         np.testing.assert_array_equal(logits[0], fresh)
         with pytest.raises(KeyError, match="default_policy"):
             algo.get_policy("other")
