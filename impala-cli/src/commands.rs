@@ -9,7 +9,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::Context as _;
 use impala::config::ConfigFormat;
-use impala::remote::{runner_server, serve_env_runner, ClientSettings, ClientTls, Token};
+use impala::remote::{
+    runner_server, serve_env_runner, ClientSettings, ClientTls, RunnerHost, Token,
+};
 use impala::run::{CheckpointPolicy, RunOptions, TrainSpec, Trained, Training, PROFILE_FILE};
 use impala::StopCriteria;
 use impala_tune::bench::{bench_cartpole, BenchOptions, StabilityOptions};
@@ -64,7 +66,7 @@ pub(crate) fn env_runner(args: &EnvRunnerArgs) -> anyhow::Result<ExitCode> {
     settings.reconnect_timeout = Duration::from_secs_f64(args.reconnect_timeout_s);
     let tls = args.tls_ca.as_deref().map(|ca| ClientTls::from_file(ca, args.tls_domain.clone()));
     settings.tls = tls.transpose()?;
-    let reason = serve_env_runner(&settings)?;
+    let reason = serve_env_runner(&settings, RunnerHost::default())?;
     println!("the driver's run is over ({reason}); exiting");
     Ok(ExitCode::SUCCESS)
 }

@@ -36,6 +36,29 @@ impl PlacementStrategy {
     }
 }
 
+/// Where env runners run (`env_runner_backend`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "lowercase")]
+pub enum EnvRunnerBackend {
+    /// Threads of this process (or `impala env-runner` processes that connect to a server).
+    #[default]
+    Threads,
+    /// Ray actors on the cluster `ray.init` joined, placed by `placement_strategy`; each runs
+    /// the env runner in its process and connects back to the learner. Started by the Python
+    /// package (`impala_rs`), which owns the actors.
+    Ray,
+}
+
+impl EnvRunnerBackend {
+    /// The config spelling (`"threads"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            EnvRunnerBackend::Threads => "threads",
+            EnvRunnerBackend::Ray => "ray",
+        }
+    }
+}
+
 /// Which implementation of `env` to run (`env_backend`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]
@@ -232,6 +255,8 @@ pub struct ImpalaConfig {
     /// Seconds stopping waits for the env runners to end, all together (impala-rs's own): a
     /// runner stuck in a hung env step is not awaited for its `sample_timeout_s`.
     pub shutdown_grace_s: f64,
+    /// Threads in this process, or Ray actors (impala-rs option; see [`EnvRunnerBackend`]).
+    pub env_runner_backend: EnvRunnerBackend,
     /// CPUs reserved per env runner in the resource request.
     #[serde(alias = "num_cpus_per_worker")]
     pub num_cpus_per_env_runner: f64,
@@ -382,6 +407,7 @@ impl Default for ImpalaConfig {
             restart_failed_sub_environments: false,
             max_num_env_runner_restarts: 1000,
             shutdown_grace_s: 5.0,
+            env_runner_backend: EnvRunnerBackend::Threads,
             num_cpus_per_env_runner: 1.0,
             num_gpus_per_env_runner: 0.0,
             custom_resources_per_env_runner: BTreeMap::new(),

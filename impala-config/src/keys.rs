@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use impala_core::{ConvFilter, LossReduction, OptType, Precision, Schedule};
 
-use crate::config::{DurationUnit, EnvBackend, ImpalaConfig, PlacementStrategy};
+use crate::config::{DurationUnit, EnvBackend, EnvRunnerBackend, ImpalaConfig, PlacementStrategy};
 use crate::model::ModelConfig;
 
 /// RLlib's config groups (`AlgorithmConfig.training()`, `.env_runners()`, ...).
@@ -118,6 +118,7 @@ fn describe_type(ty: &str) -> String {
         "Precision" => "\"fp32\" or \"bf16-mixed\"".into(),
         "DurationUnit" => "\"episodes\" or \"timesteps\"".into(),
         "EnvBackend" => "\"auto\", \"native\" or \"gymnasium\"".into(),
+        "EnvRunnerBackend" => "\"threads\" or \"ray\"".into(),
         "PlacementStrategy" => "\"PACK\", \"SPREAD\", \"STRICT_PACK\" or \"STRICT_SPREAD\"".into(),
         "ModelConfig" => "a table of model options".into(),
         "BTreeMap<String,f64>" => "a table of numbers".into(),
@@ -344,6 +345,7 @@ groups! {
         sample_timeout_s: f64,
         compress_observations: bool,
         env_runner_connect_timeout_s: f64,
+        env_runner_backend: EnvRunnerBackend,
         num_cpus_per_env_runner: f64,
         num_gpus_per_env_runner: f64,
         custom_resources_per_env_runner: BTreeMap<String, f64>,

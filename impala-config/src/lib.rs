@@ -41,7 +41,7 @@ mod resources;
 mod serde_util;
 mod validate;
 
-pub use config::{DurationUnit, EnvBackend, ImpalaConfig, PlacementStrategy};
+pub use config::{DurationUnit, EnvBackend, EnvRunnerBackend, ImpalaConfig, PlacementStrategy};
 pub use diagnostics::{Rule, Violation, Warning, WarningKind};
 pub use error::{ConfigError, Origin, Position, Result};
 pub use impala_core::{

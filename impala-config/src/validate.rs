@@ -692,23 +692,34 @@ fn check_resources(config: &ImpalaConfig, c: &mut Checker) {
     for (name, &amount) in &config.custom_resources_per_env_runner {
         c.non_negative(&format!("custom_resources_per_env_runner.{name}"), amount);
     }
-    // Ray places actors by these; impala-rs has nothing to place (runners are threads here, and
-    // remote runners are placed by Kubernetes or Slurm), so they are refused, not ignored.
-    if config.placement_strategy != crate::PlacementStrategy::Pack {
+    // Ray places env runner actors by these; runner threads (and `impala env-runner`
+    // processes, placed by Kubernetes or Slurm) have nothing to place, so there they are
+    // refused, not ignored.
+    let ray = config.env_runner_backend == crate::EnvRunnerBackend::Ray;
+    if config.placement_strategy != crate::PlacementStrategy::Pack && !ray {
         c.error(
             "placement_strategy",
             Rule::NotSupported,
-            format!("is {} but impala-rs uses no Ray placement groups, so it would do nothing", config.placement_strategy.as_str()),
-            "remove `placement_strategy` (impala-rs runs the learner and runner threads in one process)".into(),
+            format!("is {} but env runner threads are not placed by Ray, so it would do nothing", config.placement_strategy.as_str()),
+            "remove `placement_strategy`, or set `env_runner_backend = \"ray\"` for env runner actors on a Ray cluster".into(),
         );
     }
     let custom = config.custom_resources_per_env_runner.iter().find(|(_, &amount)| amount > 0.0);
-    if let Some((name, _)) = custom {
+    if let (Some((name, _)), false) = (custom, ray) {
         c.error(
             format!("custom_resources_per_env_runner.{name}"),
             Rule::NotSupported,
-            "asks for a custom Ray resource, which impala-rs has no scheduler to honour".into(),
-            "remove `custom_resources_per_env_runner`".into(),
+            "asks for a custom Ray resource, but env runner threads are not placed by Ray".into(),
+            "remove `custom_resources_per_env_runner`, or set `env_runner_backend = \"ray\"`"
+                .into(),
+        );
+    }
+    if ray && config.num_env_runners == 0 {
+        c.error(
+            "num_env_runners",
+            Rule::NotSupported,
+            "is 0, but `env_runner_backend = \"ray\"` samples only with env runner actors".into(),
+            "set `num_env_runners` to the number of env runner actors (1 or more)".into(),
         );
     }
     if config.num_gpus_per_env_runner > 0.0 {

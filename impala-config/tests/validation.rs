@@ -609,6 +609,18 @@ fn ray_scheduling_options_with_nothing_to_act_on_are_refused() -> TestResult {
 }
 
 #[test]
+fn ray_env_runner_actors_take_the_ray_scheduling_options() -> TestResult {
+    let mut config = ImpalaConfig::default();
+    config.apply_override("env_runner_backend=\"ray\"")?;
+    config.apply_override("placement_strategy=STRICT_SPREAD")?;
+    config.apply_override("custom_resources_per_env_runner.tpu=1")?;
+    config.validate()?;
+    config.apply_override("num_env_runners=0")?;
+    fails(&config, Rule::NotSupported, "num_env_runners")?;
+    Ok(())
+}
+
+#[test]
 fn old_stack_gpus_with_several_learners_are_refused() -> TestResult {
     let config =
         ImpalaConfig::default().resources(|r| r.num_gpus(2.0)).learners(|l| l.num_learners(3));

@@ -4,19 +4,19 @@
 //! process builds its env runner from that ([`env_runner_builder`]; [`serve_env_runner`] over
 //! gRPC).
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
-use impala_config::{ImpalaConfig, ValidatedConfig};
+use impala_config::{EnvRunnerBackend, ImpalaConfig, ValidatedConfig};
 use impala_core::{EnvSpec, Weights};
 use impala_runner_pool::{Assignment, BuildRunner, PoolError, RunSession, RunnerTransport};
 use impala_sampler::EnvRunner;
 use serde::{Deserialize, Serialize};
 
-use crate::builder::{run_envs, PolicySource, Streams};
+use crate::builder::{python_envs, run_envs, PolicySource, Streams};
 use crate::checkpoint::sha256_hex;
 use crate::settings;
 use crate::torchscript::ScriptModule;
@@ -167,8 +167,19 @@ pub(crate) fn check_remote_config(config: &ValidatedConfig) -> Result<()> {
 }
 
 /// Refuses `compress_observations` for runners in this process, where fragments never
-/// cross a wire.
+/// cross a wire, and Ray env runners, which only the Python package starts.
 pub(crate) fn check_local_config(config: &ValidatedConfig) -> Result<()> {
+    if config.config().env_runner_backend == EnvRunnerBackend::Ray {
+        return Err(ImpalaError::EnvOption {
+            key: "env_runner_backend",
+            problem: "is \"ray\", but env runner actors are started by the Python package, \
+                      which serves them to this run"
+                .into(),
+            fix: "train from Python (`IMPALAConfig().env_runners(env_runner_backend=\"ray\")`), \
+                  or serve `impala env-runner --connect` processes with `impala train --listen`"
+                .into(),
+        });
+    }
     if config.config().compress_observations {
         return Err(ImpalaError::EnvOption {
             key: "compress_observations",
@@ -184,7 +195,11 @@ pub(crate) fn check_local_config(config: &ValidatedConfig) -> Result<()> {
 /// again here, its TorchScript module the one the driver sent), its env (built as the driver
 /// builds its runners' envs) and a CPU policy copy acting with `weights`, its env and action
 /// streams those of the assigned runner and incarnation.
-fn build_runner(assignment: &Assignment, weights: Arc<Weights>) -> Result<EnvRunner> {
+fn build_runner(
+    assignment: &Assignment,
+    weights: Arc<Weights>,
+    host: &RunnerHost,
+) -> Result<EnvRunner> {
     let SessionData { mut config, env_seed, sample_seed, base_seed, module } =
         serde_json::from_slice(&assignment.session).map_err(|source| ImpalaError::Json {
             action: "read",
@@ -197,8 +212,15 @@ fn build_runner(assignment: &Assignment, weights: Arc<Weights>) -> Result<EnvRun
     if let Some(module) = &module {
         config.model.custom_model = Some(module.path().to_string_lossy().into_owned());
     }
+    if let Some(python) = &host.python_executable {
+        config.python_executable = Some(python.clone());
+    }
     let config = config.validate()?;
-    let envs = run_envs(&config, None)?;
+    let factory = match &host.env_creator {
+        Some(creator) => Some(python_envs(&config, Some(creator.clone()))?.0),
+        None => None,
+    };
+    let envs = run_envs(&config, factory)?;
     let mut settings = settings::env_runner(&config);
     settings.seed = env_seed;
     let policies = PolicySource {
@@ -240,15 +262,35 @@ fn build_runner(assignment: &Assignment, weights: Arc<Weights>) -> Result<EnvRun
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn env_runner_builder() -> BuildRunner {
+    env_runner_builder_on(RunnerHost::default())
+}
+
+/// What the host of a remote env runner brings itself instead of taking the driver's: its
+/// own Python interpreter for env workers, and the env creator (`impala_rs.register_env`)
+/// pickled to a file of its own. A Ray env runner actor has both.
+#[derive(Debug, Clone, Default)]
+pub struct RunnerHost {
+    /// The interpreter this host's Python env workers run, instead of the driver's
+    /// `python_executable`.
+    pub python_executable: Option<String>,
+    /// A pickled env creator this host's env workers call to build `env`.
+    pub env_creator: Option<PathBuf>,
+}
+
+/// [`env_runner_builder`] on a host that brings its own Python and env creator.
+pub fn env_runner_builder_on(host: RunnerHost) -> BuildRunner {
     tch::set_num_threads(1);
-    Arc::new(|assignment, weights| build_runner(assignment, weights).map_err(|e| error_chain(&e)))
+    Arc::new(move |assignment, weights| {
+        build_runner(assignment, weights, &host).map_err(|e| error_chain(&e))
+    })
 }
 
 /// Runs this process as a remote env runner of the driver in `settings` (`impala env-runner`)
 /// until the driver's run is over (returns its reason), the driver refuses it, or the driver
-/// stays unreachable for the reconnect timeout.
-pub fn serve_env_runner(settings: &ClientSettings) -> Result<String> {
-    Ok(impala_remote::run_env_runner(settings, env_runner_builder())?)
+/// stays unreachable for the reconnect timeout. `host` says what this host brings itself
+/// (`RunnerHost::default()`: nothing, as `impala env-runner`).
+pub fn serve_env_runner(settings: &ClientSettings, host: RunnerHost) -> Result<String> {
+    Ok(impala_remote::run_env_runner(settings, env_runner_builder_on(host))?)
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@ from . import _impala_rs
 from .config import IMPALAConfig
 from .models import script_model
 from .policy import DEFAULT_POLICY_ID, Policy, _tensors
+from .ray_runners import RayEnvRunners
 from .registry import PickledCreator
 
 
@@ -38,7 +39,12 @@ class Impala:
         # learner's weights on every call.
         self._policy = None
         creator_path = self._creator.path if self._creator else None
+        # Ray env runner actors connect to a server bound before the algorithm is built, which
+        # waits for them.
+        self._ray_runners = None
         try:
+            if native.get("env_runner_backend") == "ray":
+                self._ray_runners = RayEnvRunners(native, creator_path)
             model = self.config._python_model()
             if model is not None:
                 # A user's torch class: built for the env's spaces and scripted here; the core
@@ -47,8 +53,11 @@ class Impala:
                 model_config = self.config.to_dict()["model"]
                 path = script_model(*model, spec, model_config, native.get("seed"))
                 native["model"]["custom_model"] = path
-            self._native = _impala_rs.Algorithm(native, creator_path)
+            server = self._ray_runners.server if self._ray_runners else None
+            self._native = _impala_rs.Algorithm(native, creator_path, server)
         except BaseException:
+            if self._ray_runners is not None:
+                self._ray_runners.stop()
             if self._creator is not None:
                 self._creator.remove()
             raise
@@ -137,8 +146,13 @@ class Impala:
         self._native.restore(str(checkpoint_path))
 
     def stop(self):
-        """Stops the env runners, env workers and learner (RLlib's ``stop()``)."""
-        self._native.stop()
+        """Stops the env runners (and their Ray actors), env workers and learner (RLlib's
+        ``stop()``)."""
+        try:
+            self._native.stop()
+        finally:
+            if self._ray_runners is not None:
+                self._ray_runners.stop()
         if self._creator is not None:
             self._creator.remove()
 

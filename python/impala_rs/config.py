@@ -81,7 +81,10 @@ class IMPALAConfig:
 
     def env_runners(self, **kwargs):
         """RLlib's ``env_runners()``: ``num_env_runners``, ``num_envs_per_env_runner``,
-        ``rollout_fragment_length``, ``sample_timeout_s``, ..."""
+        ``rollout_fragment_length``, ``sample_timeout_s``, ...; ``env_runner_backend="ray"``
+        runs the env runners as Ray actors on the cluster ``ray.init`` joined (placed with
+        ``num_cpus_per_env_runner``, ``custom_resources_per_env_runner`` and
+        ``placement_strategy``) instead of threads of this process."""
         return self._update("env_runners", kwargs)
 
     #: RLlib's old name of :meth:`env_runners`.

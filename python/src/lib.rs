@@ -184,22 +184,29 @@ struct Algorithm {
 impl Algorithm {
     /// Builds the algorithm (learner, env runners, their env workers) from a config dict;
     /// `env_creator` is a pickled env creator (`impala_rs.register_env`) the env workers call.
+    /// With `runner_server` the env runners are the processes that connect to it (Ray
+    /// actors), waited for up to `env_runner_connect_timeout_s`.
     #[new]
-    #[pyo3(signature = (config, env_creator = None))]
+    #[pyo3(signature = (config, env_creator = None, runner_server = None))]
     fn new(
         py: Python<'_>,
         config: &Bound<'_, PyDict>,
         env_creator: Option<PathBuf>,
+        runner_server: Option<PyRef<'_, RunnerServer>>,
     ) -> PyResult<Self> {
         // The package's `IMPALAConfig` already reported the warnings (`check_config`).
         let (config, _warnings) = validated(config)?;
+        let transport = runner_server.map(|server| Arc::clone(&server.inner));
         let mut algo = py
             .detach(|| {
-                let builder = Impala::builder(config);
-                match env_creator {
-                    Some(creator) => builder.python_env_creator(creator).build(),
-                    None => builder.build(),
+                let mut builder = Impala::builder(config);
+                if let Some(creator) = env_creator {
+                    builder = builder.python_env_creator(creator);
                 }
+                if let Some(server) = transport {
+                    builder = builder.remote_env_runners(server);
+                }
+                builder.build()
             })
             .map_err(impala_err)?;
         let interrupt = Arc::new(AtomicBool::new(false));
@@ -318,6 +325,79 @@ impl Drop for Algorithm {
             }
         }
     }
+}
+
+/// The server env runners in other processes connect to (`impala train --listen`'s): the
+/// Python package binds it before it starts its Ray env runner actors, so they know where to
+/// connect, and hands it to `Algorithm`.
+#[pyclass(module = "impala_rs._impala_rs", frozen)]
+struct RunnerServer {
+    inner: Arc<impala::remote::RunnerServer>,
+}
+
+#[pymethods]
+impl RunnerServer {
+    /// Listens on `listen` (`HOST:PORT`; port 0 picks a free one) for the env runners of a
+    /// run of `config` that present the secret in `token_file`.
+    #[new]
+    fn new(
+        py: Python<'_>,
+        config: &Bound<'_, PyDict>,
+        listen: String,
+        token_file: PathBuf,
+    ) -> PyResult<Self> {
+        let (config, _) = validated(config)?;
+        let server = py
+            .detach(|| impala::remote::runner_server(&config, &listen, &token_file, None))
+            .map_err(impala_err)?;
+        Ok(RunnerServer { inner: Arc::new(server) })
+    }
+
+    /// The port it listens on.
+    #[getter]
+    fn port(&self) -> u16 {
+        self.inner.local_addr().port()
+    }
+
+    /// Env runners connected and serving the run now.
+    #[getter]
+    fn num_ready(&self) -> usize {
+        self.inner.num_ready()
+    }
+
+    /// Tells the env runners that the run is over, for `reason`: they end instead of waiting
+    /// for a driver to come back.
+    fn finish(&self, reason: &str) {
+        self.inner.finish(reason);
+    }
+}
+
+/// Serves the driver at `connect` (`HOST:PORT`) as one of its env runners, presenting
+/// `token`, until the driver's run is over (returns the driver's reason), the driver refuses
+/// it, or the driver stays unreachable for `reconnect_timeout_s`. The env workers run
+/// `python_executable` and build the env with the pickled `env_creator` when given. Blocks
+/// with the interpreter lock released: what a Ray env runner actor runs.
+#[pyfunction]
+#[pyo3(signature = (connect, token, env_creator = None, python_executable = None, reconnect_timeout_s = 60.0))]
+fn run_env_runner(
+    py: Python<'_>,
+    connect: String,
+    token: String,
+    env_creator: Option<PathBuf>,
+    python_executable: Option<String>,
+    reconnect_timeout_s: f64,
+) -> PyResult<String> {
+    use impala::remote::{serve_env_runner, ClientSettings, RunnerHost, Token};
+    let timeout = std::time::Duration::try_from_secs_f64(reconnect_timeout_s).map_err(|_| {
+        PyValueError::new_err(format!(
+            "reconnect_timeout_s is {reconnect_timeout_s}; give a number of seconds >= 0"
+        ))
+    })?;
+    let token = Token::new(&token).map_err(|e| impala_err(e.into()))?;
+    let mut settings = ClientSettings::new(connect, token);
+    settings.reconnect_timeout = timeout;
+    let host = RunnerHost { python_executable, env_creator };
+    py.detach(|| serve_env_runner(&settings, host)).map_err(impala_err)
 }
 
 /// A trained policy ([`impala::TrainedPolicy`]): a checkpoint's, or a snapshot of an
@@ -650,6 +730,8 @@ fn _impala_rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_class::<Algorithm>()?;
     m.add_class::<Policy>()?;
+    m.add_class::<RunnerServer>()?;
+    m.add_function(wrap_pyfunction!(run_env_runner, m)?)?;
     m.add_function(wrap_pyfunction!(config_keys, m)?)?;
     m.add_function(wrap_pyfunction!(config_aliases, m)?)?;
     m.add_function(wrap_pyfunction!(nearest_key, m)?)?;

@@ -30,3 +30,30 @@ def fast_cartpole():
         .reporting(min_time_s_per_iteration=0.3)
         .debugging(seed=0)
     )
+
+
+def tuned_cartpole():
+    """CartPole-v1 with examples/cartpole-impala.toml's settings (tuned for a 2-core machine:
+    450 in about 2 s with one runner thread)."""
+    from impala_rs import IMPALAConfig
+
+    return (
+        IMPALAConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=8, rollout_fragment_length=10)
+        .training(
+            train_batch_size=80,
+            lr=0.0003,
+            entropy_coeff=0.01,
+            opt_type="rmsprop",
+            decay=0.99,
+            epsilon=0.1,
+            momentum=0.0,
+            _separate_vf_optimizer=True,
+            _lr_vf=0.003,
+            grad_clip=40.0,
+        )
+        .learners(num_learner_threads=1)
+        .reporting(min_time_s_per_iteration=0.25)
+        .debugging(seed=0)
+    )

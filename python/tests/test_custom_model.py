@@ -24,6 +24,8 @@ from impala_rs import (
 )
 from impala_rs import models
 
+from conftest import tuned_cartpole
+
 
 @pytest.fixture(autouse=True)
 def model_cache(tmp_path, monkeypatch):
@@ -69,33 +71,9 @@ class NotScriptable(Mlp):
         return self.policy(hidden), self.value(hidden).squeeze(1)
 
 
-def cartpole():
-    """CartPole-v1 with examples/cartpole-impala.toml's settings (tuned for a 2-core machine)."""
-    return (
-        IMPALAConfig()
-        .environment("CartPole-v1")
-        .env_runners(num_env_runners=1, num_envs_per_env_runner=8, rollout_fragment_length=10)
-        .training(
-            train_batch_size=80,
-            lr=0.0003,
-            entropy_coeff=0.01,
-            opt_type="rmsprop",
-            decay=0.99,
-            epsilon=0.1,
-            momentum=0.0,
-            _separate_vf_optimizer=True,
-            _lr_vf=0.003,
-            grad_clip=40.0,
-        )
-        .learners(num_learner_threads=1)
-        .reporting(min_time_s_per_iteration=0.25)
-        .debugging(seed=0)
-    )
-
-
 def test_a_registered_model_trains_cartpole():
     register_custom_model("test_mlp", Mlp)
-    config = cartpole().training(model={"custom_model": "test_mlp", "custom_model_config": {"hidden": 64}})
+    config = tuned_cartpole().training(model={"custom_model": "test_mlp", "custom_model_config": {"hidden": 64}})
     start = time.monotonic()
     best = 0.0
     with config.build() as algo:
@@ -114,7 +92,7 @@ def test_a_registered_model_trains_cartpole():
 def test_a_class_is_built_with_rllibs_arguments_and_custom_model_config_as_keywords():
     BUILT.clear()
     config = (
-        cartpole()
+        tuned_cartpole()
         .training(model={"custom_model": Recording, "custom_model_config": {"hidden": 16, "tag": "x"}, "framestack": 3})
     )
     with config.build() as algo:
@@ -133,7 +111,7 @@ def test_a_class_is_built_with_rllibs_arguments_and_custom_model_config_as_keywo
 
 
 def test_a_checkpoint_of_a_class_model_restores_and_evaluates_with_the_cli(tmp_path, impala_bin):
-    config = cartpole().training(model={"custom_model": Mlp})
+    config = tuned_cartpole().training(model={"custom_model": Mlp})
     with config.build() as algo:
         algo.train()
         path = algo.save(tmp_path)
@@ -159,7 +137,7 @@ def test_a_checkpoint_of_a_class_model_restores_and_evaluates_with_the_cli(tmp_p
 
 def test_a_module_torchscript_cannot_compile_is_one_clear_error():
     with pytest.raises(ImpalaError) as info:
-        cartpole().training(model={"custom_model": NotScriptable}).build()
+        tuned_cartpole().training(model={"custom_model": NotScriptable}).build()
     text = str(info.value)
     assert "model.custom_model NotScriptable: torch.jit.script failed" in text, text
     # TorchScript's own message, with the offending line.
@@ -169,7 +147,7 @@ def test_a_module_torchscript_cannot_compile_is_one_clear_error():
 
 def test_an_unknown_name_lists_the_registered_models():
     register_custom_model("test_listed", Mlp)
-    config = cartpole().training(model={"custom_model": "test_lsted"})
+    config = tuned_cartpole().training(model={"custom_model": "test_lsted"})
     with pytest.raises(ConfigError) as info:
         config.validate()
     text = str(info.value)
