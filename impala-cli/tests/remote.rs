@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 use crate::common::{impala, TestResult};
 use crate::runs::signal;
 
-const TOKEN: &str = "5f0c1e7a-test-token";
+pub(crate) const TOKEN: &str = "5f0c1e7a-test-token";
 
-/// A free loopback port (bound and released; the driver takes it a moment later).
-fn free_port() -> Result<u16, std::io::Error> {
-    Ok(std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+/// A free port (bound and released; the driver takes it a moment later).
+pub(crate) fn free_port() -> Result<u16, std::io::Error> {
+    Ok(std::net::TcpListener::bind("0.0.0.0:0")?.local_addr()?.port())
 }
 
-fn token_file(dir: &Path, token: &str) -> Result<PathBuf, std::io::Error> {
+pub(crate) fn token_file(dir: &Path, token: &str) -> Result<PathBuf, std::io::Error> {
     use std::os::unix::fs::PermissionsExt;
     let path = dir.join(format!("token-{}", token.len()));
     std::fs::write(&path, format!("{token}\n"))?;
@@ -32,38 +32,68 @@ fn start(dir: &Path, name: &str, args: &[&str]) -> Result<Child, std::io::Error>
 
 /// Starts `impala args...` in `cwd`, stdout and stderr into `logs/NAME.out` / `NAME.err`.
 fn start_in(cwd: &Path, logs: &Path, name: &str, args: &[&str]) -> Result<Child, std::io::Error> {
-    Command::new(env!("CARGO_BIN_EXE_impala"))
-        .current_dir(cwd)
-        .args(args)
+    spawn(Command::new(env!("CARGO_BIN_EXE_impala")).current_dir(cwd).args(args), logs, name)
+}
+
+/// Spawns `command` with stdout and stderr into `logs/NAME.out` / `NAME.err`.
+fn spawn(command: &mut Command, logs: &Path, name: &str) -> Result<Child, std::io::Error> {
+    command
         .stdout(Stdio::from(File::create(logs.join(format!("{name}.out")))?))
         .stderr(Stdio::from(File::create(logs.join(format!("{name}.err")))?))
         .spawn()
 }
 
-fn output(dir: &Path, name: &str) -> String {
+pub(crate) fn output(dir: &Path, name: &str) -> String {
     let read = |ext| std::fs::read_to_string(dir.join(format!("{name}.{ext}"))).unwrap_or_default();
     format!("{}{}", read("out"), read("err"))
 }
 
 fn runner(dir: &Path, name: &str, port: u16, extra: &[&str]) -> Result<Child, std::io::Error> {
-    let connect = format!("127.0.0.1:{port}");
+    runner_at(dir, name, &format!("127.0.0.1:{port}"), None, extra)
+}
+
+/// An `impala env-runner` connecting to `connect`, in network namespace `netns` when given.
+pub(crate) fn runner_at(
+    dir: &Path,
+    name: &str,
+    connect: &str,
+    netns: Option<&str>,
+    extra: &[&str],
+) -> Result<Child, std::io::Error> {
     let token = token_file(dir, TOKEN)?;
     let token = token.to_string_lossy().into_owned();
-    let mut args = vec!["env-runner", "--connect", &connect, "--token-file", &token];
+    let mut args = vec!["env-runner", "--connect", connect, "--token-file", &token];
     args.extend_from_slice(extra);
-    start(dir, name, &args)
+    match netns {
+        None => start(dir, name, &args),
+        Some(netns) => spawn(
+            Command::new("ip")
+                .current_dir(dir)
+                .args(["netns", "exec", netns, env!("CARGO_BIN_EXE_impala")])
+                .args(&args),
+            dir,
+            name,
+        ),
+    }
 }
 
 fn driver(dir: &Path, port: u16, extra: &[&str]) -> Result<Child, std::io::Error> {
-    let listen = format!("127.0.0.1:{port}");
+    driver_on(dir, &format!("127.0.0.1:{port}"), extra)
+}
+
+/// `impala train --listen LISTEN --run-dir run` with the test token.
+pub(crate) fn driver_on(dir: &Path, listen: &str, extra: &[&str]) -> Result<Child, std::io::Error> {
     let token = token_file(dir, TOKEN)?.to_string_lossy().into_owned();
-    let mut args = vec!["train", "--listen", &listen, "--token-file", &token, "--run-dir", "run"];
+    let mut args = vec!["train", "--listen", listen, "--token-file", &token, "--run-dir", "run"];
     args.extend_from_slice(extra);
     start(dir, "driver", &args)
 }
 
 /// Waits for `child` to exit within `within`, killing it otherwise.
-fn wait(child: &mut Child, within: Duration) -> Result<std::process::ExitStatus, String> {
+pub(crate) fn wait(
+    child: &mut Child,
+    within: Duration,
+) -> Result<std::process::ExitStatus, String> {
     let deadline = Instant::now() + within;
     loop {
         if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
@@ -78,13 +108,13 @@ fn wait(child: &mut Child, within: Duration) -> Result<std::process::ExitStatus,
 }
 
 /// The complete lines of `run/result.json` so far (none before it exists).
-fn result_lines(run: &Path) -> Result<Vec<serde_json::Value>, std::io::Error> {
+pub(crate) fn result_lines(run: &Path) -> Result<Vec<serde_json::Value>, std::io::Error> {
     let text = std::fs::read_to_string(run.join("result.json")).unwrap_or_default();
     Ok(text.lines().filter_map(|l| serde_json::from_str(l).ok()).collect())
 }
 
 /// Waits until result.json of `run` holds at least `n` lines.
-fn wait_for_iterations(dir: &Path, n: usize, within: Duration) -> TestResult {
+pub(crate) fn wait_for_iterations(dir: &Path, n: usize, within: Duration) -> TestResult {
     let deadline = Instant::now() + within;
     while result_lines(&dir.join("run"))?.len() < n {
         if Instant::now() > deadline {
@@ -99,7 +129,7 @@ fn wait_for_iterations(dir: &Path, n: usize, within: Duration) -> TestResult {
     Ok(())
 }
 
-fn last_result(dir: &Path) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+pub(crate) fn last_result(dir: &Path) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let lines = result_lines(&dir.join("run"))?;
     Ok(lines.last().cloned().ok_or("no results")?)
 }

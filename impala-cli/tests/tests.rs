@@ -7,6 +7,7 @@ mod custom_models;
 mod design;
 mod export;
 mod faults;
+mod netns;
 mod python_envs;
 mod remote;
 mod runs;

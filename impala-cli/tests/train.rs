@@ -207,6 +207,7 @@ fn every_example_config_loads_and_validates() -> TestResult {
         seen,
         [
             "ALE/Pong-v5",
+            "ALE/Pong-v5",
             "Acrobot-v1",
             "CartPole-v1",
             "CartPole-v1",
