@@ -7,9 +7,9 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::common::{impala, runner_count, TestResult};
+use crate::common::{runner_count, TestResult};
 use crate::remote::{
-    driver_on, free_port, last_result, output, result_lines, runner_at, token_file, wait,
+    driver_on, free_port, kill_and_resume, last_result, output, result_lines, runner_at, wait,
     wait_for_iterations, TOKEN,
 };
 use crate::runs::signal;
@@ -219,29 +219,5 @@ fn runner_hosts_take_back_a_driver_resumed_on_the_same_address() -> TestResult {
     let extra = ["--reconnect-timeout-s", "30"];
     let mut r = runner_at(dir.path(), "r1", &connect, Some(&hosts.netns(1)), &extra)?;
     wait_for_iterations(dir.path(), 3, Duration::from_secs(60))?;
-    signal(&d, "KILL")?;
-    wait(&mut d, Duration::from_secs(5))?;
-    let done = result_lines(&dir.path().join("run"))?.len();
-    let token = token_file(dir.path(), TOKEN)?.to_string_lossy().into_owned();
-    let stop = format!("{}", done + 2);
-    let resumed = impala(
-        dir.path(),
-        &[
-            "train",
-            "--listen",
-            &listen,
-            "--token-file",
-            &token,
-            "--resume",
-            "run",
-            "--stop-iters",
-            &stop,
-        ],
-    )?;
-    assert!(resumed.success, "{}{}", resumed.stdout, resumed.stderr);
-    assert!(wait(&mut r, Duration::from_secs(10))?.success(), "{}", output(dir.path(), "r1"));
-    let log = output(dir.path(), "r1");
-    assert!(log.matches("serving as env runner").count() >= 2, "{log}");
-    assert!(log.contains("lost the driver; reconnecting"), "{log}");
-    Ok(())
+    kill_and_resume(dir.path(), &mut d, &mut r, &listen)
 }

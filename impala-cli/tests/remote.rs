@@ -134,6 +134,42 @@ pub(crate) fn last_result(dir: &Path) -> Result<serde_json::Value, Box<dyn std::
     Ok(lines.last().cloned().ok_or("no results")?)
 }
 
+/// Kills the driver, resumes its run on `listen` for two more iterations and checks that the
+/// runner `r1` (process `r`) served the resumed run too, then exited with it.
+pub(crate) fn kill_and_resume(
+    dir: &Path,
+    d: &mut Child,
+    r: &mut Child,
+    listen: &str,
+) -> TestResult {
+    signal(d, "KILL")?;
+    wait(d, Duration::from_secs(5))?;
+    let done = result_lines(&dir.join("run"))?.len();
+    let token = token_file(dir, TOKEN)?.to_string_lossy().into_owned();
+    let stop = format!("{}", done + 2);
+    let resumed = impala(
+        dir,
+        &[
+            "train",
+            "--listen",
+            listen,
+            "--token-file",
+            &token,
+            "--resume",
+            "run",
+            "--stop-iters",
+            &stop,
+        ],
+    )?;
+    assert!(resumed.success, "{}{}", resumed.stdout, resumed.stderr);
+    assert!(wait(r, Duration::from_secs(10))?.success(), "{}", output(dir, "r1"));
+    let log = output(dir, "r1");
+    // Before the kill, and for the resumed run (the restore starts a new runner group).
+    assert!(log.matches("serving as env runner").count() >= 2, "{log}");
+    assert!(log.contains("lost the driver; reconnecting"), "{log}");
+    Ok(())
+}
+
 #[test]
 fn two_runner_processes_train_cartpole_to_450_and_exit_when_the_run_is_over() -> TestResult {
     let dir = tempfile::tempdir()?;
@@ -247,32 +283,9 @@ fn runners_outlive_a_killed_driver_and_serve_it_again_when_it_resumes() -> TestR
     let mut d = driver(dir.path(), port, &["--stop-iters", "1000", "--checkpoint-every", "1"])?;
     let mut r = runner(dir.path(), "r1", port, &["--reconnect-timeout-s", "30"])?;
     wait_for_iterations(dir.path(), 3, Duration::from_secs(60))?;
-    signal(&d, "KILL")?;
-    wait(&mut d, Duration::from_secs(5))?;
-    let done = result_lines(&dir.path().join("run"))?.len();
-    // The same runner process takes the resumed run.
     let listen = format!("127.0.0.1:{port}");
+    kill_and_resume(dir.path(), &mut d, &mut r, &listen)?;
     let token = token_file(dir.path(), TOKEN)?.to_string_lossy().into_owned();
-    let resumed = impala(
-        dir.path(),
-        &[
-            "train",
-            "--listen",
-            &listen,
-            "--token-file",
-            &token,
-            "--resume",
-            "run",
-            "--stop-iters",
-            &format!("{}", done + 2),
-        ],
-    )?;
-    assert!(resumed.success, "{}{}", resumed.stdout, resumed.stderr);
-    assert!(wait(&mut r, Duration::from_secs(10))?.success(), "{}", output(dir.path(), "r1"));
-    let log = output(dir.path(), "r1");
-    // Before the kill, and for the resumed run (the restore starts a new runner group).
-    assert!(log.matches("serving as env runner").count() >= 2, "{log}");
-    assert!(log.contains("lost the driver; reconnecting"), "{log}");
     // And with no driver at all, a runner gives up after its reconnect timeout.
     let started = Instant::now();
     let run = impala(
