@@ -4,7 +4,7 @@
 //! Needs root and iproute2's `ip`; without them these tests fail and say so.
 
 use std::path::Path;
-use std::process::Command;
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use crate::common::{runner_count, TestResult};
@@ -51,6 +51,12 @@ impl Hosts {
 
     fn driver_ip(&self, i: usize) -> String {
         format!("10.{}.{i}.1", self.net)
+    }
+
+    /// Starts runner `r{i}` on host `i`, connecting to the driver's `port` over its link.
+    fn runner(&self, dir: &Path, i: usize, port: u16, extra: &[&str]) -> std::io::Result<Child> {
+        let connect = format!("{}:{port}", self.driver_ip(i));
+        runner_at(dir, &format!("r{i}"), &connect, Some(&self.netns(i)), extra)
     }
 
     /// Cuts (`false`) or restores host `i`'s link, at both ends.
@@ -146,14 +152,11 @@ fn a_runner_host_cut_off_longer_than_sample_timeout_is_failed_and_replaced() -> 
     let dir = tempfile::tempdir()?;
     let port = free_port()?;
     let mut d = serve(dir.path(), port, 2, 4)?;
-    let connect = |i| format!("{}:{port}", hosts.driver_ip(i));
-    let mut runners = vec![
-        runner_at(dir.path(), "r1", &connect(1), Some(&hosts.netns(1)), &[])?,
-        runner_at(dir.path(), "r2", &connect(2), Some(&hosts.netns(2)), &[])?,
-    ];
+    let mut runners =
+        vec![hosts.runner(dir.path(), 1, port, &[])?, hosts.runner(dir.path(), 2, port, &[])?];
     wait_for_iterations(dir.path(), 2, Duration::from_secs(60))?;
     // A spare on a third host takes the slot the cut-off runner leaves.
-    runners.push(runner_at(dir.path(), "r3", &connect(3), Some(&hosts.netns(3)), &[])?);
+    runners.push(hosts.runner(dir.path(), 3, port, &[])?);
     let cut = last_result(dir.path())?;
     let steps_before = cut["num_env_steps_sampled"].as_f64().unwrap_or_default();
     hosts.set_link(1, false)?;
@@ -182,11 +185,8 @@ fn a_cut_shorter_than_sample_timeout_heals_with_nothing_lost_or_counted_twice() 
     let dir = tempfile::tempdir()?;
     let port = free_port()?;
     let mut d = serve(dir.path(), port, 2, 15)?;
-    let connect = |i| format!("{}:{port}", hosts.driver_ip(i));
-    let mut runners = vec![
-        runner_at(dir.path(), "r1", &connect(1), Some(&hosts.netns(1)), &[])?,
-        runner_at(dir.path(), "r2", &connect(2), Some(&hosts.netns(2)), &[])?,
-    ];
+    let mut runners =
+        vec![hosts.runner(dir.path(), 1, port, &[])?, hosts.runner(dir.path(), 2, port, &[])?];
     wait_for_iterations(dir.path(), 2, Duration::from_secs(60))?;
     hosts.set_link(1, false)?;
     std::thread::sleep(Duration::from_secs(3));
@@ -215,9 +215,7 @@ fn runner_hosts_take_back_a_driver_resumed_on_the_same_address() -> TestResult {
     let listen = format!("0.0.0.0:{port}");
     let mut d =
         driver_on(dir.path(), &listen, &["--stop-iters", "100000", "--checkpoint-every", "1"])?;
-    let connect = format!("{}:{port}", hosts.driver_ip(1));
-    let extra = ["--reconnect-timeout-s", "30"];
-    let mut r = runner_at(dir.path(), "r1", &connect, Some(&hosts.netns(1)), &extra)?;
+    let mut r = hosts.runner(dir.path(), 1, port, &["--reconnect-timeout-s", "30"])?;
     wait_for_iterations(dir.path(), 3, Duration::from_secs(60))?;
     kill_and_resume(dir.path(), &mut d, &mut r, &listen)
 }

@@ -705,7 +705,7 @@ fn check_resources(config: &ImpalaConfig, c: &mut Checker) {
         );
     }
     let custom = config.custom_resources_per_env_runner.iter().find(|(_, &amount)| amount > 0.0);
-    if let (Some((name, _)), false) = (custom, ray) {
+    if let Some((name, _)) = custom.filter(|_| !ray) {
         c.error(
             format!("custom_resources_per_env_runner.{name}"),
             Rule::NotSupported,

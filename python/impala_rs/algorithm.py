@@ -44,7 +44,7 @@ class Impala:
         self._ray_runners = None
         try:
             if native.get("env_runner_backend") == "ray":
-                self._ray_runners = RayEnvRunners(native, creator_path)
+                self._ray_runners = RayEnvRunners(native, self._creator)
             model = self.config._python_model()
             if model is not None:
                 # A user's torch class: built for the env's spaces and scripted here; the core

@@ -20,6 +20,7 @@ import tempfile
 import threading
 
 from . import _impala_rs
+from .registry import PickledCreator
 
 _log = logging.getLogger(__name__)
 
@@ -37,19 +38,16 @@ def _actor_class():
         # `node_id` answers meanwhile.
         @ray.remote(max_restarts=0, max_concurrency=2)
         class EnvRunnerActor:
-            def run(self, connect, token, creator_bytes):
+            def run(self, connect, token, creator_data):
                 """Serves the learner at ``connect`` until its run is over; the env workers
                 build the env with the pickled creator (this host's private copy)."""
-                path = None
-                if creator_bytes is not None:
-                    fd, path = tempfile.mkstemp(prefix="impala_rs_env_", suffix=".pkl")
-                    with os.fdopen(fd, "wb") as f:
-                        f.write(creator_bytes)
+                creator = PickledCreator.from_data(creator_data) if creator_data is not None else None
                 try:
+                    path = creator.path if creator is not None else None
                     return _impala_rs.run_env_runner(connect, token, path, sys.executable)
                 finally:
-                    if path is not None:
-                        os.remove(path)
+                    if creator is not None:
+                        creator.remove()
 
             def node_id(self):
                 return ray.get_runtime_context().get_node_id()
@@ -66,7 +64,7 @@ class RayEnvRunners:
     ``Algorithm`` takes them from. Start it before building the algorithm (which waits up to
     ``env_runner_connect_timeout_s`` for them) and ``stop()`` it after stopping the algorithm."""
 
-    def __init__(self, native, creator_path):
+    def __init__(self, native, creator):
         try:
             import ray
         except ImportError as exc:
@@ -85,10 +83,8 @@ class RayEnvRunners:
         with os.fdopen(fd, "w") as f:
             f.write(token)
         self._token = token
-        self._creator = None
-        if creator_path is not None:
-            with open(creator_path, "rb") as f:
-                self._creator = f.read()
+        # The pickled creator's bytes travel to each actor, which writes its own copy.
+        self._creator = creator.data if creator is not None else None
         self._stopping = threading.Event()
         self._lock = threading.Lock()
         self._actors = {}
@@ -152,7 +148,6 @@ class RayEnvRunners:
             num_gpus=bundle.get("GPU", 0),
             resources=resources,
             scheduling_strategy=strategy,
-            name=None,
         ).remote()
         with self._lock:
             self._actors[index] = actor
@@ -178,15 +173,14 @@ class RayEnvRunners:
                     ray.get(ref)
                     continue  # the run is over: nothing to replace
                 except Exception as exc:  # noqa: BLE001 - any actor death is a runner failure
-                    if self._stopping.is_set():
-                        return
-                    if not self._restart or self._restarts_left <= 0:
-                        _log.warning("env runner actor %d failed and is not restarted: %s", index + 1, exc)
-                        continue
-                    self._restarts_left -= 1
-                    _log.warning("env runner actor %d failed (%s); starting a new one", index + 1, exc)
+                    failure = exc
                 if self._stopping.is_set():
                     return
+                if not self._restart or self._restarts_left <= 0:
+                    _log.warning("env runner actor %d failed and is not restarted: %s", index + 1, failure)
+                    continue
+                self._restarts_left -= 1
+                _log.warning("env runner actor %d failed (%s); starting a new one", index + 1, failure)
                 self._start(index)
 
     def node_ids(self):

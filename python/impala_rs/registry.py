@@ -83,7 +83,7 @@ def find_in_tune(category, name):
 
 class PickledCreator:
     """A creator pickled into a private temporary file for the env workers, removed when this
-    object goes away (the algorithm's lifetime)."""
+    object goes away (the algorithm's lifetime); ``data`` holds the pickled bytes."""
 
     def __init__(self, name, creator):
         try:
@@ -102,6 +102,18 @@ class PickledCreator:
                 f"the env creator {name!r} cannot be pickled for the env worker processes: "
                 f"{type(exc).__name__}: {exc}; define it at module level"
             ) from exc
+        self._write(data)
+
+    @classmethod
+    def from_data(cls, data):
+        """A private file of another process's pickled creator (``data``), e.g. on a Ray
+        env runner actor's host."""
+        pickled = cls.__new__(cls)
+        pickled._write(data)
+        return pickled
+
+    def _write(self, data):
+        self.data = data
         fd, self.path = tempfile.mkstemp(prefix="impala_rs_env_", suffix=".pkl")
         with os.fdopen(fd, "wb") as f:
             f.write(data)

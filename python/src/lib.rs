@@ -359,12 +359,6 @@ impl RunnerServer {
         self.inner.local_addr().port()
     }
 
-    /// Env runners connected and serving the run now.
-    #[getter]
-    fn num_ready(&self) -> usize {
-        self.inner.num_ready()
-    }
-
     /// Tells the env runners that the run is over, for `reason`: they end instead of waiting
     /// for a driver to come back.
     fn finish(&self, reason: &str) {
@@ -374,28 +368,21 @@ impl RunnerServer {
 
 /// Serves the driver at `connect` (`HOST:PORT`) as one of its env runners, presenting
 /// `token`, until the driver's run is over (returns the driver's reason), the driver refuses
-/// it, or the driver stays unreachable for `reconnect_timeout_s`. The env workers run
-/// `python_executable` and build the env with the pickled `env_creator` when given. Blocks
-/// with the interpreter lock released: what a Ray env runner actor runs.
+/// it, or the driver stays unreachable for 60 s. The env workers run `python_executable` and
+/// build the env with the pickled `env_creator` when given. Blocks with the interpreter lock
+/// released: what a Ray env runner actor runs.
 #[pyfunction]
-#[pyo3(signature = (connect, token, env_creator = None, python_executable = None, reconnect_timeout_s = 60.0))]
+#[pyo3(signature = (connect, token, env_creator = None, python_executable = None))]
 fn run_env_runner(
     py: Python<'_>,
     connect: String,
     token: String,
     env_creator: Option<PathBuf>,
     python_executable: Option<String>,
-    reconnect_timeout_s: f64,
 ) -> PyResult<String> {
     use impala::remote::{serve_env_runner, ClientSettings, RunnerHost, Token};
-    let timeout = std::time::Duration::try_from_secs_f64(reconnect_timeout_s).map_err(|_| {
-        PyValueError::new_err(format!(
-            "reconnect_timeout_s is {reconnect_timeout_s}; give a number of seconds >= 0"
-        ))
-    })?;
     let token = Token::new(&token).map_err(|e| impala_err(e.into()))?;
-    let mut settings = ClientSettings::new(connect, token);
-    settings.reconnect_timeout = timeout;
+    let settings = ClientSettings::new(connect, token);
     let host = RunnerHost { python_executable, env_creator };
     py.detach(|| serve_env_runner(&settings, host)).map_err(impala_err)
 }
