@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Offline checks of the launch material in deploy/: Kubernetes schemas, YAML lint, the shell in
-# the learner's wrapper and the Slurm script, the Dockerfile, and the ConfigMap's config.
+# Checks of the launch material in deploy/: Kubernetes schemas, YAML lint, the shell in the
+# learner's wrapper and the Slurm scripts, the Dockerfile, the ConfigMap's config, and, where
+# Slurm is installed and this is root, impala.sbatch run live on a one-node cluster.
 # The validators come from PyPI into a scratch venv (never the repo's .venv):
 #   deploy/check.sh            (CHECK_VENV=/tmp/impala-deploy-check by default)
 # It builds no image and needs no cluster; kubectl, when present, renders the kustomization.
@@ -86,7 +87,8 @@ echo "ok"
 
 step "Slurm script (bash -n, shellcheck)"
 bash -n deploy/slurm/impala.sbatch
-"$bin/shellcheck" deploy/slurm/impala.sbatch
+bash -n deploy/slurm/single-node.sh
+"$bin/shellcheck" deploy/slurm/impala.sbatch deploy/slurm/single-node.sh
 echo "ok"
 
 step "Dockerfile (hadolint)"
@@ -105,6 +107,35 @@ else
     grep -v '^env_runner_connect_timeout_s' "$scratch/config.toml" > "$scratch/config-local.toml"
     "$impala" config "$scratch/config-local.toml" > /dev/null 2>&1
     echo "ok without env_runner_connect_timeout_s: $impala has no env-runner yet"
+fi
+
+step "Slurm, live on this host: impala.sbatch trains CartPole-v1 to 450 on a one-node cluster"
+if ! command -v slurmctld > /dev/null; then
+    echo "skipped: Slurm is not installed (apt-get install slurm-wlm munge)"
+elif (( EUID != 0 )); then
+    echo "skipped: starting slurmd needs root"
+elif [[ ! -x $impala ]]; then
+    echo "skipped: no $impala (cargo build --release -p impala-cli)"
+else
+    cluster=$scratch/slurm
+    trap 'deploy/slurm/single-node.sh stop "$cluster" > /dev/null; rm -rf "$scratch"' EXIT
+    deploy/slurm/single-node.sh start "$cluster"
+    export SLURM_CONF=$cluster/slurm.conf
+    mkdir -p "$scratch/job"
+    # Two runner processes as job steps beside the driver's; --wait returns the job's exit code.
+    IMPALA=$(realpath "$impala") RUN_DIR=$scratch/job/run JOB_DIR=$scratch/job/secrets \
+        sbatch --wait --quiet --export=ALL --chdir="$scratch/job" \
+        --nodes=1 --ntasks-per-node=2 --cpus-per-task=1 --time=00:10:00 \
+        deploy/slurm/impala.sbatch "$PWD/examples/cartpole-impala.toml" --stop-reward 450 \
+        || { cat "$scratch"/job/impala-*.out >&2; exit 1; }
+    out=$(cat "$scratch"/job/impala-*.out)
+    grep -E '^(driver |info: serving|stopped:)' <<< "$out"
+    if ! grep -q '^stopped: episode_return_mean [0-9.]* >= 450' <<< "$out" \
+        || [[ $(grep -c '^info: serving as env runner' <<< "$out") != 2 ]]; then
+        echo "error: the job did not train to 450 with its 2 runners" >&2
+        exit 1
+    fi
+    echo "ok: CartPole-v1 reached 450 with 2 env runners as job steps"
 fi
 
 printf '\nall deploy checks passed\n'
