@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use anyhow::Context as _;
 use impala::config::ConfigFormat;
 use impala::remote::{
-    runner_server, serve_env_runner, ClientSettings, ClientTls, RunnerHost, Token,
+    runner_server, serve_env_runner, ClientSettings, ClientTls, RunnerHost, ServerTls, Token,
 };
 use impala::run::{CheckpointPolicy, RunOptions, TrainSpec, Trained, Training, PROFILE_FILE};
 use impala::StopCriteria;
@@ -101,7 +101,10 @@ pub(crate) fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     let interrupts = Interrupts::install().context("cannot listen for SIGINT and SIGTERM")?;
     if let Some(listen) = &args.listen {
         let token = args.token_file.as_deref().context("--listen needs --token-file")?;
-        let tls = args.tls_cert.as_deref().zip(args.tls_key.as_deref());
+        let tls = match args.tls_cert.as_deref().zip(args.tls_key.as_deref()) {
+            Some((cert, key)) => Some(ServerTls::from_files(cert, key)?),
+            None => None,
+        };
         let server = Arc::new(runner_server(training.config(), listen, token, tls)?);
         say(&format_args!("serving env runners on {}", server.local_addr()));
         training.remote_env_runners(server);

@@ -257,6 +257,10 @@ pub struct ImpalaConfig {
     pub shutdown_grace_s: f64,
     /// Threads in this process, or Ray actors (impala-rs option; see [`EnvRunnerBackend`]).
     pub env_runner_backend: EnvRunnerBackend,
+    /// Ray env runner actors connect back to the driver over TLS, with a certificate made for
+    /// the run (impala-rs option; `env_runner_backend = "ray"` only: `impala env-runner`
+    /// processes take theirs as `--tls-ca`, the driver as `--tls-cert`/`--tls-key`).
+    pub env_runner_tls: bool,
     /// CPUs reserved per env runner in the resource request.
     #[serde(alias = "num_cpus_per_worker")]
     pub num_cpus_per_env_runner: f64,
@@ -408,6 +412,7 @@ impl Default for ImpalaConfig {
             max_num_env_runner_restarts: 1000,
             shutdown_grace_s: 5.0,
             env_runner_backend: EnvRunnerBackend::Threads,
+            env_runner_tls: false,
             num_cpus_per_env_runner: 1.0,
             num_gpus_per_env_runner: 0.0,
             custom_resources_per_env_runner: BTreeMap::new(),

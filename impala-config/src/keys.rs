@@ -346,6 +346,7 @@ groups! {
         compress_observations: bool,
         env_runner_connect_timeout_s: f64,
         env_runner_backend: EnvRunnerBackend,
+        env_runner_tls: bool,
         num_cpus_per_env_runner: f64,
         num_gpus_per_env_runner: f64,
         custom_resources_per_env_runner: BTreeMap<String, f64>,

@@ -714,6 +714,17 @@ fn check_resources(config: &ImpalaConfig, c: &mut Checker) {
                 .into(),
         );
     }
+    if config.env_runner_tls && !ray {
+        c.error(
+            "env_runner_tls",
+            Rule::NotSupported,
+            "is true, but only Ray env runner actors get the run's certificate".into(),
+            "set `env_runner_backend = \"ray\"`, or remove `env_runner_tls`: `impala train \
+             --listen` serves TLS with --tls-cert/--tls-key and `impala env-runner` trusts it \
+             with --tls-ca"
+                .into(),
+        );
+    }
     if ray && config.num_env_runners == 0 {
         c.error(
             "num_env_runners",

@@ -615,8 +615,14 @@ fn ray_env_runner_actors_take_the_ray_scheduling_options() -> TestResult {
     config.apply_override("placement_strategy=STRICT_SPREAD")?;
     config.apply_override("custom_resources_per_env_runner.tpu=1")?;
     config.validate()?;
+    config.apply_override("env_runner_tls=true")?;
+    config.validate()?;
     config.apply_override("num_env_runners=0")?;
     fails(&config, Rule::NotSupported, "num_env_runners")?;
+    // The run's certificate goes only to Ray actors; threads need none.
+    let mut threads = ImpalaConfig::default();
+    threads.apply_override("env_runner_tls=true")?;
+    fails(&threads, Rule::NotSupported, "env_runner_tls")?;
     Ok(())
 }
 

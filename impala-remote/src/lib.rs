@@ -34,7 +34,7 @@ use std::path::Path;
 pub use client::{run_env_runner, ClientSettings, ClientTls};
 pub use error::RemoteError;
 pub use impala_runner_pool::{Assignment, BuildRunner, RunSession};
-pub use server::{RunnerServer, ServerSettings, ServerTls};
+pub use server::{RunnerServer, ServerSettings, ServerTls, RUN_CERTIFICATE_NAME};
 
 /// The generated protocol types and gRPC stubs (for tools and tests that speak the protocol
 /// directly).

@@ -17,7 +17,7 @@ use tokio::sync::watch;
 use crate::proto::env_runner_service_server::EnvRunnerServiceServer;
 use crate::proto::{self, driver_message};
 use crate::session::{welcome_message, Service};
-use crate::{read_pem, RemoteError, Token, DEFAULT_MAX_MESSAGE_BYTES, STREAM_WINDOW};
+use crate::{read_pem, ClientTls, RemoteError, Token, DEFAULT_MAX_MESSAGE_BYTES, STREAM_WINDOW};
 
 /// A certificate chain and private key (PEM) the driver serves TLS with.
 #[derive(Clone)]
@@ -46,6 +46,34 @@ impl ServerTls {
             cert_pem: read_pem("TLS certificate", cert)?,
             key_pem: read_pem("TLS key", key)?,
         })
+    }
+}
+
+/// The server name in a certificate [`ServerTls::for_run`] makes.
+pub const RUN_CERTIFICATE_NAME: &str = "impala-driver";
+
+impl ServerTls {
+    /// A self-signed certificate and key made for one run, in memory only, and what its
+    /// runners trust (that certificate, checked for [`RUN_CERTIFICATE_NAME`] whatever address
+    /// they connect to): TLS for runners the driver starts itself and can hand the
+    /// certificate to (Ray env runner actors), with no files to make or share.
+    ///
+    /// ```
+    /// let (server, client) = impala_remote::ServerTls::for_run()?;
+    /// assert!(String::from_utf8(client.ca_pem)?.starts_with("-----BEGIN CERTIFICATE-----"));
+    /// assert_eq!(client.domain.as_deref(), Some(impala_remote::RUN_CERTIFICATE_NAME));
+    /// assert!(String::from_utf8(server.key_pem)?.contains("PRIVATE KEY"));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn for_run() -> Result<(ServerTls, ClientTls), RemoteError> {
+        let made = rcgen::generate_simple_self_signed(vec![RUN_CERTIFICATE_NAME.to_string()])
+            .map_err(|e| RemoteError::Tls(format!("cannot make the run's certificate: {e}")))?;
+        let cert_pem = made.cert.pem().into_bytes();
+        let server = ServerTls {
+            cert_pem: cert_pem.clone(),
+            key_pem: made.key_pair.serialize_pem().into_bytes(),
+        };
+        Ok((server, ClientTls { ca_pem: cert_pem, domain: Some(RUN_CERTIFICATE_NAME.to_string()) }))
     }
 }
 

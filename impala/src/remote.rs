@@ -24,13 +24,13 @@ use crate::{error_chain, ImpalaError, Result};
 
 pub use impala_remote::{
     read_pem, ClientSettings, ClientTls, RemoteError, RunnerServer, ServerSettings, ServerTls,
-    Token,
+    Token, RUN_CERTIFICATE_NAME,
 };
 
 /// The gRPC server for the remote env runners of a run of `config` (`impala train --listen`):
 /// listening on `listen` (`HOST:PORT`; port 0 picks a free one), admitting runners that present
-/// the secret in `token_file`, serving TLS with the PEM files `tls` (certificate chain, private
-/// key) when given. A ready runner that sends nothing for the config's `sample_timeout_s` has
+/// the secret in `token_file`, serving TLS with `tls` when given ([`ServerTls::from_files`], or
+/// [`ServerTls::for_run`] for runners the caller starts itself). A ready runner that sends nothing for the config's `sample_timeout_s` has
 /// failed. Hand it to [`ImpalaBuilder::remote_env_runners`](crate::ImpalaBuilder::remote_env_runners)
 /// or [`Training::start`](crate::run::Training::start).
 ///
@@ -50,12 +50,12 @@ pub fn runner_server(
     config: &ValidatedConfig,
     listen: &str,
     token_file: &Path,
-    tls: Option<(&Path, &Path)>,
+    tls: Option<ServerTls>,
 ) -> Result<RunnerServer> {
     let mut settings = ServerSettings::new(listen, Token::from_file(token_file)?);
     settings.stall_timeout =
         Duration::try_from_secs_f64(config.config().sample_timeout_s).unwrap_or(Duration::MAX);
-    settings.tls = tls.map(|(cert, key)| ServerTls::from_files(cert, key)).transpose()?;
+    settings.tls = tls;
     Ok(RunnerServer::bind(settings)?)
 }
 

@@ -84,7 +84,9 @@ class IMPALAConfig:
         ``rollout_fragment_length``, ``sample_timeout_s``, ...; ``env_runner_backend="ray"``
         runs the env runners as Ray actors on the cluster ``ray.init`` joined (placed with
         ``num_cpus_per_env_runner``, ``custom_resources_per_env_runner`` and
-        ``placement_strategy``) instead of threads of this process."""
+        ``placement_strategy``) instead of threads of this process; with it,
+        ``env_runner_tls=True`` makes them connect back over TLS, trusting a certificate made
+        for the run (its key never leaves this process)."""
         return self._update("env_runners", kwargs)
 
     #: RLlib's old name of :meth:`env_runners`.

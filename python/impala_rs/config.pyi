@@ -73,6 +73,7 @@ class IMPALAConfig:
         compress_observations: Union[bool, _NotProvided] = ...,
         env_runner_connect_timeout_s: Union[float, _NotProvided] = ...,
         env_runner_backend: Union[Literal["threads", "ray"], _NotProvided] = ...,
+        env_runner_tls: Union[bool, _NotProvided] = ...,
         num_cpus_per_env_runner: Union[float, _NotProvided] = ...,
         num_gpus_per_env_runner: Union[float, _NotProvided] = ...,
         custom_resources_per_env_runner: Union[Dict[str, float], _NotProvided] = ...,

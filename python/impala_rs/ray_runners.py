@@ -38,13 +38,14 @@ def _actor_class():
         # `node_id` answers meanwhile.
         @ray.remote(max_restarts=0, max_concurrency=2)
         class EnvRunnerActor:
-            def run(self, connect, token, creator_data):
-                """Serves the learner at ``connect`` until its run is over; the env workers
-                build the env with the pickled creator (this host's private copy)."""
+            def run(self, connect, token, creator_data, tls_ca):
+                """Serves the learner at ``connect`` until its run is over (over TLS trusting
+                ``tls_ca``, the run's certificate, when given); the env workers build the env
+                with the pickled creator (this host's private copy)."""
                 creator = PickledCreator.from_data(creator_data) if creator_data is not None else None
                 try:
                     path = creator.path if creator is not None else None
-                    return _impala_rs.run_env_runner(connect, token, path, sys.executable)
+                    return _impala_rs.run_env_runner(connect, token, path, sys.executable, tls_ca)
                 finally:
                     if creator is not None:
                         creator.remove()
@@ -151,7 +152,8 @@ class RayEnvRunners:
         ).remote()
         with self._lock:
             self._actors[index] = actor
-            self._runs[actor.run.remote(self._connect, self._token, self._creator)] = index
+            run = actor.run.remote(self._connect, self._token, self._creator, self.server.tls_ca)
+            self._runs[run] = index
 
     def _watch(self):
         """Starts a new actor for each one that died while the run goes on (the learner's

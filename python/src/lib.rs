@@ -333,12 +333,15 @@ impl Drop for Algorithm {
 #[pyclass(module = "impala_rs._impala_rs", frozen)]
 struct RunnerServer {
     inner: Arc<impala::remote::RunnerServer>,
+    /// What its runners trust, when it serves TLS (`env_runner_tls`).
+    client_tls: Option<impala::remote::ClientTls>,
 }
 
 #[pymethods]
 impl RunnerServer {
     /// Listens on `listen` (`HOST:PORT`; port 0 picks a free one) for the env runners of a
-    /// run of `config` that present the secret in `token_file`.
+    /// run of `config` that present the secret in `token_file`; with `env_runner_tls`, over
+    /// TLS with a certificate made for this server (`tls_ca` is what its runners trust).
     #[new]
     fn new(
         py: Python<'_>,
@@ -346,17 +349,29 @@ impl RunnerServer {
         listen: String,
         token_file: PathBuf,
     ) -> PyResult<Self> {
+        use impala::remote::{runner_server, ServerTls};
         let (config, _) = validated(config)?;
+        let (server_tls, client_tls) = match config.config().env_runner_tls {
+            true => ServerTls::for_run().map(|(s, c)| (Some(s), Some(c))).map_err(remote_err)?,
+            false => (None, None),
+        };
         let server = py
-            .detach(|| impala::remote::runner_server(&config, &listen, &token_file, None))
+            .detach(|| runner_server(&config, &listen, &token_file, server_tls))
             .map_err(impala_err)?;
-        Ok(RunnerServer { inner: Arc::new(server) })
+        Ok(RunnerServer { inner: Arc::new(server), client_tls })
     }
 
     /// The port it listens on.
     #[getter]
     fn port(&self) -> u16 {
         self.inner.local_addr().port()
+    }
+
+    /// The certificate (PEM) its runners trust, when it serves TLS; `None` otherwise. Public:
+    /// the private key never leaves this process.
+    #[getter]
+    fn tls_ca<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyBytes>> {
+        self.client_tls.as_ref().map(|tls| PyBytes::new(py, &tls.ca_pem))
     }
 
     /// Tells the env runners that the run is over, for `reason`: they end instead of waiting
@@ -369,20 +384,26 @@ impl RunnerServer {
 /// Serves the driver at `connect` (`HOST:PORT`) as one of its env runners, presenting
 /// `token`, until the driver's run is over (returns the driver's reason), the driver refuses
 /// it, or the driver stays unreachable for 60 s. The env workers run `python_executable` and
-/// build the env with the pickled `env_creator` when given. Blocks with the interpreter lock
+/// build the env with the pickled `env_creator` when given. With `tls_ca` (a `RunnerServer`'s)
+/// it connects over TLS, trusting that certificate. Blocks with the interpreter lock
 /// released: what a Ray env runner actor runs.
 #[pyfunction]
-#[pyo3(signature = (connect, token, env_creator = None, python_executable = None))]
+#[pyo3(signature = (connect, token, env_creator = None, python_executable = None, tls_ca = None))]
 fn run_env_runner(
     py: Python<'_>,
     connect: String,
     token: String,
     env_creator: Option<PathBuf>,
     python_executable: Option<String>,
+    tls_ca: Option<Vec<u8>>,
 ) -> PyResult<String> {
-    use impala::remote::{serve_env_runner, ClientSettings, RunnerHost, Token};
-    let token = Token::new(&token).map_err(|e| impala_err(e.into()))?;
-    let settings = ClientSettings::new(connect, token);
+    use impala::remote::{
+        serve_env_runner, ClientSettings, ClientTls, RunnerHost, Token, RUN_CERTIFICATE_NAME,
+    };
+    let token = Token::new(&token).map_err(remote_err)?;
+    let mut settings = ClientSettings::new(connect, token);
+    settings.tls =
+        tls_ca.map(|ca_pem| ClientTls { ca_pem, domain: Some(RUN_CERTIFICATE_NAME.to_string()) });
     let host = RunnerHost { python_executable, env_creator };
     py.detach(|| serve_env_runner(&settings, host)).map_err(impala_err)
 }
@@ -597,6 +618,10 @@ fn impala_err(error: RustImpalaError) -> PyErr {
         RustImpalaError::Config(e) => config_err(e),
         other => ImpalaError::new_err(impala::error_chain(&other)),
     }
+}
+
+fn remote_err(error: impala::remote::RemoteError) -> PyErr {
+    impala_err(error.into())
 }
 
 /// A Python value as JSON; `path` names it in errors (`model.fcnet_hiddens[1]`).

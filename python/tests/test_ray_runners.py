@@ -95,6 +95,7 @@ def still_running(pids, seconds=30):
 
 def test_cartpole_trains_with_runner_actors_spread_over_nodes(cluster):
     with ray_cartpole().resources(placement_strategy="STRICT_SPREAD").build() as algo:
+        assert algo._ray_runners.server.tls_ca is None
         nodes = algo._ray_runners.node_ids()
         assert len(set(nodes.values())) == 2, nodes
         result = train_to(algo, 450, 120)
@@ -103,14 +104,16 @@ def test_cartpole_trains_with_runner_actors_spread_over_nodes(cluster):
         assert result["env_runners"]["num_env_runner_restarts"] == 0
 
 
-def test_a_register_env_creator_trains_on_the_cluster(cluster):
+def test_a_register_env_creator_trains_on_the_cluster_over_tls(cluster):
     register_env("corridor_on_ray", lambda env_config: Corridor(env_config.get("length", 4)))
     config = (
-        ray_cartpole()
+        ray_cartpole(env_runner_tls=True)
         .environment("corridor_on_ray", env_config={"length": 3})
         .env_runners(num_envs_per_env_runner=2, num_envs_per_env_worker=2, rollout_fragment_length=20)
     )
     with config.build() as algo:
+        # The runners trust the run's own certificate; a driver without it serves no TLS.
+        assert algo._ray_runners.server.tls_ca.startswith(b"-----BEGIN CERTIFICATE-----")
         result = train_to(algo, 0.7, 60)
         assert result["episode_return_mean"] >= 0.7, result["episode_return_mean"]
 
@@ -201,6 +204,8 @@ def test_options_that_need_ray_actors_are_refused_for_threads():
         IMPALAConfig().resources(placement_strategy="SPREAD").validate()
     with pytest.raises(ConfigError, match="num_env_runners"):
         IMPALAConfig().env_runners(num_env_runners=0, env_runner_backend="ray").validate()
+    with pytest.raises(ConfigError, match="env_runner_tls.*--tls-cert"):
+        IMPALAConfig().env_runners(env_runner_tls=True).validate()
 
 
 def test_the_cli_refuses_the_ray_backend(impala_bin, tmp_path):
