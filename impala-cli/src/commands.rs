@@ -105,6 +105,7 @@ pub(crate) fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
             Some((cert, key)) => Some(ServerTls::from_files(cert, key)?),
             None => None,
         };
+        let token = Token::from_file(token)?;
         let server = Arc::new(runner_server(training.config(), listen, token, tls)?);
         say(&format_args!("serving env runners on {}", server.local_addr()));
         training.remote_env_runners(server);

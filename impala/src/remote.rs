@@ -29,30 +29,28 @@ pub use impala_remote::{
 
 /// The gRPC server for the remote env runners of a run of `config` (`impala train --listen`):
 /// listening on `listen` (`HOST:PORT`; port 0 picks a free one), admitting runners that present
-/// the secret in `token_file`, serving TLS with `tls` when given ([`ServerTls::from_files`], or
+/// `token` ([`Token::from_file`] for `--token-file`), serving TLS with `tls` when given ([`ServerTls::from_files`], or
 /// [`ServerTls::for_run`] for runners the caller starts itself). A ready runner that sends nothing for the config's `sample_timeout_s` has
 /// failed. Hand it to [`ImpalaBuilder::remote_env_runners`](crate::ImpalaBuilder::remote_env_runners)
 /// or [`Training::start`](crate::run::Training::start).
 ///
 /// ```
-/// let dir = tempfile::tempdir()?;
-/// let token = dir.path().join("token");
-/// std::fs::write(&token, "0123456789abcdef0123456789abcdef")?;
+/// use impala::remote::{runner_server, Token};
+///
 /// let config = impala::config::ImpalaConfig::default().validate()?;
-/// let server = impala::remote::runner_server(&config, "127.0.0.1:0", &token, None)?;
+/// let token = Token::new("0123456789abcdef0123456789abcdef")?;
+/// let server = runner_server(&config, "127.0.0.1:0", token, None)?;
 /// assert_ne!(server.local_addr().port(), 0);
-/// let short = dir.path().join("short");
-/// std::fs::write(&short, "s3cret")?;
-/// assert!(impala::remote::runner_server(&config, "127.0.0.1:0", &short, None).is_err());
+/// assert!(Token::new(" \n").is_err());
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn runner_server(
     config: &ValidatedConfig,
     listen: &str,
-    token_file: &Path,
+    token: Token,
     tls: Option<ServerTls>,
 ) -> Result<RunnerServer> {
-    let mut settings = ServerSettings::new(listen, Token::from_file(token_file)?);
+    let mut settings = ServerSettings::new(listen, token);
     settings.stall_timeout =
         Duration::try_from_secs_f64(config.config().sample_timeout_s).unwrap_or(Duration::MAX);
     settings.tls = tls;

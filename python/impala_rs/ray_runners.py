@@ -3,8 +3,8 @@ Ray cluster the user already has.
 
 Each actor runs the Rust env runner in its own process (``_impala_rs.run_env_runner``) and
 connects back to the learner's runner server over the transport ``impala env-runner`` uses,
-with a token made for the run (kept in a private file here, handed to the actors, never
-logged). The actors get ``num_cpus_per_env_runner``, ``num_gpus_per_env_runner`` and
+with a token made for the run (held in memory, handed to the actors, never written to a file
+or logged). The actors get ``num_cpus_per_env_runner``, ``num_gpus_per_env_runner`` and
 ``custom_resources_per_env_runner`` as RLlib's do, in a placement group laid out by
 ``placement_strategy`` (inside a Ray Tune trial, the trial's own group, which reserves their
 bundles). An actor that dies (its node removed, its process killed) is a failed env runner:
@@ -16,7 +16,6 @@ import logging
 import os
 import secrets
 import sys
-import tempfile
 import threading
 
 from . import _impala_rs
@@ -79,11 +78,8 @@ class RayEnvRunners:
         self._num = native["num_env_runners"]
         self._restart = native["restart_failed_env_runners"]
         self._restarts_left = native["max_num_env_runner_restarts"]
-        fd, self._token_file = tempfile.mkstemp(prefix="impala_rs_token_")
-        token = secrets.token_hex(32)
-        with os.fdopen(fd, "w") as f:
-            f.write(token)
-        self._token = token
+        # The run's token: in memory here and in the actors' calls, never in a file or a log.
+        self._token = secrets.token_hex(32)
         # The pickled creator's bytes travel to each actor, which writes its own copy.
         self._creator = creator.data if creator is not None else None
         self._stopping = threading.Event()
@@ -92,7 +88,7 @@ class RayEnvRunners:
         self._runs = {}
         self._own_group = None
         try:
-            self.server = _impala_rs.RunnerServer(native, "0.0.0.0:0", self._token_file)
+            self.server = _impala_rs.RunnerServer(native, "0.0.0.0:0", self._token)
             self._connect = f"{ray.util.get_node_ip_address()}:{self.server.port}"
             self._group, self._first_bundle = self._placement_group(native)
             for index in range(self._num):
@@ -216,5 +212,3 @@ class RayEnvRunners:
             except Exception:  # noqa: BLE001 - the cluster is already gone
                 pass
             self._own_group = None
-        if os.path.exists(self._token_file):
-            os.remove(self._token_file)

@@ -83,7 +83,9 @@ def find_in_tune(category, name):
 
 class PickledCreator:
     """A creator pickled into a private temporary file for the env workers, removed when this
-    object goes away (the algorithm's lifetime); ``data`` holds the pickled bytes."""
+    object goes away (the algorithm's lifetime); ``data`` holds the pickled bytes. Where
+    ``/proc`` exists the file is unlinked at once and reached through this process's open
+    descriptor (``/proc/PID/fd/N``), so it is gone with the process even when that is killed."""
 
     def __init__(self, name, creator):
         try:
@@ -114,10 +116,19 @@ class PickledCreator:
 
     def _write(self, data):
         self.data = data
-        fd, self.path = tempfile.mkstemp(prefix="impala_rs_env_", suffix=".pkl")
-        with os.fdopen(fd, "wb") as f:
+        fd, path = tempfile.mkstemp(prefix="impala_rs_env_", suffix=".pkl")
+        with open(fd, "wb", closefd=False) as f:
             f.write(data)
-        self._cleanup = weakref.finalize(self, _remove, self.path)
+        held = f"/proc/{os.getpid()}/fd/{fd}"
+        if os.path.exists(held):
+            # The env workers open it by the descriptor's path while this process lives.
+            os.remove(path)
+            self.path = held
+            self._cleanup = weakref.finalize(self, os.close, fd)
+        else:
+            os.close(fd)
+            self.path = path
+            self._cleanup = weakref.finalize(self, _remove, path)
 
     def remove(self):
         self._cleanup()

@@ -340,24 +340,24 @@ struct RunnerServer {
 #[pymethods]
 impl RunnerServer {
     /// Listens on `listen` (`HOST:PORT`; port 0 picks a free one) for the env runners of a
-    /// run of `config` that present the secret in `token_file`; with `env_runner_tls`, over
-    /// TLS with a certificate made for this server (`tls_ca` is what its runners trust).
+    /// run of `config` that present `token`; with `env_runner_tls`, over TLS with a
+    /// certificate made for this server (`tls_ca` is what its runners trust).
     #[new]
     fn new(
         py: Python<'_>,
         config: &Bound<'_, PyDict>,
         listen: String,
-        token_file: PathBuf,
+        token: String,
     ) -> PyResult<Self> {
-        use impala::remote::{runner_server, ServerTls};
+        use impala::remote::{runner_server, ServerTls, Token};
         let (config, _) = validated(config)?;
+        let token = Token::new(&token).map_err(remote_err)?;
         let (server_tls, client_tls) = match config.config().env_runner_tls {
             true => ServerTls::for_run().map(|(s, c)| (Some(s), Some(c))).map_err(remote_err)?,
             false => (None, None),
         };
-        let server = py
-            .detach(|| runner_server(&config, &listen, &token_file, server_tls))
-            .map_err(impala_err)?;
+        let server =
+            py.detach(|| runner_server(&config, &listen, token, server_tls)).map_err(impala_err)?;
         Ok(RunnerServer { inner: Arc::new(server), client_tls })
     }
 

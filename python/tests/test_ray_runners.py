@@ -6,6 +6,7 @@ nodes on this machine (`ray.cluster_utils.Cluster`): training through them, plac
 import os
 import subprocess
 import sys
+import tempfile
 import textwrap
 import time
 
@@ -128,18 +129,27 @@ def test_nothing_is_left_after_stop(cluster):
     assert still_running(actors | workers) == set()
 
 
+def our_temp_files():
+    """The files impala_rs keeps in the temp folder (pickled env creators)."""
+    return {p for p in os.listdir(tempfile.gettempdir()) if p.startswith("impala_rs_")}
+
+
 def test_nothing_is_left_after_the_driver_is_killed(cluster, tmp_path):
     driver = tmp_path / "driver.py"
+    before = our_temp_files()
+    # A registered creator: the driver and each actor hold a pickled copy for their workers.
     driver.write_text(
         textwrap.dedent(
             f"""
             import sys, time
+            import gymnasium
             import ray
-            from impala_rs import IMPALAConfig
+            from impala_rs import IMPALAConfig, register_env
             ray.init(address={cluster.address!r})
+            register_env("killed_cartpole", lambda env_config: gymnasium.make("CartPole-v1"))
             config = (
                 IMPALAConfig()
-                .environment("CartPole-v1", env_backend="gymnasium")
+                .environment("killed_cartpole")
                 .env_runners(num_env_runners=2, env_runner_backend="ray")
             )
             algo = config.build()
@@ -159,6 +169,8 @@ def test_nothing_is_left_after_the_driver_is_killed(cluster, tmp_path):
         process.kill()
         process.wait()
     assert still_running(actors | workers) == set()
+    # No token or creator file outlives the processes that held them.
+    assert our_temp_files() - before == set()
 
 
 def test_a_tune_trial_places_its_runner_actors_in_its_own_bundles(cluster, tmp_path):
