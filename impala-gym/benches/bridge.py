@@ -3,6 +3,8 @@
     .venv/bin/python impala-gym/benches/bridge.py --env CartPole-v1 --workers 2 --envs-per-worker 4
     .venv/bin/python impala-gym/benches/bridge.py --env ALE/Pong-v5 --workers 1 --envs-per-worker 8 \
         --config examples/pong-impala.toml
+    .venv/bin/python impala-gym/benches/bridge.py --env ALE/Pong-v5 --workers 2 --envs-per-worker 8 \
+        --config examples/pong-impala-fast.toml --set 'precision="bf16-mixed"'
 
 Raw: `--workers` Python processes, each stepping `--envs-per-worker` envs (Gymnasium's
 `gym.make`, or one ale-py `AtariVectorEnv` for `ALE/` ids, with the preprocessing impala-gym uses)
@@ -96,6 +98,7 @@ def impala_rate(args):
             "--set", f"num_envs_per_env_runner={args.workers // args.runners * args.envs_per_worker}",
             "--set", f"num_envs_per_env_worker={args.envs_per_worker}",
             "--set", "min_time_s_per_iteration=2",
+            *[arg for setting in args.set for arg in ("--set", setting)],
             "--stop-time", str(args.seconds),
             "--run-dir", run,
         ]
@@ -119,6 +122,10 @@ def main():
     p.add_argument("--rounds", type=int, default=3, help="raw and impala-rs alternate this often")
     p.add_argument("--config", help="an impala config file (its env_config is used for raw too)")
     p.add_argument("--impala", default=os.path.join(ROOT, "target", "release", "impala"))
+    p.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE",
+        help="more impala-rs config, e.g. --set 'precision=\"bf16-mixed\"' (repeatable)",
+    )
     args = p.parse_args()
     env_config = {}
     if args.config:
@@ -138,6 +145,7 @@ def main():
                 "runners": args.runners,
                 "envs_per_worker": args.envs_per_worker,
                 "config": args.config,
+                "set": args.set,
                 "raw_env_steps_per_s": [round(r, 1) for r in raws],
                 "impala_env_steps_per_s": [round(r, 1) for r in ours],
                 "ratios": [round(o / r, 3) for o, r in zip(ours, raws)],
