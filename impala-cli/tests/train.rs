@@ -206,6 +206,7 @@ fn every_example_config_loads_and_validates() -> TestResult {
     assert_eq!(
         seen,
         [
+            "ALE/Breakout-v5",
             "ALE/Pong-v5",
             "ALE/Pong-v5",
             "Acrobot-v1",
