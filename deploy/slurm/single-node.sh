@@ -74,9 +74,8 @@ if [[ ! -f $dir/munge/munge.key ]]; then
 fi
 chmod 600 "$dir/munge/munge.key"
 munged --force --key-file="$dir/munge/munge.key" \
-    --socket="$dir/munge/munge.socket" --pid-file="$dir/munge/munged.pid" \
+    --socket="$dir/munge/munge.socket" --pid-file="$dir/munged.pid" \
     --log-file="$dir/munge/munged.log" --seed-file="$dir/munge/munged.seed"
-cp "$dir/munge/munged.pid" "$dir/munged.pid"
 
 cat > "$conf" <<EOF
 # Written by deploy/slurm/single-node.sh: one node, this host.

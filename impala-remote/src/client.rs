@@ -50,6 +50,12 @@ impl ClientTls {
     pub fn from_file(ca: &Path, domain: Option<String>) -> Result<Self, RemoteError> {
         Ok(ClientTls { ca_pem: read_pem("TLS CA certificate", ca)?, domain })
     }
+
+    /// Trusts `ca_pem`, a certificate [`ServerTls::for_run`](crate::ServerTls::for_run) made,
+    /// under the name it was made for.
+    pub fn for_run(ca_pem: Vec<u8>) -> Self {
+        ClientTls { ca_pem, domain: Some(crate::RUN_CERTIFICATE_NAME.to_string()) }
+    }
 }
 
 impl std::fmt::Debug for ClientTls {

@@ -73,7 +73,7 @@ impl ServerTls {
             cert_pem: cert_pem.clone(),
             key_pem: made.key_pair.serialize_pem().into_bytes(),
         };
-        Ok((server, ClientTls { ca_pem: cert_pem, domain: Some(RUN_CERTIFICATE_NAME.to_string()) }))
+        Ok((server, ClientTls::for_run(cert_pem)))
     }
 }
 

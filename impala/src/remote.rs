@@ -24,13 +24,14 @@ use crate::{error_chain, ImpalaError, Result};
 
 pub use impala_remote::{
     read_pem, ClientSettings, ClientTls, RemoteError, RunnerServer, ServerSettings, ServerTls,
-    Token, RUN_CERTIFICATE_NAME,
+    Token,
 };
 
 /// The gRPC server for the remote env runners of a run of `config` (`impala train --listen`):
 /// listening on `listen` (`HOST:PORT`; port 0 picks a free one), admitting runners that present
-/// `token` ([`Token::from_file`] for `--token-file`), serving TLS with `tls` when given ([`ServerTls::from_files`], or
-/// [`ServerTls::for_run`] for runners the caller starts itself). A ready runner that sends nothing for the config's `sample_timeout_s` has
+/// `token` ([`Token::from_file`] for `--token-file`), serving TLS with `tls` when given
+/// ([`ServerTls::from_files`], or [`ServerTls::for_run`] for runners the caller starts itself).
+/// A ready runner that sends nothing for the config's `sample_timeout_s` has
 /// failed. Hand it to [`ImpalaBuilder::remote_env_runners`](crate::ImpalaBuilder::remote_env_runners)
 /// or [`Training::start`](crate::run::Training::start).
 ///

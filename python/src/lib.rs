@@ -397,13 +397,10 @@ fn run_env_runner(
     python_executable: Option<String>,
     tls_ca: Option<Vec<u8>>,
 ) -> PyResult<String> {
-    use impala::remote::{
-        serve_env_runner, ClientSettings, ClientTls, RunnerHost, Token, RUN_CERTIFICATE_NAME,
-    };
+    use impala::remote::{serve_env_runner, ClientSettings, ClientTls, RunnerHost, Token};
     let token = Token::new(&token).map_err(remote_err)?;
     let mut settings = ClientSettings::new(connect, token);
-    settings.tls =
-        tls_ca.map(|ca_pem| ClientTls { ca_pem, domain: Some(RUN_CERTIFICATE_NAME.to_string()) });
+    settings.tls = tls_ca.map(ClientTls::for_run);
     let host = RunnerHost { python_executable, env_creator };
     py.detach(|| serve_env_runner(&settings, host)).map_err(impala_err)
 }
