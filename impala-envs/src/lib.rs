@@ -39,6 +39,7 @@ mod classic;
 mod crashing;
 mod error;
 mod kwargs;
+mod multi_agent;
 mod registry;
 mod vector;
 mod wrappers;
@@ -49,6 +50,7 @@ pub use classic::{
 };
 pub use crashing::{CartPoleCrashing, CartPoleCrashingConfig};
 pub use error::{EnvError, Result};
+pub use multi_agent::{HalfObserved, MultiAgentCartPole};
 pub use registry::{
     contains, list, make, make_for_worker, make_stateful, register, reward_threshold, EnvConfig,
     EnvInfo, Registration, MAX_EPISODE_STEPS,

@@ -52,6 +52,17 @@ pub enum SamplerError {
         /// The last error or panic message.
         reason: String,
     },
+    /// A multi-agent runner's agents, policies and spaces do not fit together.
+    #[error("policy mapping: {reason}")]
+    PolicyMapping {
+        /// What does not fit, naming the agent and the policy.
+        reason: String,
+    },
+
+    /// A runner was asked to build no envs.
+    #[error("an env runner needs at least one env")]
+    NoEnvs,
+
     /// An aggregation worker failed (a panic in its mix-in replay).
     #[error("aggregation worker {worker_index} failed: {reason}")]
     AggregationWorkerFailed {

@@ -78,6 +78,7 @@ mod batching;
 mod context;
 mod error;
 mod group;
+mod multi_agent;
 mod policies;
 mod runner;
 mod seam;
@@ -90,6 +91,9 @@ pub use batching::TrainBatchBuilder;
 pub use context::{stream_seed, EnvContext, EnvFactory, PolicyFactory};
 pub use error::{panic_message, Result, SamplerError};
 pub use group::{EnvRunnerGroup, EnvRunnerState, SamplerMetrics};
+pub use multi_agent::{
+    MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentFragment, MultiAgentSettings,
+};
 pub use policies::RandomPolicy;
 pub use runner::{EnvRunner, Fragment};
 pub use seam::{

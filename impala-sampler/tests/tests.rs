@@ -5,6 +5,7 @@ mod support;
 mod builder;
 mod faults;
 mod group;
+mod multi_agent;
 mod runner;
 mod seam;
 

@@ -1,0 +1,263 @@
+//! Native multi-agent environments ([`MultiAgentEnv`]): RLlib's `MultiAgentCartPole` and a
+//! two-agent coordination game.
+
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+use impala_core::{
+    AgentSpec, CoreError, Env, MultiAgentEnv, MultiAgentSpec, MultiAgentStep, Result, Space,
+};
+
+use crate::{CartPole, CartPoleConfig};
+
+/// RLlib's `MultiAgentCartPole` (`make_multi_agent("CartPole-v1")`): one CartPole-v1 game per
+/// agent (`agent_0`, `agent_1`, ...), stepped side by side. An agent leaves the episode when its
+/// pole falls (terminated) or its game reaches 500 steps (truncated); the episode ends when
+/// every agent has left. Agent `i`'s game is seeded with `seed + i`.
+///
+/// ```
+/// use impala_core::{MultiAgentEnv, MultiAgentStep};
+/// use impala_envs::MultiAgentCartPole;
+///
+/// let mut env = MultiAgentCartPole::new(2)?;
+/// let (mut obs, mut actions) = (env.spec().observation_buffers(), env.spec().action_buffers());
+/// let mut out = MultiAgentStep::new(2);
+/// env.reset(Some(0), &mut obs, &mut out)?;
+/// assert_eq!(out.acting().count(), 2);
+/// let mut steps = 0;
+/// while !out.episode_done() {
+///     actions[0][0] = 1.0; // agent_0 always pushes right: its pole soon falls
+///     actions[1][0] = (steps % 2) as f32; // agent_1 alternates and lasts longer
+///     env.step(&actions, &mut obs, &mut out)?;
+///     steps += 1;
+/// }
+/// assert!(steps > 12);
+/// # Ok::<(), impala_core::CoreError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct MultiAgentCartPole {
+    spec: MultiAgentSpec,
+    games: Vec<CartPole>,
+    /// Steps of each agent's game in this episode.
+    steps: Vec<usize>,
+    /// Whether each agent is still in the episode.
+    active: Vec<bool>,
+}
+
+impl MultiAgentCartPole {
+    /// The env's id.
+    pub const ID: &'static str = "MultiAgentCartPole";
+    /// CartPole-v1's time limit.
+    const MAX_STEPS: usize = 500;
+
+    /// `num_agents` (1 or more) CartPole games, one per agent.
+    pub fn new(num_agents: usize) -> Result<Self> {
+        let games: Vec<CartPole> =
+            (0..num_agents).map(|_| CartPole::new(CartPoleConfig::default())).collect();
+        let agents = games
+            .iter()
+            .enumerate()
+            .map(|(i, game)| AgentSpec {
+                id: format!("agent_{i}"),
+                observation_space: game.spec().observation_space.clone(),
+                action_space: game.spec().action_space.clone(),
+            })
+            .collect();
+        Ok(MultiAgentCartPole {
+            spec: MultiAgentSpec::new(Self::ID, agents, Some(Self::MAX_STEPS))?,
+            games,
+            steps: vec![0; num_agents],
+            active: vec![false; num_agents],
+        })
+    }
+}
+
+impl MultiAgentEnv for MultiAgentCartPole {
+    fn spec(&self) -> &MultiAgentSpec {
+        &self.spec
+    }
+
+    fn reset(
+        &mut self,
+        seed: Option<u64>,
+        obs: &mut [Vec<f32>],
+        out: &mut MultiAgentStep,
+    ) -> Result<()> {
+        out.clear();
+        for (i, game) in self.games.iter_mut().enumerate() {
+            game.reset(seed.map(|s| s.wrapping_add(i as u64)), &mut obs[i])?;
+            out.agents[i].observed = true;
+        }
+        self.steps.fill(0);
+        self.active.fill(true);
+        Ok(())
+    }
+
+    fn step(
+        &mut self,
+        actions: &[Vec<f32>],
+        obs: &mut [Vec<f32>],
+        out: &mut MultiAgentStep,
+    ) -> Result<()> {
+        if !self.active.iter().any(|&a| a) {
+            return Err(CoreError::NeedsReset { env: Self::ID.into() });
+        }
+        out.clear();
+        for (i, game) in self.games.iter_mut().enumerate() {
+            if !self.active[i] {
+                continue;
+            }
+            let outcome = game.step(&actions[i], &mut obs[i])?;
+            self.steps[i] += 1;
+            let truncated = !outcome.terminated && self.steps[i] >= Self::MAX_STEPS;
+            out.agents[i] = impala_core::AgentStep {
+                observed: true,
+                reward: outcome.reward,
+                terminated: outcome.terminated,
+                truncated,
+            };
+            self.active[i] = !(outcome.terminated || truncated);
+        }
+        if !self.active.iter().any(|&a| a) {
+            // Every agent left: terminated for all unless one of them was cut short.
+            let truncated = out.agents.iter().any(|a| a.truncated);
+            out.all_truncated = truncated;
+            out.all_terminated = !truncated;
+        }
+        Ok(())
+    }
+}
+
+/// A two-agent coordination game: each of `left` and `right` sees one random bit of the state
+/// (a `Discrete(2)` observation) and both get +1 when the parity of their two actions equals the
+/// parity of the two bits. Alone an agent scores 0.5 a step at best; together they score 1 by
+/// sharing a convention (both play their bit, or both flip it), which each learns only from the
+/// reward the other's choices produce. Episodes last 10 steps (return 10 at the optimum, 5 by
+/// chance).
+///
+/// ```
+/// use impala_core::{MultiAgentEnv, MultiAgentStep};
+/// use impala_envs::HalfObserved;
+///
+/// let mut env = HalfObserved::new();
+/// let (mut obs, mut actions) = (env.spec().observation_buffers(), env.spec().action_buffers());
+/// let mut out = MultiAgentStep::new(2);
+/// env.reset(Some(3), &mut obs, &mut out)?;
+/// let mut total = 0.0;
+/// while !out.episode_done() {
+///     // Both agents play the bit they see: the convention that always pays.
+///     actions[0][0] = obs[0][0];
+///     actions[1][0] = obs[1][0];
+///     env.step(&actions, &mut obs, &mut out)?;
+///     total += out.agents[0].reward;
+/// }
+/// assert_eq!(total, 10.0);
+/// # Ok::<(), impala_core::CoreError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct HalfObserved {
+    spec: MultiAgentSpec,
+    bits: [u8; 2],
+    step: usize,
+    rng: SmallRng,
+    needs_reset: bool,
+}
+
+impl Default for HalfObserved {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl HalfObserved {
+    /// The env's id.
+    pub const ID: &'static str = "HalfObserved";
+    /// Steps per episode.
+    pub const LENGTH: usize = 10;
+
+    /// A game that must be reset before its first step.
+    pub fn new() -> Self {
+        let agent = |id: &str| AgentSpec {
+            id: id.into(),
+            observation_space: Space::Discrete(2),
+            action_space: Space::Discrete(2),
+        };
+        let spec = MultiAgentSpec {
+            id: Self::ID.into(),
+            agents: vec![agent("left"), agent("right")],
+            max_episode_steps: Some(Self::LENGTH),
+        };
+        HalfObserved {
+            spec,
+            bits: [0, 0],
+            step: 0,
+            rng: SmallRng::from_os_rng(),
+            needs_reset: true,
+        }
+    }
+
+    fn draw(&mut self, obs: &mut [Vec<f32>], out: &mut MultiAgentStep) {
+        for (i, bit) in self.bits.iter_mut().enumerate() {
+            *bit = self.rng.random_range(0..2);
+            obs[i][0] = f32::from(*bit);
+            out.agents[i].observed = true;
+        }
+    }
+
+    fn action(&self, actions: &[Vec<f32>], i: usize) -> Result<u8> {
+        match actions[i].first() {
+            Some(&a) if a == 0.0 || a == 1.0 => Ok(a as u8),
+            other => Err(CoreError::InvalidAction {
+                action: other.map(|&a| vec![a]).unwrap_or_default(),
+                space: format!("Discrete(2) of agent `{}`", self.spec.agents[i].id),
+                reason: "expected 0 or 1".into(),
+            }),
+        }
+    }
+}
+
+impl MultiAgentEnv for HalfObserved {
+    fn spec(&self) -> &MultiAgentSpec {
+        &self.spec
+    }
+
+    fn reset(
+        &mut self,
+        seed: Option<u64>,
+        obs: &mut [Vec<f32>],
+        out: &mut MultiAgentStep,
+    ) -> Result<()> {
+        if let Some(seed) = seed {
+            self.rng = SmallRng::seed_from_u64(seed);
+        }
+        out.clear();
+        self.step = 0;
+        self.needs_reset = false;
+        self.draw(obs, out);
+        Ok(())
+    }
+
+    fn step(
+        &mut self,
+        actions: &[Vec<f32>],
+        obs: &mut [Vec<f32>],
+        out: &mut MultiAgentStep,
+    ) -> Result<()> {
+        if self.needs_reset {
+            return Err(CoreError::NeedsReset { env: Self::ID.into() });
+        }
+        let parity = self.action(actions, 0)? ^ self.action(actions, 1)?;
+        let reward = if parity == self.bits[0] ^ self.bits[1] { 1.0 } else { 0.0 };
+        out.clear();
+        self.step += 1;
+        self.draw(obs, out);
+        let over = self.step >= Self::LENGTH;
+        for agent in &mut out.agents {
+            agent.reward = reward;
+            agent.terminated = over;
+        }
+        out.all_terminated = over;
+        self.needs_reset = over;
+        Ok(())
+    }
+}

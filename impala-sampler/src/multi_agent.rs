@@ -1,0 +1,529 @@
+//! A multi-agent env runner: `num_envs` [`MultiAgentEnv`]s stepped together, each agent acting
+//! with the policy it maps to, experience cut into per-policy rows (RLlib's old-stack
+//! `MultiAgentBatch`, one [`SampleBatch`] per policy).
+//!
+//! Each (env, agent) pair is a *lane*: its transitions, in its own time, form rows of
+//! `rollout_fragment_length` agent steps, as one env's steps form a row of a single-agent batch.
+//! A transition opens when the agent is observed and acts, collects the rewards the agent gets
+//! until it is next observed (or leaves), and closes then; a row is complete when it holds
+//! `rollout_fragment_length` closed transitions and either its last one ended the agent's
+//! episode or the agent's next observation (the row's bootstrap observation) has come. Agents
+//! that join mid-episode simply open their lane's next transition; agents that leave close it
+//! as terminated or truncated (with the behaviour value of their final observation, as a
+//! single-agent truncation). A lane's recurrent state restarts from zero after it leaves.
+
+use std::sync::Arc;
+
+use impala_core::{
+    CoreError, EnvSpec, EpisodeStats, MultiAgentEnv, MultiAgentStep, Policy, PolicyInput,
+    PolicyOutput, SampleBatch, Weights,
+};
+
+use crate::{Result, SamplerError};
+
+/// Builds one multi-agent env per call, for env index `i` of a runner.
+pub type MultiAgentEnvFactory =
+    Arc<dyn Fn(usize) -> std::result::Result<Box<dyn MultiAgentEnv>, CoreError> + Send + Sync>;
+
+/// One sample result of a [`MultiAgentEnvRunner`]: per policy, the rows that were completed.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MultiAgentFragment {
+    /// The runner that sampled it.
+    pub runner_id: usize,
+    /// One batch per policy, in the runner's policy order; a policy with no complete row has a
+    /// batch of 0 rows.
+    pub batches: Vec<SampleBatch>,
+    /// Env steps taken (RLlib's `MultiAgentBatch.count`).
+    pub env_steps: usize,
+    /// Agent steps taken: one per agent that acted per env step (`agent_steps()`).
+    pub agent_steps: usize,
+    /// Episodes that ended: the sum over agents of their rewards, the env steps.
+    pub episodes: Vec<EpisodeStats>,
+    /// Per ended episode, per policy, the sum of the rewards of the agents mapped to it
+    /// (RLlib's `policy_reward_mean/<policy id>` averages these).
+    pub policy_returns: Vec<Vec<f64>>,
+}
+
+/// How the runner samples: which policy acts for each agent and the fragment's length.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MultiAgentSettings {
+    /// Per agent of the env's spec, the index of the policy it maps to.
+    pub policy_of_agent: Vec<usize>,
+    /// Env steps per `sample()` call and agent steps per row (`rollout_fragment_length`).
+    pub rollout_fragment_length: usize,
+    /// Seed of the envs' first resets (env `i` gets `seed + i`), or `None`.
+    pub seed: Option<u64>,
+    /// Sample actions (`true`) or act greedily.
+    pub explore: bool,
+}
+
+/// A transition of one lane: opened when its agent acted, closed when it is observed again or
+/// leaves.
+#[derive(Debug, Clone, Default)]
+struct Step {
+    obs: Vec<f32>,
+    action: Vec<f32>,
+    action_logp: f32,
+    dist_inputs: Vec<f32>,
+    vf_pred: f32,
+    reward: f32,
+    terminated: bool,
+    truncated: bool,
+    truncation_value: f32,
+}
+
+/// One (env, agent) pair's open transition, closed ones of its current row, and state.
+#[derive(Debug, Default)]
+struct Lane {
+    policy: usize,
+    /// The observation it acts on next, when it is observed and in the episode.
+    next_obs: Option<Vec<f32>>,
+    /// The transition it acted, waiting for its reward and next observation.
+    open: Option<Step>,
+    /// Closed transitions of the row being built.
+    row: Vec<Step>,
+    /// Recurrent state at the row's first transition, and the weights version that acted there.
+    row_state: Vec<f32>,
+    row_version: u64,
+    /// Its recurrent state now.
+    state: Vec<f32>,
+}
+
+/// A complete row, waiting for the fragment's batch.
+struct Row {
+    steps: Vec<Step>,
+    bootstrap_obs: Vec<f32>,
+    state_in: Vec<f32>,
+    weights_version: u64,
+}
+
+/// RLlib's multi-agent `RolloutWorker`: `num_envs` multi-agent envs and one policy copy per
+/// policy id, every agent acting with the policy [`MultiAgentSettings::policy_of_agent`] maps it
+/// to, and per-policy rows out (see the module docs).
+///
+/// ```
+/// use std::sync::Arc;
+/// use impala_core::{EnvSpec, MultiAgentEnv, Policy};
+/// use impala_envs::MultiAgentCartPole;
+/// use impala_sampler::{MultiAgentEnvRunner, MultiAgentSettings, RandomPolicy};
+///
+/// // Two CartPole agents sharing one policy.
+/// let envs: impala_sampler::MultiAgentEnvFactory =
+///     Arc::new(|_| Ok(Box::new(MultiAgentCartPole::new(2)?) as Box<dyn MultiAgentEnv>));
+/// let spec = MultiAgentCartPole::new(2)?.spec().agents[0].clone();
+/// let shared = EnvSpec {
+///     id: "shared".into(),
+///     observation_space: spec.observation_space,
+///     action_space: spec.action_space,
+///     max_episode_steps: None,
+/// };
+/// let policies: Vec<Box<dyn Policy>> = vec![Box::new(RandomPolicy::new(&shared, 0))];
+/// let settings = MultiAgentSettings {
+///     policy_of_agent: vec![0, 0],
+///     rollout_fragment_length: 5,
+///     seed: Some(1),
+///     explore: true,
+/// };
+/// let mut runner = MultiAgentEnvRunner::new(0, 3, &envs, policies, &settings)?;
+/// let fragment = runner.sample()?;
+/// assert_eq!(fragment.env_steps, 15); // 3 envs x 5 steps
+/// // Both agents of every env acted in each step (no pole falls in 5 steps): 6 rows of 5.
+/// assert_eq!(fragment.batches[0].num_rows, 6);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct MultiAgentEnvRunner {
+    runner_id: usize,
+    envs: Vec<Box<dyn MultiAgentEnv>>,
+    policies: Vec<Box<dyn Policy>>,
+    policy_specs: Vec<EnvSpec>,
+    settings: MultiAgentSettings,
+    num_agents: usize,
+    /// `[env][agent]` flattened: lane `e * num_agents + a`.
+    lanes: Vec<Lane>,
+    obs: Vec<Vec<Vec<f32>>>,
+    actions: Vec<Vec<Vec<f32>>>,
+    outs: Vec<MultiAgentStep>,
+    /// Per env: its episode's summed reward, its per-policy rewards and its env steps.
+    episode_return: Vec<f64>,
+    episode_policy_returns: Vec<Vec<f64>>,
+    episode_len: Vec<u64>,
+    started: bool,
+    /// Complete rows per policy, waiting for the fragment.
+    rows: Vec<Vec<Row>>,
+    out: PolicyOutput,
+}
+
+impl std::fmt::Debug for MultiAgentEnvRunner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiAgentEnvRunner")
+            .field("runner_id", &self.runner_id)
+            .field("num_envs", &self.envs.len())
+            .field("num_agents", &self.num_agents)
+            .field("num_policies", &self.policies.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MultiAgentEnvRunner {
+    /// Builds runner `runner_id`: `num_envs` envs from `env_factory` and `policies` (one per
+    /// policy index of `settings.policy_of_agent`). Every agent's spaces must be its policy's:
+    /// agents sharing a policy must have the same spaces.
+    pub fn new(
+        runner_id: usize,
+        num_envs: usize,
+        env_factory: &MultiAgentEnvFactory,
+        policies: Vec<Box<dyn Policy>>,
+        settings: &MultiAgentSettings,
+    ) -> Result<Self> {
+        let mut envs = Vec::with_capacity(num_envs);
+        for i in 0..num_envs {
+            envs.push(env_factory(i)?);
+        }
+        let spec = envs.first().map(|e| e.spec().clone()).ok_or(SamplerError::NoEnvs)?;
+        let num_agents = spec.num_agents();
+        if settings.policy_of_agent.len() != num_agents {
+            return Err(SamplerError::PolicyMapping {
+                reason: format!(
+                    "maps {} agents, but env `{}` has {num_agents}",
+                    settings.policy_of_agent.len(),
+                    spec.id
+                ),
+            });
+        }
+        let mut policy_specs: Vec<Option<EnvSpec>> = vec![None; policies.len()];
+        for (agent, &p) in spec.agents.iter().zip(&settings.policy_of_agent) {
+            let slot = policy_specs.get_mut(p).ok_or_else(|| SamplerError::PolicyMapping {
+                reason: format!(
+                    "maps agent `{}` to policy {p}, but there are {} policies",
+                    agent.id,
+                    policies.len()
+                ),
+            })?;
+            let agent_spec = EnvSpec {
+                id: spec.id.clone(),
+                observation_space: agent.observation_space.clone(),
+                action_space: agent.action_space.clone(),
+                max_episode_steps: spec.max_episode_steps,
+            };
+            match slot {
+                Some(first)
+                    if first.observation_space != agent_spec.observation_space
+                        || first.action_space != agent_spec.action_space =>
+                {
+                    return Err(SamplerError::PolicyMapping {
+                        reason: format!(
+                            "agent `{}` maps to policy {p} with spaces {:?} / {:?}, but another \
+                             agent of that policy has {:?} / {:?}",
+                            agent.id,
+                            agent_spec.observation_space,
+                            agent_spec.action_space,
+                            first.observation_space,
+                            first.action_space
+                        ),
+                    })
+                }
+                Some(_) => {}
+                None => *slot = Some(agent_spec),
+            }
+        }
+        let policy_specs: Vec<EnvSpec> = policy_specs
+            .into_iter()
+            .enumerate()
+            .map(|(p, s)| {
+                s.ok_or_else(|| SamplerError::PolicyMapping {
+                    reason: format!("no agent maps to policy {p}"),
+                })
+            })
+            .collect::<Result<_>>()?;
+        let mut lanes = Vec::with_capacity(num_envs * num_agents);
+        for _ in 0..num_envs {
+            for &p in &settings.policy_of_agent {
+                let state = vec![0.0; policies[p].state_dim()];
+                lanes.push(Lane { policy: p, state, ..Lane::default() });
+            }
+        }
+        Ok(MultiAgentEnvRunner {
+            runner_id,
+            obs: envs.iter().map(|e| e.spec().observation_buffers()).collect(),
+            actions: envs.iter().map(|e| e.spec().action_buffers()).collect(),
+            outs: vec![MultiAgentStep::new(num_agents); num_envs],
+            episode_return: vec![0.0; num_envs],
+            episode_policy_returns: vec![vec![0.0; policies.len()]; num_envs],
+            episode_len: vec![0; num_envs],
+            rows: (0..policies.len()).map(|_| Vec::new()).collect(),
+            envs,
+            policies,
+            policy_specs,
+            settings: settings.clone(),
+            num_agents,
+            lanes,
+            started: false,
+            out: PolicyOutput::default(),
+        })
+    }
+
+    /// Acts with `weights` for policy `policy` from the next step on.
+    pub fn set_weights(&mut self, policy: usize, weights: &Arc<Weights>) -> Result<()> {
+        let p = self.policies.get_mut(policy).ok_or_else(|| SamplerError::PolicyMapping {
+            reason: format!("no policy {policy} to set weights of"),
+        })?;
+        Ok(p.set_weights(weights)?)
+    }
+
+    /// Steps every env `rollout_fragment_length` times; returns the rows completed so far.
+    pub fn sample(&mut self) -> Result<MultiAgentFragment> {
+        let mut episodes = Vec::new();
+        let mut policy_returns = Vec::new();
+        if !self.started {
+            for e in 0..self.envs.len() {
+                let seed = self.settings.seed.map(|s| s.wrapping_add(e as u64));
+                self.reset_env(e, seed)?;
+            }
+            self.started = true;
+        }
+        let mut agent_steps = 0;
+        for _ in 0..self.settings.rollout_fragment_length {
+            agent_steps += self.act()?;
+            for e in 0..self.envs.len() {
+                self.envs[e].step(&self.actions[e], &mut self.obs[e], &mut self.outs[e])?;
+                self.episode_len[e] += 1;
+                self.record(e)?;
+                if self.outs[e].episode_done() {
+                    episodes.push(EpisodeStats {
+                        episode_return: self.episode_return[e],
+                        episode_len: self.episode_len[e],
+                        truncated: self.outs[e].all_truncated,
+                    });
+                    policy_returns.push(self.episode_policy_returns[e].clone());
+                    self.reset_env(e, None)?;
+                }
+            }
+        }
+        let batches =
+            (0..self.policies.len()).map(|p| self.take_batch(p)).collect::<Result<Vec<_>>>()?;
+        Ok(MultiAgentFragment {
+            runner_id: self.runner_id,
+            batches,
+            env_steps: self.envs.len() * self.settings.rollout_fragment_length,
+            agent_steps,
+            episodes,
+            policy_returns,
+        })
+    }
+
+    /// Resets env `e` and makes its observed agents' lanes ready to act.
+    fn reset_env(&mut self, e: usize, seed: Option<u64>) -> Result<()> {
+        self.envs[e].reset(seed, &mut self.obs[e], &mut self.outs[e])?;
+        self.episode_return[e] = 0.0;
+        self.episode_policy_returns[e].fill(0.0);
+        self.episode_len[e] = 0;
+        for a in 0..self.num_agents {
+            let lane = &mut self.lanes[e * self.num_agents + a];
+            lane.next_obs = self.outs[e].agents[a].observed.then(|| self.obs[e][a].clone());
+        }
+        Ok(())
+    }
+
+    /// Every policy infers for the lanes ready to act; opens their transitions and writes the
+    /// actions into the envs' action buffers. Returns the agent steps taken.
+    fn act(&mut self) -> Result<usize> {
+        let mut acted = 0;
+        for p in 0..self.policies.len() {
+            let ready: Vec<usize> = (0..self.lanes.len())
+                .filter(|&l| self.lanes[l].policy == p && self.lanes[l].next_obs.is_some())
+                .collect();
+            if ready.is_empty() {
+                continue;
+            }
+            let spec = &self.policy_specs[p];
+            let (od, sd) = (spec.observation_space.flat_dim(), self.policies[p].state_dim());
+            let (ad, dd) = (spec.action_space.flat_dim(), spec.action_space.dist_inputs_dim());
+            let mut obs = Vec::with_capacity(ready.len() * od);
+            let mut state = Vec::with_capacity(ready.len() * sd);
+            for &l in &ready {
+                obs.extend_from_slice(self.lanes[l].next_obs.as_deref().unwrap_or_default());
+                state.extend_from_slice(&self.lanes[l].state);
+            }
+            let input = PolicyInput {
+                obs: &obs,
+                num_envs: ready.len(),
+                state: &state,
+                explore: self.settings.explore,
+            };
+            self.policies[p].compute_actions(&input, &mut self.out)?;
+            let n = ready.len();
+            for (what, expected, got) in [
+                ("actions", n * ad, self.out.actions.len()),
+                ("action_dist_inputs", n * dd, self.out.action_dist_inputs.len()),
+                ("action_logp", n, self.out.action_logp.len()),
+                ("vf_preds", n, self.out.vf_preds.len()),
+                ("state_out", n * sd, self.out.state_out.len()),
+            ] {
+                if expected != got {
+                    return Err(SamplerError::PolicyOutput { what, expected, got });
+                }
+            }
+            let version = self.policies[p].weights_version();
+            for (k, &l) in ready.iter().enumerate() {
+                let (e, a) = (l / self.num_agents, l % self.num_agents);
+                let action = &self.out.actions[k * ad..(k + 1) * ad];
+                self.actions[e][a].copy_from_slice(action);
+                let lane = &mut self.lanes[l];
+                if lane.row.is_empty() {
+                    lane.row_state.clone_from(&lane.state);
+                    lane.row_version = version;
+                }
+                lane.state.copy_from_slice(&self.out.state_out[k * sd..(k + 1) * sd]);
+                lane.open = Some(Step {
+                    obs: lane.next_obs.take().unwrap_or_default(),
+                    action: action.to_vec(),
+                    action_logp: self.out.action_logp[k],
+                    dist_inputs: self.out.action_dist_inputs[k * dd..(k + 1) * dd].to_vec(),
+                    vf_pred: self.out.vf_preds[k],
+                    ..Step::default()
+                });
+            }
+            acted += n;
+        }
+        Ok(acted)
+    }
+
+    /// Takes env `e`'s step into its lanes: rewards, closed transitions, next observations,
+    /// truncation values and complete rows.
+    fn record(&mut self, e: usize) -> Result<()> {
+        let out = &self.outs[e];
+        let episode_over = out.episode_done();
+        let mut truncated_lanes = Vec::new();
+        for a in 0..self.num_agents {
+            let l = e * self.num_agents + a;
+            let agent = out.agents[a];
+            let lane = &mut self.lanes[l];
+            self.episode_return[e] += agent.reward;
+            self.episode_policy_returns[e][lane.policy] += agent.reward;
+            let Some(open) = lane.open.as_mut() else { continue };
+            open.reward += agent.reward as f32;
+            // The agent leaves: by its own flags, or with the episode.
+            let terminated = agent.terminated || (episode_over && out.all_terminated);
+            let truncated = !terminated && (agent.truncated || episode_over);
+            if terminated || truncated {
+                open.terminated = terminated;
+                open.truncated = truncated;
+                if truncated {
+                    // Bootstrapped from the final observation when the env gave one, else
+                    // from the value the agent last acted on.
+                    open.truncation_value = open.vf_pred;
+                    if agent.observed {
+                        truncated_lanes.push((l, self.obs[e][a].clone()));
+                    }
+                }
+                let step = lane.open.take().unwrap_or_default();
+                lane.row.push(step);
+                lane.state.fill(0.0);
+                lane.next_obs = None;
+            } else if agent.observed {
+                let step = lane.open.take().unwrap_or_default();
+                lane.row.push(step);
+                lane.next_obs = Some(self.obs[e][a].clone());
+            }
+        }
+        // Agents observed with no transition open (joining mid-episode, or back after a full
+        // row waited for them) act at the next step; after the episode, `reset_env` decides.
+        if !episode_over {
+            for a in 0..self.num_agents {
+                let agent = self.outs[e].agents[a];
+                let lane = &mut self.lanes[e * self.num_agents + a];
+                if agent.observed && !agent.done() && lane.next_obs.is_none() {
+                    lane.next_obs = Some(self.obs[e][a].clone());
+                }
+            }
+        }
+        self.truncation_values(&truncated_lanes)?;
+        for a in 0..self.num_agents {
+            self.complete_row(e * self.num_agents + a);
+        }
+        Ok(())
+    }
+
+    /// The behaviour values of truncated agents' final observations, per policy.
+    fn truncation_values(&mut self, truncated: &[(usize, Vec<f32>)]) -> Result<()> {
+        for p in 0..self.policies.len() {
+            let of_p: Vec<&(usize, Vec<f32>)> =
+                truncated.iter().filter(|(l, _)| self.lanes[*l].policy == p).collect();
+            if of_p.is_empty() {
+                continue;
+            }
+            let obs: Vec<f32> = of_p.iter().flat_map(|(_, o)| o.iter().copied()).collect();
+            // The state the agent acted its last step with is gone (zeroed as it left); a
+            // recurrent policy's value restarts from zero state here.
+            let state = vec![0.0; of_p.len() * self.policies[p].state_dim()];
+            let values = self.policies[p].compute_values(&obs, of_p.len(), &state)?;
+            if values.len() != of_p.len() {
+                return Err(SamplerError::PolicyOutput {
+                    what: "compute_values",
+                    expected: of_p.len(),
+                    got: values.len(),
+                });
+            }
+            for ((l, _), v) in of_p.into_iter().zip(values) {
+                if let Some(last) = self.lanes[*l].row.last_mut() {
+                    last.truncation_value = v;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Moves lane `l`'s row to its policy's complete rows once it is full and its bootstrap
+    /// observation is known (or not needed: its last transition ended the agent's episode).
+    fn complete_row(&mut self, l: usize) {
+        let t = self.settings.rollout_fragment_length;
+        let lane = &mut self.lanes[l];
+        if lane.row.len() < t {
+            return;
+        }
+        let last_done = lane.row.last().is_some_and(|s| s.terminated || s.truncated);
+        let bootstrap_obs = match (&lane.next_obs, last_done) {
+            (Some(obs), _) => obs.clone(),
+            (None, true) => vec![0.0; lane.row[0].obs.len()],
+            (None, false) => return,
+        };
+        let steps = std::mem::take(&mut lane.row);
+        let row = Row {
+            steps,
+            bootstrap_obs,
+            state_in: std::mem::take(&mut lane.row_state),
+            weights_version: lane.row_version,
+        };
+        self.rows[lane.policy].push(row);
+    }
+
+    /// Policy `p`'s complete rows as one time-major batch.
+    fn take_batch(&mut self, p: usize) -> Result<SampleBatch> {
+        let rows = std::mem::take(&mut self.rows[p]);
+        let spec = &self.policy_specs[p];
+        let t = self.settings.rollout_fragment_length;
+        let b = rows.len();
+        let sd = self.policies[p].state_dim();
+        let mut batch = SampleBatch::zeros(t, b, &spec.observation_space, &spec.action_space, sd);
+        let (od, ad, dd) = (batch.obs_dim(), batch.action_dim, batch.dist_inputs_dim);
+        for (r, row) in rows.iter().enumerate() {
+            for (s, step) in row.steps.iter().enumerate() {
+                let i = s * b + r;
+                batch.obs.write(i * od, &step.obs);
+                batch.actions[i * ad..(i + 1) * ad].copy_from_slice(&step.action);
+                batch.action_dist_inputs[i * dd..(i + 1) * dd].copy_from_slice(&step.dist_inputs);
+                batch.rewards[i] = step.reward;
+                batch.terminateds[i] = step.terminated;
+                batch.truncateds[i] = step.truncated;
+                batch.action_logp[i] = step.action_logp;
+                batch.vf_preds[i] = step.vf_pred;
+                batch.truncation_values[i] = step.truncation_value;
+            }
+            batch.bootstrap_obs.write(r * od, &row.bootstrap_obs);
+            batch.state_in[r * sd..(r + 1) * sd].copy_from_slice(&row.state_in);
+            batch.weights_version[r] = row.weights_version;
+        }
+        batch.validate()?;
+        Ok(batch)
+    }
+}

@@ -1,0 +1,242 @@
+//! The multi-agent runner: per-policy rows from lanes, agents joining and leaving mid-episode,
+//! per-policy returns, and mappings that do not fit.
+
+use std::sync::Arc;
+
+use impala_core::{
+    AgentSpec, CoreError, EnvSpec, MultiAgentEnv, MultiAgentSpec, MultiAgentStep, Policy, Space,
+};
+use impala_envs::{HalfObserved, MultiAgentCartPole};
+use impala_sampler::{
+    MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentSettings, RandomPolicy, SamplerError,
+};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn policy_for(agent: &AgentSpec, seed: u64) -> Box<dyn Policy> {
+    let spec = EnvSpec {
+        id: agent.id.clone(),
+        observation_space: agent.observation_space.clone(),
+        action_space: agent.action_space.clone(),
+        max_episode_steps: None,
+    };
+    Box::new(RandomPolicy::new(&spec, seed))
+}
+
+fn settings(policy_of_agent: Vec<usize>, t: usize) -> MultiAgentSettings {
+    MultiAgentSettings { policy_of_agent, rollout_fragment_length: t, seed: Some(7), explore: true }
+}
+
+/// Eight steps an episode; agent `a` acts in all of them, agent `b` joins after step 1, acts
+/// at steps 2, 3 and 4 and leaves (terminated) with step 4's result; the episode ends
+/// truncated after step 7. Each agent gets 1 for each of its own actions, and `b` also gets
+/// 10 at step 0 (before it joined: nobody's transition).
+struct Staggered {
+    spec: MultiAgentSpec,
+    k: usize,
+}
+
+impl Staggered {
+    fn new() -> Result<Self, CoreError> {
+        let agent = |id: &str| AgentSpec {
+            id: id.into(),
+            observation_space: Space::continuous(vec![0.0], vec![10.0])
+                .unwrap_or(Space::Discrete(1)),
+            action_space: Space::Discrete(2),
+        };
+        Ok(Staggered {
+            spec: MultiAgentSpec::new("Staggered", vec![agent("a"), agent("b")], Some(8))?,
+            k: 0,
+        })
+    }
+}
+
+impl MultiAgentEnv for Staggered {
+    fn spec(&self) -> &MultiAgentSpec {
+        &self.spec
+    }
+    fn reset(
+        &mut self,
+        _seed: Option<u64>,
+        obs: &mut [Vec<f32>],
+        out: &mut MultiAgentStep,
+    ) -> Result<(), CoreError> {
+        out.clear();
+        self.k = 0;
+        obs[0][0] = 0.0;
+        out.agents[0].observed = true;
+        Ok(())
+    }
+    fn step(
+        &mut self,
+        _actions: &[Vec<f32>],
+        obs: &mut [Vec<f32>],
+        out: &mut MultiAgentStep,
+    ) -> Result<(), CoreError> {
+        let k = self.k;
+        out.clear();
+        out.agents[0].reward = 1.0;
+        if k == 0 {
+            out.agents[1].reward = 10.0;
+        }
+        if (2..=4).contains(&k) {
+            out.agents[1].reward = 1.0;
+        }
+        self.k += 1;
+        let now = self.k as f32;
+        obs[0][0] = now;
+        out.agents[0].observed = true;
+        if (1..=4).contains(&k) {
+            obs[1][0] = now;
+            out.agents[1].observed = true;
+            out.agents[1].terminated = k == 4;
+        }
+        if self.k == 8 {
+            out.agents[0].truncated = true;
+            out.all_truncated = true;
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn agents_that_join_and_leave_fill_their_own_rows() -> TestResult {
+    let envs: MultiAgentEnvFactory =
+        Arc::new(|_| Ok(Box::new(Staggered::new()?) as Box<dyn MultiAgentEnv>));
+    let agents = Staggered::new()?.spec.agents;
+    let policies = vec![policy_for(&agents[0], 1), policy_for(&agents[1], 2)];
+    let mut runner = MultiAgentEnvRunner::new(0, 1, &envs, policies, &settings(vec![0, 1], 3))?;
+    let mut a_rows = Vec::new();
+    let mut b_rows = Vec::new();
+    let mut episodes = Vec::new();
+    let mut policy_returns = Vec::new();
+    let mut agent_steps = 0;
+    for _ in 0..6 {
+        let fragment = runner.sample()?;
+        assert_eq!(fragment.env_steps, 3);
+        agent_steps += fragment.agent_steps;
+        episodes.extend(fragment.episodes);
+        policy_returns.extend(fragment.policy_returns);
+        let [a, b] = fragment.batches.as_slice() else { panic!("two policies") };
+        a_rows.push(a.clone());
+        b_rows.push(b.clone());
+    }
+    // 18 env steps: two whole episodes (8 + 8) and two steps of a third.
+    assert_eq!(episodes.len(), 2);
+    assert_eq!(episodes[0].episode_return, 8.0 + 3.0 + 10.0);
+    assert_eq!(episodes[0].episode_len, 8);
+    assert!(episodes[0].truncated);
+    assert_eq!(policy_returns[0], vec![8.0, 13.0]);
+    // a acted 18 times, b 3 times an episode.
+    assert_eq!(agent_steps, 18 + 3 + 3);
+    // a: one row of 3 per fragment, its observations counting env steps across episodes.
+    let a = impala_core::SampleBatch::concat(&a_rows)?;
+    assert_eq!(a.num_rows, 6);
+    let obs: Vec<f32> = (0..6)
+        .flat_map(|r| (0..3).map(move |t| (r, t)))
+        .map(|(r, t)| {
+            let i = t * 6 + r;
+            match &a.obs {
+                impala_core::Observations::F32(v) => v[i],
+                impala_core::Observations::Bytes(v) => f32::from(v[i]),
+            }
+        })
+        .collect();
+    assert_eq!(obs, [0., 1., 2., 3., 4., 5., 6., 7., 0., 1., 2., 3., 4., 5., 6., 7., 0., 1.]);
+    // The episode's last step of a is truncated (row 2, step 1), not terminated.
+    assert!(a.truncateds[a.index(1, 2)] && !a.terminateds[a.index(1, 2)]);
+    assert_eq!(a.rewards.iter().sum::<f32>(), 18.0);
+    // b: one row per episode, steps 2, 3, 4, the last terminated; the reward it got before it
+    // joined is in no transition.
+    let b = impala_core::SampleBatch::concat(&b_rows)?;
+    assert_eq!(b.num_rows, 2);
+    for r in 0..2 {
+        let rewards: Vec<f32> = (0..3).map(|t| b.rewards[b.index(t, r)]).collect();
+        assert_eq!(rewards, [1.0, 1.0, 1.0]);
+        let ended: Vec<bool> = (0..3).map(|t| b.terminateds[b.index(t, r)]).collect();
+        assert_eq!(ended, [false, false, true]);
+    }
+    Ok(())
+}
+
+#[test]
+fn two_policies_get_a_row_per_env_from_a_coordination_game() -> TestResult {
+    let envs: MultiAgentEnvFactory =
+        Arc::new(|_| Ok(Box::new(HalfObserved::new()) as Box<dyn MultiAgentEnv>));
+    let agents = HalfObserved::new().spec().agents.clone();
+    let policies = vec![policy_for(&agents[0], 1), policy_for(&agents[1], 2)];
+    let mut runner = MultiAgentEnvRunner::new(0, 4, &envs, policies, &settings(vec![0, 1], 5))?;
+    let mut returns = Vec::new();
+    for _ in 0..40 {
+        let fragment = runner.sample()?;
+        assert_eq!((fragment.env_steps, fragment.agent_steps), (20, 40));
+        for batch in &fragment.batches {
+            assert_eq!((batch.fragment_len, batch.num_rows), (5, 4));
+        }
+        returns.extend(fragment.episodes.iter().map(|e| e.episode_return));
+        for (episode, per_policy) in fragment.episodes.iter().zip(&fragment.policy_returns) {
+            assert_eq!(per_policy[0], per_policy[1]);
+            assert_eq!(per_policy[0] + per_policy[1], episode.episode_return);
+        }
+    }
+    // 800 env steps, episodes of 10; random play pays half the time, to both agents.
+    assert_eq!(returns.len(), 80);
+    let mean = returns.iter().sum::<f64>() / returns.len() as f64;
+    assert!((8.0..12.0).contains(&mean), "{mean}");
+    Ok(())
+}
+
+#[test]
+fn agents_sharing_a_policy_are_rows_of_one_batch() -> TestResult {
+    let envs: MultiAgentEnvFactory =
+        Arc::new(|_| Ok(Box::new(MultiAgentCartPole::new(3)?) as Box<dyn MultiAgentEnv>));
+    let agents = MultiAgentCartPole::new(3)?.spec().agents.clone();
+    let mut runner = MultiAgentEnvRunner::new(
+        0,
+        2,
+        &envs,
+        vec![policy_for(&agents[0], 1)],
+        &settings(vec![0, 0, 0], 4),
+    )?;
+    let fragment = runner.sample()?;
+    // No pole falls within 4 steps: every lane fills one row.
+    assert_eq!(fragment.batches[0].num_rows, 6);
+    assert_eq!(fragment.agent_steps, 24);
+    Ok(())
+}
+
+#[test]
+fn mappings_that_do_not_fit_are_refused_naming_the_agent() -> TestResult {
+    let envs: MultiAgentEnvFactory =
+        Arc::new(|_| Ok(Box::new(Staggered::new()?) as Box<dyn MultiAgentEnv>));
+    let agents = Staggered::new()?.spec.agents;
+    let other = AgentSpec { observation_space: Space::Discrete(3), ..agents[1].clone() };
+    let refusal = |policies: Vec<Box<dyn Policy>>, map: Vec<usize>| match MultiAgentEnvRunner::new(
+        0,
+        1,
+        &envs,
+        policies,
+        &settings(map, 2),
+    ) {
+        Err(SamplerError::PolicyMapping { reason }) => reason,
+        other => panic!("accepted: {other:?}"),
+    };
+    let one = || vec![policy_for(&agents[0], 1)];
+    let two = || vec![policy_for(&agents[0], 1), policy_for(&agents[1], 2)];
+    assert!(refusal(one(), vec![0]).contains("maps 1 agents, but env `Staggered` has 2"));
+    assert!(refusal(one(), vec![0, 1]).contains("agent `b` to policy 1, but there are 1"));
+    assert!(refusal(two(), vec![0, 0]).contains("no agent maps to policy 1"));
+    // Spaces that differ within one policy.
+    let odd: MultiAgentEnvFactory = Arc::new(move |_| {
+        let mut env = Staggered::new()?;
+        env.spec.agents[1] = other.clone();
+        Ok(Box::new(env) as Box<dyn MultiAgentEnv>)
+    });
+    match MultiAgentEnvRunner::new(0, 1, &odd, one(), &settings(vec![0, 0], 2)) {
+        Err(SamplerError::PolicyMapping { reason }) => {
+            assert!(reason.contains("agent `b` maps to policy 0"), "{reason}")
+        }
+        other => panic!("accepted: {other:?}"),
+    }
+    Ok(())
+}
