@@ -36,6 +36,7 @@ mod io;
 mod keys;
 mod log_level;
 mod model;
+mod multi_agent;
 mod plan;
 mod resources;
 mod serde_util;
@@ -55,6 +56,7 @@ pub use keys::{
 };
 pub use log_level::{LogLevel, UnknownLogLevel};
 pub use model::ModelConfig;
+pub use multi_agent::{CountStepsBy, MappingError, MultiAgent, DEFAULT_POLICY_ID};
 pub use plan::LearnerPlan;
 pub use resources::{Bundle, BundleRole, ResourceRequest};
 pub use validate::{ModelActivations, ValidatedConfig, MAX_EVALUATION_EPISODES};

@@ -1,0 +1,318 @@
+//! RLlib's `multi_agent()` options for config files: the policies, which agents each policy
+//! acts for (`policy_mapping`: agent ids or `*` patterns to policy ids, the file form of
+//! `policy_mapping_fn`), which policies train, and how steps are counted. [`MultiAgent::resolve`]
+//! turns them and an env's agent ids into the index of each agent's policy, refusing every
+//! inconsistency with the agent and the policy named.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// What `train_batch_size` and the step counters count (RLlib's `count_steps_by`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CountStepsBy {
+    /// One per env step, however many agents acted.
+    #[default]
+    EnvSteps,
+    /// One per agent that acted.
+    AgentSteps,
+}
+
+/// RLlib's `multi_agent()` group as a config file holds it.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MultiAgent {
+    /// The policy ids (RLlib's `policies`); none: one `default_policy` for every agent.
+    pub policies: Vec<String>,
+    /// Agent id, or a pattern with `*` wildcards, to policy id. An agent's own id wins over
+    /// patterns, and at most one pattern may match it. Empty: every agent to the only policy, or
+    /// to the policy named as the agent.
+    pub policy_mapping: BTreeMap<String, String>,
+    /// The policies that learn (RLlib's `policies_to_train`); `None`: all of them. The others
+    /// act with the weights they start with (or restore).
+    pub policies_to_train: Option<Vec<String>>,
+    /// What `train_batch_size` counts.
+    pub count_steps_by: CountStepsBy,
+}
+
+/// Why a multi-agent setup does not fit its env, naming the agent and the policy.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MappingError {
+    /// The mapping sends an agent (or pattern) to a policy that is not in `policies`.
+    #[error(
+        "`multi_agent.policy_mapping` maps `{agent}` to policy `{policy}`, which is not in \
+         `multi_agent.policies` ({known}); add it there or map `{agent}` to one of those"
+    )]
+    UnknownPolicy {
+        /// The agent id or pattern.
+        agent: String,
+        /// The policy it names.
+        policy: String,
+        /// The policies there are, comma-separated.
+        known: String,
+    },
+    /// No entry of the mapping matches an agent of the env.
+    #[error(
+        "agent `{agent}` of the env maps to no policy; add `{agent} = \"<policy>\"` (or a \
+         matching `*` pattern) to `multi_agent.policy_mapping`"
+    )]
+    Unmapped {
+        /// The agent id.
+        agent: String,
+    },
+    /// Several patterns match one agent.
+    #[error(
+        "agent `{agent}` matches the patterns {patterns} of `multi_agent.policy_mapping`; \
+         map `{agent}` by its own id, or make the patterns disjoint"
+    )]
+    Ambiguous {
+        /// The agent id.
+        agent: String,
+        /// The patterns, quoted and comma-separated.
+        patterns: String,
+    },
+    /// A policy that no agent of the env maps to: it would never act or learn.
+    #[error(
+        "no agent of the env maps to policy `{policy}` (agents: {agents}); map one to it in \
+         `multi_agent.policy_mapping` or remove it from `multi_agent.policies`"
+    )]
+    UnusedPolicy {
+        /// The policy id.
+        policy: String,
+        /// The env's agents, comma-separated.
+        agents: String,
+    },
+    /// `policies_to_train` names a policy that is not in `policies`.
+    #[error(
+        "`multi_agent.policies_to_train` names `{policy}`, which is not in \
+         `multi_agent.policies` ({known})"
+    )]
+    UnknownPolicyToTrain {
+        /// The policy id.
+        policy: String,
+        /// The policies there are, comma-separated.
+        known: String,
+    },
+    /// A policy id given twice.
+    #[error("`multi_agent.policies` names `{policy}` twice")]
+    DuplicatePolicy {
+        /// The policy id.
+        policy: String,
+    },
+}
+
+/// RLlib's `DEFAULT_POLICY_ID`: the one policy when `policies` is empty.
+pub const DEFAULT_POLICY_ID: &str = "default_policy";
+
+impl MultiAgent {
+    /// The policy ids in order: `policies`, or `[default_policy]`.
+    pub fn policy_ids(&self) -> Vec<String> {
+        if self.policies.is_empty() {
+            vec![DEFAULT_POLICY_ID.to_string()]
+        } else {
+            self.policies.clone()
+        }
+    }
+
+    /// Per agent of `agents` (the env's ids, in its order), the index in
+    /// [`MultiAgent::policy_ids`] of the policy it maps to; and per policy, whether it trains.
+    ///
+    /// ```
+    /// use impala_config::MultiAgent;
+    ///
+    /// let mut setup = MultiAgent::default();
+    /// setup.policies = vec!["attacker".into(), "defender".into()];
+    /// setup.policy_mapping.insert("red_*".into(), "attacker".into());
+    /// setup.policy_mapping.insert("blue_*".into(), "defender".into());
+    /// setup.policy_mapping.insert("red_goalie".into(), "defender".into());
+    /// setup.policies_to_train = Some(vec!["attacker".into()]);
+    /// let agents = ["red_0", "red_goalie", "blue_0"].map(String::from);
+    /// let (policy_of_agent, trains) = setup.resolve(&agents)?;
+    /// assert_eq!(policy_of_agent, [0, 1, 1]);
+    /// assert_eq!(trains, [true, false]);
+    ///
+    /// setup.policy_mapping.insert("*0".into(), "attacker".into()); // red_0 now matches twice
+    /// let refused = setup.resolve(&agents).err().map(|e| e.to_string()).unwrap_or_default();
+    /// assert!(refused.contains("agent `red_0`"), "{refused}");
+    /// # Ok::<(), impala_config::MappingError>(())
+    /// ```
+    pub fn resolve(&self, agents: &[String]) -> Result<(Vec<usize>, Vec<bool>), MappingError> {
+        let ids = self.policy_ids();
+        let known = ids.join(", ");
+        for (i, id) in ids.iter().enumerate() {
+            if ids[..i].contains(id) {
+                return Err(MappingError::DuplicatePolicy { policy: id.clone() });
+            }
+        }
+        let index = |agent: &str, policy: &str| {
+            ids.iter().position(|p| p == policy).ok_or_else(|| MappingError::UnknownPolicy {
+                agent: agent.to_string(),
+                policy: policy.to_string(),
+                known: known.clone(),
+            })
+        };
+        // Every entry names a known policy, even one no agent of this env matches.
+        for (agent, policy) in &self.policy_mapping {
+            index(agent, policy)?;
+        }
+        let mut policy_of_agent = Vec::with_capacity(agents.len());
+        for agent in agents {
+            let policy = if let Some(policy) = self.policy_mapping.get(agent) {
+                index(agent, policy)?
+            } else {
+                let matching: Vec<(&String, &String)> = self
+                    .policy_mapping
+                    .iter()
+                    .filter(|(pattern, _)| pattern.contains('*') && matches(pattern, agent))
+                    .collect();
+                match matching.as_slice() {
+                    [(pattern, policy)] => index(pattern, policy)?,
+                    [] if self.policy_mapping.is_empty() && ids.len() == 1 => 0,
+                    [] if self.policy_mapping.is_empty() => index(agent, agent)
+                        .map_err(|_| MappingError::Unmapped { agent: agent.clone() })?,
+                    [] => return Err(MappingError::Unmapped { agent: agent.clone() }),
+                    several => {
+                        let patterns: Vec<String> =
+                            several.iter().map(|(p, _)| format!("`{p}`")).collect();
+                        return Err(MappingError::Ambiguous {
+                            agent: agent.clone(),
+                            patterns: patterns.join(", "),
+                        });
+                    }
+                }
+            };
+            policy_of_agent.push(policy);
+        }
+        for (p, policy) in ids.iter().enumerate() {
+            if !policy_of_agent.contains(&p) {
+                return Err(MappingError::UnusedPolicy {
+                    policy: policy.clone(),
+                    agents: agents.join(", "),
+                });
+            }
+        }
+        let trains = match &self.policies_to_train {
+            None => vec![true; ids.len()],
+            Some(to_train) => {
+                if let Some(unknown) = to_train.iter().find(|p| !ids.contains(p)) {
+                    return Err(MappingError::UnknownPolicyToTrain {
+                        policy: unknown.clone(),
+                        known,
+                    });
+                }
+                ids.iter().map(|id| to_train.contains(id)).collect()
+            }
+        };
+        Ok((policy_of_agent, trains))
+    }
+}
+
+/// Whether `text` matches `pattern`, where `*` stands for any run of characters.
+fn matches(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = text.strip_prefix(first) else { return false };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else { return rest.is_empty() };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn agents(ids: &[&str]) -> Vec<String> {
+        ids.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn refusal(setup: &MultiAgent, agents: &[String]) -> String {
+        match setup.resolve(agents) {
+            Err(e) => e.to_string(),
+            Ok(resolved) => panic!("accepted: {resolved:?}"),
+        }
+    }
+
+    #[test]
+    fn patterns_match_with_wildcards_anywhere() {
+        for (pattern, text, expected) in [
+            ("agent_*", "agent_0", true),
+            ("agent_*", "agent_", true),
+            ("agent_*", "agen", false),
+            ("*_0", "red_0", true),
+            ("*_0", "red_1", false),
+            ("r*d*0", "red_0", true),
+            ("r*d*0", "rd0", true),
+            ("a*a", "a", false),
+            ("*", "anything", true),
+            ("exact", "exact", true),
+            ("exact", "exact_not", false),
+        ] {
+            assert_eq!(matches(pattern, text), expected, "{pattern} {text}");
+        }
+    }
+
+    #[test]
+    fn defaults_map_every_agent_to_the_one_policy_or_its_namesake() {
+        let setup = MultiAgent::default();
+        assert_eq!(setup.resolve(&agents(&["a", "b"])), Ok((vec![0, 0], vec![true])));
+        let named = MultiAgent { policies: agents(&["b", "a"]), ..MultiAgent::default() };
+        assert_eq!(named.resolve(&agents(&["a", "b"])), Ok((vec![1, 0], vec![true, true])));
+        assert_eq!(
+            named.resolve(&agents(&["a", "c"])),
+            Err(MappingError::Unmapped { agent: "c".into() })
+        );
+    }
+
+    #[test]
+    fn every_inconsistency_names_the_agent_and_the_policy() {
+        let mut setup = MultiAgent { policies: agents(&["p", "q"]), ..MultiAgent::default() };
+        setup.policy_mapping.insert("a".into(), "p".into());
+        setup.policy_mapping.insert("b".into(), "nope".into());
+        let err = refusal(&setup, &agents(&["a", "b"]));
+        assert!(err.contains("maps `b` to policy `nope`") && err.contains("(p, q)"), "{err}");
+
+        setup.policy_mapping.insert("b".into(), "p".into());
+        let err = refusal(&setup, &agents(&["a", "b"]));
+        assert!(err.contains("no agent of the env maps to policy `q`"), "{err}");
+
+        setup.policy_mapping.insert("b".into(), "q".into());
+        let err = refusal(&setup, &agents(&["a", "b", "c"]));
+        assert!(err.contains("agent `c` of the env maps to no policy"), "{err}");
+
+        setup.policies_to_train = Some(agents(&["r"]));
+        let err = refusal(&setup, &agents(&["a", "b"]));
+        assert!(err.contains("policies_to_train` names `r`"), "{err}");
+
+        let twice = MultiAgent { policies: agents(&["p", "p"]), ..MultiAgent::default() };
+        assert_eq!(
+            twice.resolve(&agents(&["a"])),
+            Err(MappingError::DuplicatePolicy { policy: "p".into() })
+        );
+    }
+
+    #[test]
+    fn it_reads_from_a_config_file_table() -> Result<(), Box<dyn std::error::Error>> {
+        let setup: MultiAgent = toml::from_str(
+            r#"
+            policies = ["left", "right"]
+            policies_to_train = ["left"]
+            count_steps_by = "agent_steps"
+            [policy_mapping]
+            left = "left"
+            right = "right"
+            "#,
+        )?;
+        assert_eq!(setup.count_steps_by, CountStepsBy::AgentSteps);
+        let (map, trains) = setup.resolve(&agents(&["left", "right"]))?;
+        assert_eq!((map, trains), (vec![0, 1], vec![true, false]));
+        assert!(toml::from_str::<MultiAgent>("polices = []").is_err());
+        Ok(())
+    }
+}
