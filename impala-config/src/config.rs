@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use impala_core::{LossReduction, OptType, Precision, Schedule};
 
 use crate::model::ModelConfig;
+use crate::multi_agent::CountStepsBy;
 
 /// How Ray places the resource bundles (`placement_strategy`); impala-rs runs on one machine and
 /// only reports it in the resource request.
@@ -293,6 +294,22 @@ pub struct ImpalaConfig {
     /// AMX, or a GPU with bfloat16 convolutions, and is refused at start-up elsewhere.
     pub precision: Precision,
 
+    // ---- multi_agent() ----
+    /// The policy ids of a multi-agent env (RLlib's `policies`); empty: one `default_policy`
+    /// for every agent. Each policy has the env's spaces of the agents that map to it.
+    pub policies: Vec<String>,
+    /// Agent id, or a pattern with `*` wildcards, to policy id: the file form of RLlib's
+    /// `policy_mapping_fn`. An agent's own id wins over patterns, and at most one pattern may
+    /// match it. Empty: every agent to the only policy, or to the policy named as the agent.
+    pub policy_mapping: BTreeMap<String, String>,
+    /// The policies that learn (RLlib's `policies_to_train`); `None`: all of them. The others
+    /// act with the weights they start with (or restore), unchanged.
+    #[serde(deserialize_with = "crate::serde_util::none_or")]
+    pub policies_to_train: Option<Vec<String>>,
+    /// What `train_batch_size` and `min_sample_timesteps_per_iteration` count in a
+    /// multi-agent run (RLlib's `count_steps_by`).
+    pub count_steps_by: CountStepsBy,
+
     // ---- resources() ----
     /// GPUs for the learner (RLlib's default is 1; impala-rs defaults to 0 so the default
     /// config runs on any machine).
@@ -423,6 +440,11 @@ impl Default for ImpalaConfig {
             num_gpu_loader_threads: 8,
             num_learner_threads: 1,
             precision: Precision::Fp32,
+
+            policies: Vec::new(),
+            policy_mapping: BTreeMap::new(),
+            policies_to_train: None,
+            count_steps_by: CountStepsBy::EnvSteps,
 
             num_gpus: 0.0,
             num_cpus_for_main_process: 1.0,

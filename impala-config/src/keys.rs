@@ -7,6 +7,7 @@ use impala_core::{ConvFilter, LossReduction, OptType, Precision, Schedule};
 
 use crate::config::{DurationUnit, EnvBackend, EnvRunnerBackend, ImpalaConfig, PlacementStrategy};
 use crate::model::ModelConfig;
+use crate::multi_agent::CountStepsBy;
 
 /// RLlib's config groups (`AlgorithmConfig.training()`, `.env_runners()`, ...).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -25,6 +26,8 @@ pub enum Group {
     Framework,
     /// `resources()`.
     Resources,
+    /// `multi_agent()`.
+    MultiAgent,
     /// `reporting()`.
     Reporting,
     /// `evaluation()`.
@@ -35,7 +38,7 @@ pub enum Group {
 
 impl Group {
     /// Every group, in RLlib's order.
-    pub const ALL: [Group; 10] = [
+    pub const ALL: [Group; 11] = [
         Group::Environment,
         Group::Training,
         Group::EnvRunners,
@@ -43,6 +46,7 @@ impl Group {
         Group::Learners,
         Group::Framework,
         Group::Resources,
+        Group::MultiAgent,
         Group::Reporting,
         Group::Evaluation,
         Group::Debugging,
@@ -58,6 +62,7 @@ impl Group {
             Group::Learners => "learners",
             Group::Framework => "framework",
             Group::Resources => "resources",
+            Group::MultiAgent => "multi_agent",
             Group::Reporting => "reporting",
             Group::Evaluation => "evaluation",
             Group::Debugging => "debugging",
@@ -119,9 +124,11 @@ fn describe_type(ty: &str) -> String {
         "DurationUnit" => "\"episodes\" or \"timesteps\"".into(),
         "EnvBackend" => "\"auto\", \"native\" or \"gymnasium\"".into(),
         "EnvRunnerBackend" => "\"threads\" or \"ray\"".into(),
+        "CountStepsBy" => "\"env_steps\" or \"agent_steps\"".into(),
         "PlacementStrategy" => "\"PACK\", \"SPREAD\", \"STRICT_PACK\" or \"STRICT_SPREAD\"".into(),
         "ModelConfig" => "a table of model options".into(),
         "BTreeMap<String,f64>" => "a table of numbers".into(),
+        "BTreeMap<String,String>" => "a table of strings".into(),
         "BTreeMap<String,serde_json::Value>" => "a table".into(),
         other => other.into(),
     }
@@ -380,6 +387,15 @@ groups! {
         placement_strategy: PlacementStrategy,
     }
 
+    /// RLlib's `multi_agent()`: the policies of a multi-agent env, which agents each acts
+    /// for, which learn, and what the step counts count.
+    MultiAgent => MultiAgent {
+        policies: Vec<String>,
+        policy_mapping: BTreeMap<String, String>,
+        policies_to_train: Option<Vec<String>>,
+        count_steps_by: CountStepsBy,
+    }
+
     /// RLlib's `reporting()`: how long an iteration lasts and how metrics are smoothed.
     Reporting => Reporting {
         min_time_s_per_iteration: f64,
@@ -489,6 +505,7 @@ entry_points! {
     learners => Learners,
     framework => Framework,
     resources => Resources,
+    multi_agent => MultiAgent,
     reporting => Reporting,
     evaluation => Evaluation,
     debugging => Debugging,

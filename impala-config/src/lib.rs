@@ -51,12 +51,12 @@ pub use impala_core::{
 pub use io::{nearest_key, ConfigFormat, Loaded};
 pub use keys::{
     alias, key_info, keys, model_key_info, model_keys, Alias, Debugging, EnvRunners, Environment,
-    Evaluation, FaultTolerance, Group, KeyInfo, Learners, Model, Reporting, Resources, Training,
-    ALIASES,
+    Evaluation, FaultTolerance, Group, KeyInfo, Learners, Model, MultiAgent, Reporting, Resources,
+    Training, ALIASES,
 };
 pub use log_level::{LogLevel, UnknownLogLevel};
 pub use model::ModelConfig;
-pub use multi_agent::{CountStepsBy, MappingError, MultiAgent, DEFAULT_POLICY_ID};
+pub use multi_agent::{CountStepsBy, MappingError, PolicyMap, DEFAULT_POLICY_ID};
 pub use plan::LearnerPlan;
 pub use resources::{Bundle, BundleRole, ResourceRequest};
 pub use validate::{ModelActivations, ValidatedConfig, MAX_EVALUATION_EPISODES};

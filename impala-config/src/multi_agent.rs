@@ -1,12 +1,12 @@
-//! RLlib's `multi_agent()` options for config files: the policies, which agents each policy
-//! acts for (`policy_mapping`: agent ids or `*` patterns to policy ids, the file form of
-//! `policy_mapping_fn`), which policies train, and how steps are counted. [`MultiAgent::resolve`]
-//! turns them and an env's agent ids into the index of each agent's policy, refusing every
-//! inconsistency with the agent and the policy named.
-
-use std::collections::BTreeMap;
+//! RLlib's `multi_agent()` options resolved against an env's agents: the policies, which agents
+//! each policy acts for (`policy_mapping`: agent ids or `*` patterns to policy ids, the file form
+//! of `policy_mapping_fn`) and which policies train. [`ImpalaConfig::policy_map`] turns them and
+//! an env's agent ids into a [`PolicyMap`], refusing every inconsistency with the agent and the
+//! policy named.
 
 use serde::{Deserialize, Serialize};
+
+use crate::ImpalaConfig;
 
 /// What `train_batch_size` and the step counters count (RLlib's `count_steps_by`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -17,23 +17,6 @@ pub enum CountStepsBy {
     EnvSteps,
     /// One per agent that acted.
     AgentSteps,
-}
-
-/// RLlib's `multi_agent()` group as a config file holds it.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct MultiAgent {
-    /// The policy ids (RLlib's `policies`); none: one `default_policy` for every agent.
-    pub policies: Vec<String>,
-    /// Agent id, or a pattern with `*` wildcards, to policy id. An agent's own id wins over
-    /// patterns, and at most one pattern may match it. Empty: every agent to the only policy, or
-    /// to the policy named as the agent.
-    pub policy_mapping: BTreeMap<String, String>,
-    /// The policies that learn (RLlib's `policies_to_train`); `None`: all of them. The others
-    /// act with the weights they start with (or restore).
-    pub policies_to_train: Option<Vec<String>>,
-    /// What `train_batch_size` counts.
-    pub count_steps_by: CountStepsBy,
 }
 
 /// Why a multi-agent setup does not fit its env, naming the agent and the policy.
@@ -94,6 +77,15 @@ pub enum MappingError {
         /// The policies there are, comma-separated.
         known: String,
     },
+    /// A policy id that cannot name a checkpoint folder.
+    #[error(
+        "policy id `{policy}` is not a plain name; use letters, digits, `_`, `-` and `.` (not \
+         first)"
+    )]
+    InvalidPolicyId {
+        /// The policy id.
+        policy: String,
+    },
     /// A policy id given twice.
     #[error("`multi_agent.policies` names `{policy}` twice")]
     DuplicatePolicy {
@@ -105,7 +97,18 @@ pub enum MappingError {
 /// RLlib's `DEFAULT_POLICY_ID`: the one policy when `policies` is empty.
 pub const DEFAULT_POLICY_ID: &str = "default_policy";
 
-impl MultiAgent {
+/// Which policy acts for each agent of an env and which policies learn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicyMap {
+    /// The policy ids, in the config's order (`policies`, or `[default_policy]`).
+    pub policy_ids: Vec<String>,
+    /// Per agent of the env, in its order, the index in `policy_ids` of its policy.
+    pub policy_of_agent: Vec<usize>,
+    /// Per policy, whether it learns (`policies_to_train`).
+    pub trains: Vec<bool>,
+}
+
+impl ImpalaConfig {
     /// The policy ids in order: `policies`, or `[default_policy]`.
     pub fn policy_ids(&self) -> Vec<String> {
         if self.policies.is_empty() {
@@ -115,32 +118,44 @@ impl MultiAgent {
         }
     }
 
-    /// Per agent of `agents` (the env's ids, in its order), the index in
-    /// [`MultiAgent::policy_ids`] of the policy it maps to; and per policy, whether it trains.
+    /// Whether any `multi_agent()` option differs from its default (a single-agent env refuses
+    /// them).
+    pub fn sets_multi_agent_options(&self) -> bool {
+        !self.policies.is_empty()
+            || !self.policy_mapping.is_empty()
+            || self.policies_to_train.is_some()
+            || self.count_steps_by != CountStepsBy::EnvSteps
+    }
+
+    /// The [`PolicyMap`] of an env whose agents are `agents` (ids, in its order).
     ///
     /// ```
-    /// use impala_config::MultiAgent;
+    /// use impala_config::ImpalaConfig;
     ///
-    /// let mut setup = MultiAgent::default();
-    /// setup.policies = vec!["attacker".into(), "defender".into()];
-    /// setup.policy_mapping.insert("red_*".into(), "attacker".into());
-    /// setup.policy_mapping.insert("blue_*".into(), "defender".into());
-    /// setup.policy_mapping.insert("red_goalie".into(), "defender".into());
-    /// setup.policies_to_train = Some(vec!["attacker".into()]);
+    /// let mut config = ImpalaConfig::default();
+    /// config.policies = vec!["attacker".into(), "defender".into()];
+    /// config.policy_mapping.insert("red_*".into(), "attacker".into());
+    /// config.policy_mapping.insert("blue_*".into(), "defender".into());
+    /// config.policy_mapping.insert("red_goalie".into(), "defender".into());
+    /// config.policies_to_train = Some(vec!["attacker".into()]);
     /// let agents = ["red_0", "red_goalie", "blue_0"].map(String::from);
-    /// let (policy_of_agent, trains) = setup.resolve(&agents)?;
-    /// assert_eq!(policy_of_agent, [0, 1, 1]);
-    /// assert_eq!(trains, [true, false]);
+    /// let map = config.policy_map(&agents)?;
+    /// assert_eq!(map.policy_of_agent, [0, 1, 1]);
+    /// assert_eq!(map.trains, [true, false]);
     ///
-    /// setup.policy_mapping.insert("*0".into(), "attacker".into()); // red_0 now matches twice
-    /// let refused = setup.resolve(&agents).err().map(|e| e.to_string()).unwrap_or_default();
+    /// config.policy_mapping.insert("*0".into(), "attacker".into()); // red_0 now matches twice
+    /// let refused = config.policy_map(&agents).err().map(|e| e.to_string()).unwrap_or_default();
     /// assert!(refused.contains("agent `red_0`"), "{refused}");
     /// # Ok::<(), impala_config::MappingError>(())
     /// ```
-    pub fn resolve(&self, agents: &[String]) -> Result<(Vec<usize>, Vec<bool>), MappingError> {
+    pub fn policy_map(&self, agents: &[String]) -> Result<PolicyMap, MappingError> {
         let ids = self.policy_ids();
         let known = ids.join(", ");
         for (i, id) in ids.iter().enumerate() {
+            let plain = id.chars().all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+            if id.is_empty() || id.starts_with('.') || !plain {
+                return Err(MappingError::InvalidPolicyId { policy: id.clone() });
+            }
             if ids[..i].contains(id) {
                 return Err(MappingError::DuplicatePolicy { policy: id.clone() });
             }
@@ -204,7 +219,7 @@ impl MultiAgent {
                 ids.iter().map(|id| to_train.contains(id)).collect()
             }
         };
-        Ok((policy_of_agent, trains))
+        Ok(PolicyMap { policy_ids: ids, policy_of_agent, trains })
     }
 }
 
@@ -232,11 +247,22 @@ mod tests {
         ids.iter().map(|s| s.to_string()).collect()
     }
 
-    fn refusal(setup: &MultiAgent, agents: &[String]) -> String {
-        match setup.resolve(agents) {
+    fn refusal(config: &ImpalaConfig, agents: &[String]) -> String {
+        match config.policy_map(agents) {
             Err(e) => e.to_string(),
-            Ok(resolved) => panic!("accepted: {resolved:?}"),
+            Ok(map) => panic!("accepted: {map:?}"),
         }
+    }
+
+    fn resolved(
+        config: &ImpalaConfig,
+        agents: &[String],
+    ) -> Result<(Vec<usize>, Vec<bool>), MappingError> {
+        config.policy_map(agents).map(|m| (m.policy_of_agent, m.trains))
+    }
+
+    fn with_policies(ids: &[&str]) -> ImpalaConfig {
+        ImpalaConfig { policies: agents(ids), ..ImpalaConfig::default() }
     }
 
     #[test]
@@ -260,19 +286,21 @@ mod tests {
 
     #[test]
     fn defaults_map_every_agent_to_the_one_policy_or_its_namesake() {
-        let setup = MultiAgent::default();
-        assert_eq!(setup.resolve(&agents(&["a", "b"])), Ok((vec![0, 0], vec![true])));
-        let named = MultiAgent { policies: agents(&["b", "a"]), ..MultiAgent::default() };
-        assert_eq!(named.resolve(&agents(&["a", "b"])), Ok((vec![1, 0], vec![true, true])));
+        let config = ImpalaConfig::default();
+        assert!(!config.sets_multi_agent_options());
+        assert_eq!(resolved(&config, &agents(&["a", "b"])), Ok((vec![0, 0], vec![true])));
+        let named = with_policies(&["b", "a"]);
+        assert!(named.sets_multi_agent_options());
+        assert_eq!(resolved(&named, &agents(&["a", "b"])), Ok((vec![1, 0], vec![true, true])));
         assert_eq!(
-            named.resolve(&agents(&["a", "c"])),
+            resolved(&named, &agents(&["a", "c"])),
             Err(MappingError::Unmapped { agent: "c".into() })
         );
     }
 
     #[test]
     fn every_inconsistency_names_the_agent_and_the_policy() {
-        let mut setup = MultiAgent { policies: agents(&["p", "q"]), ..MultiAgent::default() };
+        let mut setup = with_policies(&["p", "q"]);
         setup.policy_mapping.insert("a".into(), "p".into());
         setup.policy_mapping.insert("b".into(), "nope".into());
         let err = refusal(&setup, &agents(&["a", "b"]));
@@ -290,16 +318,15 @@ mod tests {
         let err = refusal(&setup, &agents(&["a", "b"]));
         assert!(err.contains("policies_to_train` names `r`"), "{err}");
 
-        let twice = MultiAgent { policies: agents(&["p", "p"]), ..MultiAgent::default() };
         assert_eq!(
-            twice.resolve(&agents(&["a"])),
+            resolved(&with_policies(&["p", "p"]), &agents(&["a"])),
             Err(MappingError::DuplicatePolicy { policy: "p".into() })
         );
     }
 
     #[test]
-    fn it_reads_from_a_config_file_table() -> Result<(), Box<dyn std::error::Error>> {
-        let setup: MultiAgent = toml::from_str(
+    fn it_reads_from_a_config_file() -> Result<(), Box<dyn std::error::Error>> {
+        let loaded = ImpalaConfig::from_str_as(
             r#"
             policies = ["left", "right"]
             policies_to_train = ["left"]
@@ -308,11 +335,12 @@ mod tests {
             left = "left"
             right = "right"
             "#,
+            crate::ConfigFormat::Toml,
         )?;
-        assert_eq!(setup.count_steps_by, CountStepsBy::AgentSteps);
-        let (map, trains) = setup.resolve(&agents(&["left", "right"]))?;
-        assert_eq!((map, trains), (vec![0, 1], vec![true, false]));
-        assert!(toml::from_str::<MultiAgent>("polices = []").is_err());
+        assert_eq!(loaded.config.count_steps_by, CountStepsBy::AgentSteps);
+        let map = resolved(&loaded.config, &agents(&["left", "right"]))?;
+        assert_eq!(map, (vec![0, 1], vec![true, false]));
+        assert!(ImpalaConfig::from_str_as("polices = []", crate::ConfigFormat::Toml).is_err());
         Ok(())
     }
 }

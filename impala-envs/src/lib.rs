@@ -50,7 +50,9 @@ pub use classic::{
 };
 pub use crashing::{CartPoleCrashing, CartPoleCrashingConfig};
 pub use error::{EnvError, Result};
-pub use multi_agent::{HalfObserved, MultiAgentCartPole};
+pub use multi_agent::{
+    is_multi_agent, make_multi_agent, HalfObserved, MultiAgentCartPole, MULTI_AGENT_ENVS,
+};
 pub use registry::{
     contains, list, make, make_for_worker, make_stateful, register, reward_threshold, EnvConfig,
     EnvInfo, Registration, MAX_EPISODE_STEPS,

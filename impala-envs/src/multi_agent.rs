@@ -8,7 +8,7 @@ use impala_core::{
     AgentSpec, CoreError, Env, MultiAgentEnv, MultiAgentSpec, MultiAgentStep, Result, Space,
 };
 
-use crate::{CartPole, CartPoleConfig};
+use crate::{CartPole, CartPoleConfig, EnvConfig, EnvError};
 
 /// RLlib's `MultiAgentCartPole` (`make_multi_agent("CartPole-v1")`): one CartPole-v1 game per
 /// agent (`agent_0`, `agent_1`, ...), stepped side by side. An agent leaves the episode when its
@@ -260,4 +260,65 @@ impl MultiAgentEnv for HalfObserved {
         self.needs_reset = over;
         Ok(())
     }
+}
+
+/// The native multi-agent envs, by id: what [`make_multi_agent`] builds.
+pub const MULTI_AGENT_ENVS: [&str; 2] = [MultiAgentCartPole::ID, HalfObserved::ID];
+
+/// Whether `id` names a native multi-agent env.
+pub fn is_multi_agent(id: &str) -> bool {
+    MULTI_AGENT_ENVS.contains(&id)
+}
+
+/// Builds the native multi-agent env `id` with `env_config` (`MultiAgentCartPole` takes
+/// `num_agents`, 2 by default; `HalfObserved` takes nothing).
+///
+/// ```
+/// use impala_envs::{make_multi_agent, EnvConfig};
+/// let mut config = EnvConfig::new();
+/// config.insert("num_agents".into(), 3.into());
+/// let env = make_multi_agent("MultiAgentCartPole", &config)?;
+/// assert_eq!(env.spec().num_agents(), 3);
+/// assert!(make_multi_agent("HalfObserved", &config).is_err()); // it takes no num_agents
+/// # Ok::<(), impala_envs::EnvError>(())
+/// ```
+pub fn make_multi_agent(id: &str, env_config: &EnvConfig) -> crate::Result<Box<dyn MultiAgentEnv>> {
+    let accepted: &[&str] = match id {
+        MultiAgentCartPole::ID => &["num_agents"],
+        HalfObserved::ID => &[],
+        _ => {
+            return Err(EnvError::UnknownEnv {
+                id: id.to_string(),
+                suggestion: impala_core::suggest::nearest(id, MULTI_AGENT_ENVS).map(String::from),
+                known: MULTI_AGENT_ENVS.iter().map(|s| s.to_string()).collect(),
+            })
+        }
+    };
+    if let Some(key) = env_config.keys().find(|k| !accepted.contains(&k.as_str())) {
+        return Err(EnvError::UnknownConfigKey {
+            env: id.to_string(),
+            key: key.clone(),
+            suggestion: impala_core::suggest::nearest(key, accepted.iter().copied())
+                .map(String::from),
+            accepted: accepted.iter().map(|s| s.to_string()).collect(),
+        });
+    }
+    if id == HalfObserved::ID {
+        return Ok(Box::new(HalfObserved::new()));
+    }
+    let num_agents = match env_config.get("num_agents") {
+        None => 2,
+        Some(v) => match v.as_u64() {
+            Some(n) if n >= 1 => n as usize,
+            _ => {
+                return Err(EnvError::InvalidConfigValue {
+                    env: id.to_string(),
+                    key: "num_agents".into(),
+                    expected: "an integer of at least 1".into(),
+                    got: v.to_string(),
+                })
+            }
+        },
+    };
+    Ok(Box::new(MultiAgentCartPole::new(num_agents)?))
 }

@@ -66,6 +66,18 @@ pub struct LearnerQueueStats {
     pub num_weight_snapshots: u64,
 }
 
+impl LearnerQueueStats {
+    /// The mean step times under RLlib's `timing_breakdown` names, in ms.
+    pub fn timing_breakdown(&self) -> std::collections::BTreeMap<String, f64> {
+        std::collections::BTreeMap::from([
+            ("learner_dequeue_time_ms".to_string(), self.learner_dequeue_time_ms),
+            ("learner_grad_time_ms".to_string(), self.learner_grad_time_ms),
+            ("learner_load_time_ms".to_string(), self.learner_load_time_ms),
+            ("learner_load_wait_time_ms".to_string(), self.learner_load_wait_time_ms),
+        ])
+    }
+}
+
 #[derive(Debug, Default)]
 struct Window(VecDeque<f64>);
 

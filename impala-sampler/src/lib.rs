@@ -79,6 +79,7 @@ mod context;
 mod error;
 mod group;
 mod multi_agent;
+mod multi_agent_group;
 mod policies;
 mod runner;
 mod seam;
@@ -93,6 +94,9 @@ pub use error::{panic_message, Result, SamplerError};
 pub use group::{EnvRunnerGroup, EnvRunnerState, SamplerMetrics};
 pub use multi_agent::{
     MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentFragment, MultiAgentSettings,
+};
+pub use multi_agent_group::{
+    MultiAgentGroupSettings, MultiAgentPolicyFactory, MultiAgentRunnerGroup,
 };
 pub use policies::RandomPolicy;
 pub use runner::{EnvRunner, Fragment};

@@ -31,8 +31,8 @@ use crate::result::{LearnerQueueInfo, DEFAULT_POLICY_ID};
 use crate::settings;
 use crate::torchscript::SharedModule;
 use crate::{
-    peak_rss_mib, EpisodeWindow, EvaluationResult, ImpalaError, IterationResult, Perf,
-    PolicyLearnerInfo, Result, ResultInfo,
+    EpisodeWindow, EvaluationResult, ImpalaError, IterationResult, PolicyLearnerInfo, Result,
+    ResultInfo,
 };
 
 /// Mean policy lag of trained batches (updates) above which a run is told its batches are stale.
@@ -44,20 +44,20 @@ const IDLE_SLEEP: Duration = Duration::from_micros(500);
 
 /// Running sums of the learner stats of one iteration (RLlib's `LearnerInfoBuilder` mean).
 #[derive(Default)]
-struct StatsMean {
+pub(crate) struct StatsMean {
     sums: BTreeMap<&'static str, f64>,
-    count: usize,
+    pub(crate) count: usize,
 }
 
 impl StatsMean {
-    fn add(&mut self, s: &LearnerStats) {
+    pub(crate) fn add(&mut self, s: &LearnerStats) {
         for (k, v) in stats_fields(s) {
             *self.sums.entry(k).or_insert(0.0) += v;
         }
         self.count += 1;
     }
 
-    fn mean(&self) -> BTreeMap<String, f64> {
+    pub(crate) fn mean(&self) -> BTreeMap<String, f64> {
         self.sums.iter().map(|(k, v)| ((*k).to_string(), v / self.count as f64)).collect()
     }
 }
@@ -547,13 +547,6 @@ impl Impala {
         num_episodes: u64,
     ) -> IterationResult {
         let c = &self.counters;
-        let per_sec = |now: u64, then: u64| {
-            if time_this_iter_s > 0.0 {
-                (now - then) as f64 / time_this_iter_s
-            } else {
-                0.0
-            }
-        };
         let summary = self.episodes.summary();
         let mut learner = BTreeMap::new();
         learner.insert(
@@ -565,47 +558,10 @@ impl Impala {
             },
         );
         let q = self.learner.as_ref().map(LearnerHandle::queue_stats).unwrap_or_default();
-        let timing_breakdown = BTreeMap::from([
-            ("learner_dequeue_time_ms".to_string(), q.learner_dequeue_time_ms),
-            ("learner_grad_time_ms".to_string(), q.learner_grad_time_ms),
-            ("learner_load_time_ms".to_string(), q.learner_load_time_ms),
-            ("learner_load_wait_time_ms".to_string(), q.learner_load_wait_time_ms),
-        ]);
         let sampler = self.runners.as_ref().map(EnvRunnerGroup::metrics).unwrap_or_default();
         let runner_states =
             self.runners.as_ref().map(EnvRunnerGroup::runner_states).unwrap_or_default();
         IterationResult {
-            training_iteration: self.iteration,
-            time_this_iter_s,
-            time_total_s: self.time_total_s,
-            timestamp: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs()),
-            timesteps_total: c.num_env_steps_sampled,
-            num_env_steps_sampled: c.num_env_steps_sampled,
-            num_env_steps_trained: c.num_env_steps_trained,
-            num_agent_steps_sampled: c.num_agent_steps_sampled,
-            num_agent_steps_trained: c.num_agent_steps_trained,
-            num_env_steps_sampled_this_iter: c.num_env_steps_sampled - before.num_env_steps_sampled,
-            num_env_steps_trained_this_iter: c.num_env_steps_trained - before.num_env_steps_trained,
-            num_agent_steps_sampled_this_iter: c.num_agent_steps_sampled
-                - before.num_agent_steps_sampled,
-            num_agent_steps_trained_this_iter: c.num_agent_steps_trained
-                - before.num_agent_steps_trained,
-            num_env_steps_sampled_throughput_per_sec: per_sec(
-                c.num_env_steps_sampled,
-                before.num_env_steps_sampled,
-            ),
-            num_env_steps_trained_throughput_per_sec: per_sec(
-                c.num_env_steps_trained,
-                before.num_env_steps_trained,
-            ),
-            episode_return_mean: summary.episode_return_mean,
-            episode_return_min: summary.episode_return_min,
-            episode_return_max: summary.episode_return_max,
-            episode_len_mean: summary.episode_len_mean,
-            num_episodes,
-            episodes_total: c.episodes_total,
             info: ResultInfo {
                 learner,
                 num_weight_broadcasts: c.num_weight_broadcasts,
@@ -620,11 +576,17 @@ impl Impala {
                     num_learner_queue_timeouts: q.num_learner_queue_timeouts,
                     num_train_batches_waiting_on_driver: self.to_place.len() as u64,
                 },
-                timing_breakdown,
+                timing_breakdown: q.timing_breakdown(),
             },
             env_runners: env_runner_health(&sampler, &runner_states),
             evaluation: self.last_evaluation.clone(),
-            perf: Perf { peak_rss_mib: peak_rss_mib() },
+            ..IterationResult::counted(
+                self.iteration,
+                (time_this_iter_s, self.time_total_s),
+                (c, before),
+                &summary,
+                num_episodes,
+            )
         }
     }
 
@@ -677,6 +639,7 @@ impl Impala {
             base_seed: self.base_seed,
             num_restores: self.num_restores,
             observation_filter: self.observation_filter()?,
+            policy_episodes: BTreeMap::new(),
         };
         let learner_error =
             |path: &Path, cause| ImpalaError::LearnerCheckpoint { path: path.to_path_buf(), cause };

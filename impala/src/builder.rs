@@ -111,6 +111,15 @@ impl ImpalaBuilder {
     /// them (and drops what they sampled) with runners that act with the restored weights.
     pub fn build(self) -> Result<Impala> {
         let ImpalaBuilder { config, env_factory, env_creator, remote, model } = self;
+        check_single_agent(&config)?;
+        let custom_env = env_factory.is_some() || env_creator.is_some();
+        if !custom_env && impala_envs::is_multi_agent(&config.config().env) {
+            return Err(ImpalaError::EnvOption {
+                key: "env",
+                problem: format!("is `{}`, a multi-agent env", config.config().env),
+                fix: "train it with `MultiAgentImpala::new` (as `impala train` does)".into(),
+            });
+        }
         if model.is_some() && remote.is_some() {
             return Err(ImpalaError::ModelFactoryWithRemoteRunners);
         }
@@ -419,7 +428,15 @@ impl PolicySource {
 /// machine's cores and CUDA devices. Returns the warnings (e.g. more CPUs asked for than the
 /// machine has).
 pub fn check_environment(config: &ValidatedConfig) -> Result<Vec<String>> {
-    default_env(config)?;
+    let c = config.config();
+    if impala_envs::is_multi_agent(&c.env) {
+        let env = impala_envs::make_multi_agent(&c.env, &c.env_config)?;
+        let agents: Vec<String> = env.spec().agents.iter().map(|a| a.id.clone()).collect();
+        c.policy_map(&agents)?;
+    } else {
+        check_single_agent(config)?;
+        default_env(config)?;
+    }
     check_devices(config)?;
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
     let gpus = tch::Cuda::device_count().max(0);
@@ -439,6 +456,25 @@ pub fn run_env_spec(config: &ValidatedConfig, env_creator: Option<PathBuf>) -> R
         None => None,
     };
     env_spec(config, &run_envs(config, custom)?.sampling)
+}
+
+/// Refuses `multi_agent()` options for a single-agent env.
+fn check_single_agent(config: &ValidatedConfig) -> Result<()> {
+    let c = config.config();
+    if !c.sets_multi_agent_options() {
+        return Ok(());
+    }
+    Err(ImpalaError::EnvOption {
+        key: "policies",
+        problem: format!(
+            "and the other `multi_agent()` options are set, but `{}` is a single-agent env",
+            c.env
+        ),
+        fix: format!(
+            "remove them, or train a multi-agent env ({})",
+            impala_envs::MULTI_AGENT_ENVS.join(", ")
+        ),
+    })
 }
 
 /// A GPU asked on a build or machine without CUDA is an error, never a silent CPU run.
@@ -520,7 +556,7 @@ fn wrapped(
 }
 
 /// A seed for runs without one (`seed = None`), recorded in checkpoints.
-fn random_seed() -> u64 {
+pub(crate) fn random_seed() -> u64 {
     let t = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_nanos() as u64);

@@ -104,6 +104,10 @@ pub struct AlgorithmState {
     /// Checkpoints written before it was kept read as `None`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observation_filter: Option<MeanStdFilter>,
+    /// Multi-agent runs: per policy id, the smoothing window of its agents' summed episode
+    /// rewards (`policy_reward_mean`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub policy_episodes: BTreeMap<String, EpisodeWindow>,
 }
 
 /// Puts the observation filter a checkpoint in `dir` saved in place of the run's filter `run`
@@ -281,6 +285,13 @@ pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::Imp
     if !dir.join(LEARNER_DIR).is_dir() {
         return Err(corrupt(format!("the `{LEARNER_DIR}` folder with the weights is missing")));
     }
+    if let Some(manifest) = &manifest {
+        if let Some(missing) =
+            learner_files(&config).into_iter().find(|f| !manifest.files.contains_key(f))
+        {
+            return Err(corrupt(format!("{MANIFEST_FILE} does not list `{missing}`")));
+        }
+    }
     let copy = custom_model_copy();
     if config.model.custom_model.as_deref() == Some(copy.as_str()) {
         if manifest.as_ref().is_some_and(|m| !m.files.contains_key(&copy)) {
@@ -355,14 +366,25 @@ fn listing_sha256(files: &BTreeMap<String, FileDigest>) -> String {
     sha256_hex(listing.as_bytes())
 }
 
-/// Files the manifest must list: what restoring or evaluating reads.
-fn required_files() -> [String; 4] {
-    [
-        STATE_FILE.to_string(),
-        CONFIG_FILE.to_string(),
-        format!("{LEARNER_DIR}/{}", impala_learner::MODEL_FILE),
-        format!("{LEARNER_DIR}/{}", impala_learner::LEARNER_STATE_FILE),
-    ]
+/// The learner's files a checkpoint of `config` must list: what restoring or evaluating
+/// reads (a multi-agent run's, per policy, under [`policy_learner_dir`]).
+fn learner_files(config: &impala_config::ImpalaConfig) -> Vec<String> {
+    let dirs = if impala_envs::is_multi_agent(&config.env) {
+        config.policy_ids().iter().map(|id| policy_learner_dir(id)).collect()
+    } else {
+        vec![LEARNER_DIR.to_string()]
+    };
+    dirs.iter()
+        .flat_map(|dir| {
+            [impala_learner::MODEL_FILE, impala_learner::LEARNER_STATE_FILE]
+                .map(|file| format!("{dir}/{file}"))
+        })
+        .collect()
+}
+
+/// The `/`-separated folder of policy `policy_id`'s learner in a multi-agent checkpoint.
+pub fn policy_learner_dir(policy_id: &str) -> String {
+    format!("{LEARNER_DIR}/{policy_id}")
 }
 
 /// Lists every file under `dir` but the manifest, by `/`-separated relative path.
@@ -416,8 +438,8 @@ fn verify_manifest(dir: &Path) -> Result<Manifest> {
             "{MANIFEST_FILE} is damaged (its file list does not match its own checksum)"
         )));
     }
-    for required in required_files() {
-        if !manifest.files.contains_key(&required) {
+    for required in [STATE_FILE, CONFIG_FILE] {
+        if !manifest.files.contains_key(required) {
             return Err(corrupt(format!("{MANIFEST_FILE} does not list `{required}`")));
         }
     }
@@ -506,6 +528,7 @@ mod tests {
             base_seed: 7,
             num_restores: 2,
             observation_filter: None,
+            policy_episodes: BTreeMap::new(),
         }
     }
 
@@ -587,7 +610,9 @@ mod tests {
             learner_files,
         )?;
         // The module's copy is checked as every file is.
-        for file in required_files().into_iter().chain([custom_model_copy()]) {
+        let required = [STATE_FILE, CONFIG_FILE].map(String::from);
+        let learner = super::learner_files(&scripted_config());
+        for file in required.into_iter().chain(learner).chain([custom_model_copy()]) {
             let path = ckpt.join(&file);
             let original = fs::read(&path).map_err(|e| ImpalaError::io("read", &path, e))?;
             let mut flipped = original.clone();

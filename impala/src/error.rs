@@ -218,6 +218,17 @@ pub enum ImpalaError {
         /// What to do.
         fix: String,
     },
+    /// An option a multi-agent run does not support.
+    #[error("`{key}` does not apply to a multi-agent env: {reason}")]
+    MultiAgentOption {
+        /// The config key (or flag).
+        key: &'static str,
+        /// Why, and what to do instead.
+        reason: String,
+    },
+    /// The `multi_agent()` options do not fit the env's agents.
+    #[error(transparent)]
+    PolicyMapping(#[from] impala_config::MappingError),
     /// Serving or reaching remote env runners failed.
     #[error(transparent)]
     Remote(#[from] impala_remote::RemoteError),

@@ -108,6 +108,7 @@ impl Evaluator {
             episode_len_mean: s.episode_len_mean,
             num_episodes: round.episodes.len() as u64,
             num_env_steps_sampled: round.steps,
+            policy_reward_mean: Default::default(),
         }))
     }
 

@@ -69,6 +69,7 @@ mod evaluation;
 mod logger;
 pub mod logging;
 mod metrics;
+mod multi_agent;
 mod policy;
 pub mod remote;
 mod result;
@@ -78,6 +79,7 @@ mod source;
 mod stop;
 pub mod tensorboard;
 mod torchscript;
+mod trainable;
 
 pub use algorithm::Impala;
 pub use builder::{check_environment, run_env_spec, ImpalaBuilder};
@@ -89,6 +91,7 @@ pub use logger::{
     PROGRESS_FILE, RESULT_FILE,
 };
 pub use metrics::{peak_rss_mib, EpisodeSummary, EpisodeWindow};
+pub use multi_agent::MultiAgentImpala;
 pub use policy::TrainedPolicy;
 pub use result::{
     flatten, EvaluationResult, IterationResult, LearnerQueueInfo, Perf, PolicyLearnerInfo,
@@ -99,6 +102,7 @@ pub use stop::StopCriteria;
 /// Where a [`TrainedPolicy`] runs (libtorch's device: `Device::Cpu`, `Device::Cuda(i)`).
 pub use tch::Device;
 pub use tensorboard::EventWriter;
+pub use trainable::Trainable;
 
 /// `ImpalaConfig`: every RLlib option, builder groups, files, validation.
 pub use impala_config as config;

@@ -7,6 +7,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::{Counters, EpisodeSummary};
+
 /// RLlib's policy id for the single policy.
 pub const DEFAULT_POLICY_ID: &str = "default_policy";
 
@@ -65,6 +67,14 @@ pub struct IterationResult {
     pub num_episodes: u64,
     /// Episodes completed over the run.
     pub episodes_total: u64,
+    /// Multi-agent runs: per policy id, the mean over the smoothing window of the episodes'
+    /// summed rewards of the agents mapped to it (RLlib's `policy_reward_mean/<policy id>`).
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_is_nan::by_name"
+    )]
+    pub policy_reward_mean: BTreeMap<String, f64>,
     /// Learner and driver-loop internals.
     pub info: ResultInfo,
     /// Env runner health (healthy runners, restarts, in-flight requests, ...).
@@ -153,6 +163,13 @@ pub struct EvaluationResult {
     pub episode_len_mean: f64,
     /// Evaluation episodes run.
     pub num_episodes: u64,
+    /// Multi-agent runs: per policy id, the mean summed reward of its agents per episode.
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "null_is_nan::by_name"
+    )]
+    pub policy_reward_mean: BTreeMap<String, f64>,
     /// Env steps the evaluation took.
     pub num_env_steps_sampled: u64,
 }
@@ -167,6 +184,61 @@ pub struct Perf {
 }
 
 impl IterationResult {
+    /// The counts, rates and episode metrics of iteration `iteration`, which took
+    /// `time_this_iter_s` of `time_total_s`, from the lifetime counters `now` and `before` it;
+    /// the learner, runner and evaluation parts are the caller's.
+    pub(crate) fn counted(
+        iteration: u64,
+        (time_this_iter_s, time_total_s): (f64, f64),
+        (now, before): (&Counters, &Counters),
+        summary: &EpisodeSummary,
+        num_episodes: u64,
+    ) -> Self {
+        let per_sec = |now: u64, then: u64| {
+            if time_this_iter_s > 0.0 {
+                (now - then) as f64 / time_this_iter_s
+            } else {
+                0.0
+            }
+        };
+        let c = now;
+        IterationResult {
+            training_iteration: iteration,
+            time_this_iter_s,
+            time_total_s,
+            timestamp: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs()),
+            timesteps_total: c.num_env_steps_sampled,
+            num_env_steps_sampled: c.num_env_steps_sampled,
+            num_env_steps_trained: c.num_env_steps_trained,
+            num_agent_steps_sampled: c.num_agent_steps_sampled,
+            num_agent_steps_trained: c.num_agent_steps_trained,
+            num_env_steps_sampled_this_iter: c.num_env_steps_sampled - before.num_env_steps_sampled,
+            num_env_steps_trained_this_iter: c.num_env_steps_trained - before.num_env_steps_trained,
+            num_agent_steps_sampled_this_iter: c.num_agent_steps_sampled
+                - before.num_agent_steps_sampled,
+            num_agent_steps_trained_this_iter: c.num_agent_steps_trained
+                - before.num_agent_steps_trained,
+            num_env_steps_sampled_throughput_per_sec: per_sec(
+                c.num_env_steps_sampled,
+                before.num_env_steps_sampled,
+            ),
+            num_env_steps_trained_throughput_per_sec: per_sec(
+                c.num_env_steps_trained,
+                before.num_env_steps_trained,
+            ),
+            episode_return_mean: summary.episode_return_mean,
+            episode_return_min: summary.episode_return_min,
+            episode_return_max: summary.episode_return_max,
+            episode_len_mean: summary.episode_len_mean,
+            num_episodes,
+            episodes_total: c.episodes_total,
+            perf: Perf { peak_rss_mib: crate::peak_rss_mib() },
+            ..IterationResult::default()
+        }
+    }
+
     /// The result as RLlib's nested result dict.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
@@ -202,6 +274,9 @@ impl IterationResult {
         );
         if let Some(loss) = self.learner_stats().and_then(|s| s.get("total_loss")) {
             line.push_str(&format!(" | loss {loss:>9.3}"));
+        }
+        for (policy, mean) in &self.policy_reward_mean {
+            line.push_str(&format!(" | {policy} {mean:.2}"));
         }
         if let Some(e) = &self.evaluation {
             line.push_str(&format!(" | eval {:>8.2}", e.episode_return_mean));

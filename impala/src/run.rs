@@ -47,7 +47,7 @@ pub use lock::LOCK_FILE;
 pub use train::{Started, TrainSpec, Trained, Training, PROFILE_FILE};
 
 use crate::{
-    error_chain, write_params, Impala, ImpalaError, IterationResult, ResultLogger, StopCriteria,
+    error_chain, write_params, ImpalaError, IterationResult, ResultLogger, StopCriteria, Trainable,
 };
 use keep::Keeper;
 
@@ -226,13 +226,13 @@ impl RunSummary {
 
 /// Trains `algo` until `options.stop` is met or `interrupt` is set (checked after every
 /// iteration; set it from a signal handler and also pass it to
-/// [`Impala::set_interrupt_flag`] to cut the iteration short), logging to `dir` and saving a
+/// [`Trainable::set_interrupt_flag`] to cut the iteration short), logging to `dir` and saving a
 /// final checkpoint; checkpoints the policy no longer keeps are deleted (never the final one or
 /// the best). A resumed `dir` needs `algo` restored from its checkpoint first. When training
 /// fails (the learner died: its last good weights), the run is saved and the error names that
 /// checkpoint. `on_event` sees each result and periodic checkpoint.
-pub fn run(
-    algo: &mut Impala,
+pub fn run<A: Trainable + ?Sized>(
+    algo: &mut A,
     dir: &RunDir,
     options: &RunOptions,
     interrupt: &AtomicBool,
@@ -288,8 +288,8 @@ pub fn run(
 
 /// Saves the run after training failed (the last good weights when the learner died), so
 /// nothing is lost; the error names the checkpoint. If even that fails, the failure alone.
-fn save_after_failure(
-    algo: &mut Impala,
+fn save_after_failure<A: Trainable + ?Sized>(
+    algo: &mut A,
     dir: &Path,
     keeper: &mut Keeper,
     score: Option<f64>,

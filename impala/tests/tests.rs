@@ -5,6 +5,7 @@ mod common;
 mod image_model;
 mod learner_settings;
 mod models;
+mod multi_agent;
 mod options;
 mod policy;
 #[cfg(unix)]

@@ -1,0 +1,904 @@
+//! [`MultiAgentImpala`]: RLlib's `Impala` on a multi-agent env (old API stack): env runner
+//! threads return per-policy batches (`MultiAgentBatch.policy_batches`), each policy to train
+//! has its own mix-in replay and train batches of `train_batch_size` of its agent steps, its own
+//! learner (model, optimizer, schedules and V-trace), and its weights go to the runners only
+//! when it changed. Policies left out of `policies_to_train` act with the weights they start
+//! with (or restore) and never change.
+//!
+//! Each trained policy's learner runs on its own thread, where RLlib's old stack has one
+//! thread loading each policy's batch in turn: the policies' SGD steps then overlap where cores
+//! allow, and a policy whose batches come faster is not held back by another's.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use impala_config::{CountStepsBy, DurationUnit, EnvBackend, PolicyMap, ValidatedConfig};
+use impala_core::{
+    EnvSpec, EpisodeStats, MultiAgentEnv, MultiAgentSpec, Policy, SampleBatch, Weights,
+};
+use impala_learner::{Learner, LearnerHandle, ModelFactory, TorchPolicy};
+use impala_sampler::{
+    MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentFragment, MultiAgentGroupSettings,
+    MultiAgentPolicyFactory, MultiAgentRunnerGroup, MultiAgentSettings, TrainBatchBuilder,
+};
+
+use crate::algorithm::StatsMean;
+use crate::builder::{batching_stage, new_learner, random_seed, runner_sample_seed, Streams};
+use crate::checkpoint::{
+    find_checkpoint, policy_learner_dir, read_checkpoint, save_checkpoint, AlgorithmState,
+    Counters, CHECKPOINT_FORMAT_VERSION,
+};
+use crate::settings;
+use crate::torchscript::ScriptedModel;
+use crate::{
+    EpisodeWindow, EvaluationResult, ImpalaError, IterationResult, LearnerQueueInfo,
+    PolicyLearnerInfo, Result, ResultInfo,
+};
+
+/// How long the driver waits for a fragment when a training step found nothing to do.
+const FRAGMENT_WAIT: Duration = Duration::from_millis(1);
+
+/// Whether `config.env` is a multi-agent env (a native one; see
+/// [`impala_envs::MULTI_AGENT_ENVS`]).
+pub(crate) fn is_multi_agent(config: &ValidatedConfig) -> bool {
+    impala_envs::is_multi_agent(&config.config().env)
+}
+
+/// A policy's learner: on its thread while it trains, held here when it does not.
+enum PolicyLearner {
+    Training(LearnerHandle),
+    Frozen(Learner),
+    /// After `stop()`, or while a trained policy's learner is off its thread.
+    Stopped,
+}
+
+/// One policy of the run.
+struct PolicyState {
+    id: String,
+    spec: EnvSpec,
+    learner: PolicyLearner,
+    /// Mix-in replay and concatenation into train batches (trained policies only).
+    batching: Option<TrainBatchBuilder>,
+    /// Train batches its learner queue had no room for, oldest first.
+    to_place: VecDeque<SampleBatch>,
+    stats: StatsMean,
+    last_stats: BTreeMap<String, f64>,
+    agent_steps_trained: u64,
+    num_grad_updates: u64,
+    /// The weights version the runners act with.
+    broadcast_version: u64,
+    /// Its agents' summed rewards per episode (`policy_reward_mean`).
+    episodes: EpisodeWindow,
+}
+
+impl PolicyState {
+    fn weights(&self) -> Result<Arc<Weights>> {
+        Ok(match &self.learner {
+            PolicyLearner::Training(handle) => handle.current_weights()?,
+            PolicyLearner::Frozen(learner) => learner.weights()?,
+            PolicyLearner::Stopped => return Err(ImpalaError::Stopped),
+        })
+    }
+
+    fn save(&self, dir: &Path) -> Result<()> {
+        let cause = |e| ImpalaError::LearnerCheckpoint { path: dir.to_path_buf(), cause: e };
+        match &self.learner {
+            PolicyLearner::Training(handle) => handle.save(dir).map_err(cause),
+            PolicyLearner::Frozen(learner) => learner.save(dir).map_err(cause),
+            PolicyLearner::Stopped => Err(ImpalaError::Stopped),
+        }
+    }
+}
+
+/// IMPALA on a multi-agent env: several policies, RLlib's `policy_mapping_fn` (the config's
+/// `policy_mapping`), `policies_to_train` and `count_steps_by` (see the module docs).
+///
+/// ```
+/// use impala::config::ImpalaConfig;
+/// use impala::MultiAgentImpala;
+///
+/// let mut config = ImpalaConfig::default();
+/// config.env = "HalfObserved".into(); // two agents, each seeing one bit of the state
+/// config.policies = vec!["left".into(), "right".into()];
+/// config.num_env_runners = 1;
+/// config.min_time_s_per_iteration = 0.2;
+/// let mut algo = MultiAgentImpala::new(config.validate()?)?;
+/// let result = algo.train()?;
+/// assert!(result.num_agent_steps_sampled == 2 * result.num_env_steps_sampled);
+/// assert!(result.info.learner.contains_key("left"));
+/// algo.stop()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub struct MultiAgentImpala {
+    config: ValidatedConfig,
+    spec: MultiAgentSpec,
+    map: PolicyMap,
+    envs: MultiAgentEnvFactory,
+    model: Arc<dyn ModelFactory>,
+    policies: Vec<PolicyState>,
+    runners: Option<MultiAgentRunnerGroup>,
+    counters: Counters,
+    episodes: EpisodeWindow,
+    iteration: u64,
+    time_total_s: f64,
+    base_seed: u64,
+    num_restores: u64,
+    interrupt: Option<Arc<AtomicBool>>,
+    last_evaluation: Option<EvaluationResult>,
+    stopped: bool,
+}
+
+impl std::fmt::Debug for MultiAgentImpala {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiAgentImpala")
+            .field("env", &self.spec.id)
+            .field("policies", &self.map.policy_ids)
+            .field("iteration", &self.iteration)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Refuses the options a multi-agent run does not support, naming what to do instead.
+fn check_options(config: &ValidatedConfig) -> Result<()> {
+    let c = config.config();
+    let refuse = |key: &'static str, reason: &str| {
+        Err(ImpalaError::MultiAgentOption { key, reason: reason.to_string() })
+    };
+    crate::remote::check_local_config(config)?;
+    if c.env_backend == EnvBackend::Gymnasium {
+        return refuse("env_backend", "multi-agent envs are native ones; set it to \"auto\"");
+    }
+    if c.normalize_observations {
+        return refuse("normalize_observations", "the observation filter is per env; remove it");
+    }
+    if c.model.framestack > 1 {
+        return refuse("model.framestack", "frames are stacked for single-agent envs; remove it");
+    }
+    if c.clip_rewards.is_some() {
+        return refuse(
+            "clip_rewards",
+            "agents' rewards are trained as the env gives them; remove it",
+        );
+    }
+    if c.clip_actions {
+        return refuse("clip_actions", "actions go to the env as sampled; remove it");
+    }
+    if c.evaluation_num_env_runners > 0 || c.evaluation_parallel_to_training {
+        return refuse(
+            "evaluation_num_env_runners",
+            "evaluation runs on the driver between iterations; set it to 0 and \
+             `evaluation_parallel_to_training = false`",
+        );
+    }
+    if c.env_runners_only || c.skip_learners {
+        return refuse("_env_runners_only", "every multi-agent run trains; remove it");
+    }
+    if c.restart_failed_sub_environments || c.remote_worker_envs {
+        return refuse(
+            "restart_failed_sub_environments",
+            "native envs fail only as a whole runner, which `restart_failed_env_runners` restarts; \
+             remove it",
+        );
+    }
+    Ok(())
+}
+
+/// The env factory of `config`'s multi-agent env, after building one to read its spec.
+fn multi_agent_envs(config: &ValidatedConfig) -> Result<(MultiAgentEnvFactory, MultiAgentSpec)> {
+    let (id, env_config) = (config.config().env.clone(), config.config().env_config.clone());
+    let spec = impala_envs::make_multi_agent(&id, &env_config)?.spec().clone();
+    let factory: MultiAgentEnvFactory = Arc::new(move |_| {
+        impala_envs::make_multi_agent(&id, &env_config)
+            .map_err(|e| impala_core::CoreError::Env { env: id.clone(), reason: e.to_string() })
+    });
+    Ok((factory, spec))
+}
+
+/// Per policy of `map`, the spaces of the agents that map to it (the same for all of them, or
+/// the mapping is refused naming the agents).
+fn policy_specs(spec: &MultiAgentSpec, map: &PolicyMap) -> Result<Vec<EnvSpec>> {
+    let mut specs: Vec<Option<(EnvSpec, &str)>> = vec![None; map.policy_ids.len()];
+    for (agent, &p) in spec.agents.iter().zip(&map.policy_of_agent) {
+        let agent_spec = EnvSpec {
+            id: spec.id.clone(),
+            observation_space: agent.observation_space.clone(),
+            action_space: agent.action_space.clone(),
+            max_episode_steps: spec.max_episode_steps,
+        };
+        match &specs[p] {
+            Some((first, other))
+                if first.observation_space != agent_spec.observation_space
+                    || first.action_space != agent_spec.action_space =>
+            {
+                return Err(ImpalaError::MultiAgentOption {
+                    key: "policy_mapping",
+                    reason: format!(
+                        "agents `{other}` ({:?}, {:?}) and `{}` ({:?}, {:?}) map to policy `{}`, \
+                         but one policy acts in one observation and action space; map them to \
+                         different policies",
+                        first.observation_space,
+                        first.action_space,
+                        agent.id,
+                        agent_spec.observation_space,
+                        agent_spec.action_space,
+                        map.policy_ids[p]
+                    ),
+                })
+            }
+            Some(_) => {}
+            None => specs[p] = Some((agent_spec, agent.id.as_str())),
+        }
+    }
+    Ok(specs.into_iter().flatten().map(|(s, _)| s).collect())
+}
+
+impl MultiAgentImpala {
+    /// Builds the run for `config`, whose `env` is a multi-agent env: its policies (mapped,
+    /// checked against the env's agents), their learners (threads for the policies to train)
+    /// and the env runner threads, which start sampling at once.
+    pub fn new(config: ValidatedConfig) -> Result<Self> {
+        check_options(&config)?;
+        let (envs, spec) = multi_agent_envs(&config)?;
+        let agents: Vec<String> = spec.agents.iter().map(|a| a.id.clone()).collect();
+        let map = config.config().policy_map(&agents)?;
+        let specs = policy_specs(&spec, &map)?;
+        let (model, script) = ScriptedModel::for_config(&config)?;
+        if script.is_some() {
+            return Err(ImpalaError::MultiAgentOption {
+                key: "model.custom_model",
+                reason: "a TorchScript module has one observation space; use a built-in model"
+                    .into(),
+            });
+        }
+        tch::set_num_threads(1);
+        impala_learner::check_precision(config.config().precision, tch::Device::Cpu)?;
+        let base_seed = config.config().seed.unwrap_or_else(random_seed);
+        let smoothing = config.config().metrics_num_episodes_for_smoothing;
+        let streams = Streams::new(&config, base_seed, 0);
+        let mut policies = Vec::with_capacity(specs.len());
+        for (p, spec) in specs.into_iter().enumerate() {
+            let seed = impala_sampler::stream_seed(base_seed, p as u64);
+            let learner = new_learner(&config, model.as_ref(), &spec, seed)?;
+            let (learner, batching) = if map.trains[p] {
+                let handle = LearnerHandle::spawn(&settings::learner_thread(&config), learner)?;
+                (PolicyLearner::Training(handle), batching_stage(&config, &streams)?)
+            } else {
+                (PolicyLearner::Frozen(learner), None)
+            };
+            policies.push(PolicyState {
+                id: map.policy_ids[p].clone(),
+                spec,
+                learner,
+                batching,
+                to_place: VecDeque::new(),
+                stats: StatsMean::default(),
+                last_stats: BTreeMap::new(),
+                agent_steps_trained: 0,
+                num_grad_updates: 0,
+                broadcast_version: 0,
+                episodes: EpisodeWindow::new(smoothing),
+            });
+        }
+        let mut algo = MultiAgentImpala {
+            episodes: EpisodeWindow::new(smoothing),
+            config,
+            spec,
+            map,
+            envs,
+            model,
+            policies,
+            runners: None,
+            counters: Counters::default(),
+            iteration: 0,
+            time_total_s: 0.0,
+            base_seed,
+            num_restores: 0,
+            interrupt: None,
+            last_evaluation: None,
+            stopped: false,
+        };
+        algo.start_runners()?;
+        Ok(algo)
+    }
+
+    /// The config the algorithm was built from.
+    pub fn config(&self) -> &ValidatedConfig {
+        &self.config
+    }
+
+    /// The env's agents and spaces.
+    pub fn env_spec(&self) -> &MultiAgentSpec {
+        &self.spec
+    }
+
+    /// The policy ids, which agent maps to which, and which policies train.
+    pub fn policy_map(&self) -> &PolicyMap {
+        &self.map
+    }
+
+    /// Iterations completed.
+    pub fn iteration(&self) -> u64 {
+        self.iteration
+    }
+
+    /// The lifetime counters.
+    pub fn counters(&self) -> &Counters {
+        &self.counters
+    }
+
+    /// A flag that, once set, ends the current iteration early.
+    pub fn set_interrupt_flag(&mut self, flag: Arc<AtomicBool>) {
+        self.interrupt = Some(flag);
+    }
+
+    /// The current weights of policy `policy_id` (RLlib's `algo.get_weights([policy_id])`).
+    pub fn get_weights(&self, policy_id: &str) -> Result<Arc<Weights>> {
+        self.policy(policy_id)?.weights()
+    }
+
+    fn policy(&self, policy_id: &str) -> Result<&PolicyState> {
+        self.policies.iter().find(|p| p.id == policy_id).ok_or_else(|| {
+            ImpalaError::MultiAgentOption {
+                key: "policies",
+                reason: format!(
+                    "there is no policy `{policy_id}`; the policies are {}",
+                    self.map.policy_ids.join(", ")
+                ),
+            }
+        })
+    }
+
+    fn alive(&self) -> Result<()> {
+        if self.stopped {
+            return Err(ImpalaError::Stopped);
+        }
+        Ok(())
+    }
+
+    /// Policies acting with `weights` (one per policy) for a runner, or the evaluation.
+    fn policy_factory(&self, explore_seed: u64) -> MultiAgentPolicyFactory {
+        let model = Arc::clone(&self.model);
+        let specs: Vec<EnvSpec> = self.policies.iter().map(|p| p.spec.clone()).collect();
+        let (base_seed, precision) = (self.base_seed, self.config.config().precision);
+        Arc::new(move |runner, incarnation, weights: &[Arc<Weights>]| {
+            let seed = runner_sample_seed(explore_seed, runner, incarnation);
+            specs
+                .iter()
+                .zip(weights)
+                .enumerate()
+                .map(|(p, (spec, w))| {
+                    let mut policy = TorchPolicy::new(
+                        model.as_ref(),
+                        spec,
+                        base_seed,
+                        impala_sampler::stream_seed(seed, p as u64),
+                    )
+                    .and_then(|policy| policy.with_precision(precision))
+                    .map_err(impala_core::CoreError::from)?;
+                    policy.set_weights(w)?;
+                    Ok(Box::new(policy) as Box<dyn Policy>)
+                })
+                .collect()
+        })
+    }
+
+    fn start_runners(&mut self) -> Result<()> {
+        let c = self.config.config();
+        let streams = Streams::new(&self.config, self.base_seed, self.num_restores);
+        let weights = self.policies.iter().map(PolicyState::weights).collect::<Result<Vec<_>>>()?;
+        for (policy, w) in self.policies.iter_mut().zip(&weights) {
+            policy.broadcast_version = w.version;
+        }
+        let settings = MultiAgentGroupSettings {
+            num_env_runners: c.num_env_runners.max(1),
+            num_envs_per_env_runner: c.num_envs_per_env_runner,
+            max_requests_in_flight: c.max_requests_in_flight_per_sampler_worker,
+            runner: MultiAgentSettings {
+                policy_of_agent: self.map.policy_of_agent.clone(),
+                rollout_fragment_length: c.rollout_fragment_length,
+                seed: streams.env_seed,
+                explore: true,
+            },
+            restart_failed_env_runners: c.restart_failed_env_runners,
+            max_num_env_runner_restarts: c.max_num_env_runner_restarts,
+        };
+        let policies = self.policy_factory(streams.sample_seed);
+        self.runners =
+            Some(MultiAgentRunnerGroup::new(settings, Arc::clone(&self.envs), policies, weights)?);
+        Ok(())
+    }
+
+    fn interrupted(&self) -> bool {
+        self.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
+    }
+
+    /// Steps sampled so far, as `count_steps_by` counts them.
+    fn sampled(&self) -> u64 {
+        match self.config.config().count_steps_by {
+            CountStepsBy::EnvSteps => self.counters.num_env_steps_sampled,
+            CountStepsBy::AgentSteps => self.counters.num_agent_steps_sampled,
+        }
+    }
+
+    /// Steps trained so far, as `count_steps_by` counts them.
+    fn trained(&self) -> u64 {
+        match self.config.config().count_steps_by {
+            CountStepsBy::EnvSteps => self.counters.num_env_steps_trained,
+            CountStepsBy::AgentSteps => self.counters.num_agent_steps_trained,
+        }
+    }
+
+    /// Runs training steps until `min_time_s_per_iteration` has passed and at least
+    /// `min_sample_timesteps_per_iteration` / `min_train_timesteps_per_iteration` steps (as
+    /// `count_steps_by` counts) were sampled / trained; evaluates when `evaluation_interval`
+    /// says so; returns the iteration's result.
+    pub fn train(&mut self) -> Result<IterationResult> {
+        self.alive()?;
+        let started = Instant::now();
+        let before = self.counters;
+        let (sampled_before, trained_before) = (self.sampled(), self.trained());
+        let c = self.config.config();
+        let min_time = Duration::from_secs_f64(c.min_time_s_per_iteration.max(0.0));
+        let (min_sampled, min_trained) = (
+            c.min_sample_timesteps_per_iteration as u64,
+            c.min_train_timesteps_per_iteration as u64,
+        );
+        let mut num_episodes = 0;
+        loop {
+            num_episodes += self.training_step()?;
+            let done = started.elapsed() >= min_time
+                && self.sampled() - sampled_before >= min_sampled
+                && self.trained() - trained_before >= min_trained;
+            if done || self.interrupted() {
+                break;
+            }
+        }
+        for policy in &mut self.policies {
+            if policy.stats.count > 0 {
+                policy.last_stats = policy.stats.mean();
+            }
+            policy.stats = StatsMean::default();
+        }
+        self.iteration += 1;
+        let time_this_iter_s = started.elapsed().as_secs_f64();
+        self.time_total_s += time_this_iter_s;
+        let due = self
+            .config
+            .config()
+            .evaluation_interval
+            .is_some_and(|n| n > 0 && self.iteration % n as u64 == 0);
+        if due {
+            self.last_evaluation = Some(self.evaluate()?);
+        }
+        Ok(self.compile_result(&before, time_this_iter_s, num_episodes))
+    }
+
+    /// One pass of RLlib's `training_step`: learner results in, fragments in (unless train
+    /// batches wait for room), batches out, changed weights to the runners. Returns the
+    /// episodes that ended.
+    fn training_step(&mut self) -> Result<u64> {
+        self.counters.num_training_step_calls += 1;
+        let mut busy = self.process_trained_results()?;
+        let backlog = self.policies.iter().any(|p| !p.to_place.is_empty());
+        let mut episodes = 0;
+        if !backlog {
+            let wait = if busy { Duration::ZERO } else { FRAGMENT_WAIT };
+            let runners = self.runners.as_mut().ok_or(ImpalaError::Stopped)?;
+            let fragments = runners.wait(wait)?;
+            busy |= !fragments.is_empty();
+            for fragment in fragments {
+                episodes += fragment.episodes.len() as u64;
+                self.add_fragment(fragment)?;
+            }
+        }
+        for policy in &mut self.policies {
+            if let Some(batching) = policy.batching.as_mut() {
+                policy.to_place.extend(batching.ready()?);
+            }
+            let PolicyLearner::Training(handle) = &policy.learner else { continue };
+            while let Some(batch) = policy.to_place.pop_front() {
+                if let Err(batch) = handle.try_enqueue(batch) {
+                    policy.to_place.push_front(batch);
+                    self.counters.num_times_learner_queue_full += 1;
+                    break;
+                }
+            }
+        }
+        self.process_trained_results()?;
+        self.broadcast_changed_weights();
+        if !busy {
+            std::thread::sleep(Duration::from_micros(200));
+        }
+        Ok(episodes)
+    }
+
+    /// Counts a fragment (the one place sampled steps and episodes are counted) and hands each
+    /// trained policy's rows to its batching.
+    fn add_fragment(&mut self, fragment: MultiAgentFragment) -> Result<()> {
+        let c = &mut self.counters;
+        c.num_env_steps_sampled += fragment.env_steps as u64;
+        c.num_agent_steps_sampled += fragment.agent_steps as u64;
+        c.episodes_total += fragment.episodes.len() as u64;
+        self.episodes.extend(&fragment.episodes);
+        for (episode, returns) in fragment.episodes.iter().zip(&fragment.policy_returns) {
+            for (policy, &episode_return) in self.policies.iter_mut().zip(returns) {
+                policy.episodes.extend(&[EpisodeStats { episode_return, ..*episode }]);
+            }
+        }
+        for (policy, batch) in self.policies.iter_mut().zip(fragment.batches) {
+            if let (Some(batching), true) = (policy.batching.as_mut(), batch.num_rows > 0) {
+                policy.to_place.extend(batching.add(batch)?);
+            }
+        }
+        Ok(())
+    }
+
+    /// Drains every trained policy's learner results into the counters and its stats; says
+    /// whether any policy stepped. Env steps trained count the env steps the trained agent
+    /// steps stand for (agent steps over the agents acting per env step so far).
+    fn process_trained_results(&mut self) -> Result<bool> {
+        let agents_per_env_step = if self.counters.num_env_steps_sampled > 0 {
+            self.counters.num_agent_steps_sampled as f64
+                / self.counters.num_env_steps_sampled as f64
+        } else {
+            1.0
+        };
+        let mut stepped = false;
+        for policy in &mut self.policies {
+            let PolicyLearner::Training(handle) = &policy.learner else { continue };
+            let outputs = handle.drain().map_err(|cause| ImpalaError::LearnerDied { cause })?;
+            for out in &outputs {
+                policy.agent_steps_trained += out.agent_steps as u64;
+                policy.num_grad_updates = out.stats.num_grad_updates;
+                policy.stats.add(&out.stats);
+                self.counters.num_agent_steps_trained += out.agent_steps as u64;
+                self.counters.num_env_steps_trained +=
+                    (out.agent_steps as f64 / agents_per_env_step).round() as u64;
+            }
+            if !outputs.is_empty() {
+                stepped = true;
+                handle.request_weights();
+            }
+        }
+        Ok(stepped)
+    }
+
+    /// Sends each policy's newest weights to the runners, only for policies that changed.
+    fn broadcast_changed_weights(&mut self) {
+        let Some(runners) = self.runners.as_mut() else { return };
+        for (p, policy) in self.policies.iter_mut().enumerate() {
+            let PolicyLearner::Training(handle) = &policy.learner else { continue };
+            if let Some(weights) = handle.take_new_weights() {
+                if weights.version > policy.broadcast_version {
+                    policy.broadcast_version = weights.version;
+                    runners.set_weights(p, weights);
+                    self.counters.num_weight_broadcasts += 1;
+                }
+            }
+        }
+    }
+
+    fn compile_result(
+        &self,
+        before: &Counters,
+        time_this_iter_s: f64,
+        num_episodes: u64,
+    ) -> IterationResult {
+        let mut learner = BTreeMap::new();
+        let mut policy_reward_mean = BTreeMap::new();
+        let mut env_runners = BTreeMap::new();
+        let mut queue = LearnerQueueInfo::default();
+        let mut timing_breakdown = BTreeMap::new();
+        for policy in &self.policies {
+            let mean = policy.episodes.summary().episode_return_mean;
+            policy_reward_mean.insert(policy.id.clone(), mean);
+            env_runners.insert(format!("module_episode_returns_mean/{}", policy.id), mean);
+            let PolicyLearner::Training(handle) = &policy.learner else { continue };
+            learner.insert(
+                policy.id.clone(),
+                PolicyLearnerInfo {
+                    learner_stats: policy.last_stats.clone(),
+                    num_agent_steps_trained: policy.agent_steps_trained,
+                    num_grad_updates_lifetime: policy.num_grad_updates,
+                },
+            );
+            // The queue and timings of the policies' learners, summed (sizes, stalls) and
+            // averaged (times) over them.
+            let q = handle.queue_stats();
+            queue.size_count += q.size_count as u64;
+            queue.size_mean += q.size_mean;
+            queue.num_learner_queue_timeouts += q.num_learner_queue_timeouts;
+            queue.num_train_batches_waiting_on_driver += policy.to_place.len() as u64;
+            let trained = self.map.trains.iter().filter(|&&t| t).count().max(1) as f64;
+            for (name, ms) in q.timing_breakdown() {
+                *timing_breakdown.entry(name).or_insert(0.0) += ms / trained;
+            }
+        }
+        if let Some(runners) = &self.runners {
+            env_runners
+                .insert("num_env_runners".into(), self.config.config().num_env_runners as f64);
+            env_runners.insert("num_healthy_env_runners".into(), runners.num_healthy() as f64);
+            env_runners.insert("num_env_runner_failures".into(), runners.num_failures() as f64);
+            env_runners.insert("num_env_runner_restarts".into(), runners.num_restarts() as f64);
+        }
+        let c = &self.counters;
+        let mut result = IterationResult {
+            policy_reward_mean,
+            info: ResultInfo {
+                learner,
+                num_weight_broadcasts: c.num_weight_broadcasts,
+                num_times_learner_queue_full: c.num_times_learner_queue_full,
+                num_training_step_calls: c.num_training_step_calls,
+                num_weight_snapshots: 0,
+                learner_queue: queue,
+                timing_breakdown,
+            },
+            env_runners,
+            evaluation: self.last_evaluation.clone(),
+            ..IterationResult::counted(
+                self.iteration,
+                (time_this_iter_s, self.time_total_s),
+                (c, before),
+                &self.episodes.summary(),
+                num_episodes,
+            )
+        };
+        if self.config.config().count_steps_by == CountStepsBy::AgentSteps {
+            result.timesteps_total = c.num_agent_steps_sampled;
+        }
+        result
+    }
+
+    /// Plays `evaluation_duration` episodes (or env steps) on fresh envs with every policy's
+    /// current weights, greedily unless `evaluation_explore`, on this thread.
+    pub fn evaluate(&mut self) -> Result<EvaluationResult> {
+        self.alive()?;
+        let c = self.config.config();
+        let weights = self.policies.iter().map(PolicyState::weights).collect::<Result<Vec<_>>>()?;
+        let streams = Streams::new(&self.config, self.base_seed, self.num_restores);
+        let seed = impala_sampler::stream_seed(streams.sample_seed, 1 + self.iteration);
+        let policies = self.policy_factory(seed)(0, self.iteration, &weights)?;
+        let settings = MultiAgentSettings {
+            policy_of_agent: self.map.policy_of_agent.clone(),
+            rollout_fragment_length: c.rollout_fragment_length,
+            seed: streams.env_seed.map(|s| impala_sampler::stream_seed(s, 1 + self.iteration)),
+            explore: c.evaluation_explore,
+        };
+        let mut runner = MultiAgentEnvRunner::new(0, 1, &self.envs, policies, &settings)?;
+        let (mut episodes, mut returns, mut env_steps) = (Vec::new(), Vec::new(), 0);
+        loop {
+            let fragment = runner.sample()?;
+            env_steps += fragment.env_steps;
+            episodes.extend(fragment.episodes);
+            returns.extend(fragment.policy_returns);
+            let done = match c.evaluation_duration_unit {
+                DurationUnit::Episodes => episodes.len() >= c.evaluation_duration,
+                DurationUnit::Timesteps => env_steps >= c.evaluation_duration,
+            };
+            if done {
+                break;
+            }
+        }
+        if c.evaluation_duration_unit == DurationUnit::Episodes {
+            episodes.truncate(c.evaluation_duration);
+            returns.truncate(c.evaluation_duration);
+        }
+        let mut window = EpisodeWindow::new(episodes.len());
+        window.extend(&episodes);
+        let summary = window.summary();
+        let policy_reward_mean = self
+            .policies
+            .iter()
+            .enumerate()
+            .map(|(p, policy)| {
+                let sum: f64 = returns.iter().map(|r| r[p]).sum();
+                (policy.id.clone(), sum / returns.len().max(1) as f64)
+            })
+            .collect();
+        Ok(EvaluationResult {
+            episode_return_mean: summary.episode_return_mean,
+            episode_return_min: summary.episode_return_min,
+            episode_return_max: summary.episode_return_max,
+            episode_len_mean: summary.episode_len_mean,
+            num_episodes: episodes.len() as u64,
+            num_env_steps_sampled: env_steps as u64,
+            policy_reward_mean,
+        })
+    }
+
+    /// Saves a checkpoint `dir/checkpoint_<iteration>` atomically: every policy's weights and
+    /// optimizer state (under `learner/<policy id>/`), the counters, the episode windows (the
+    /// run's and each policy's) and the seeds.
+    pub fn save(&mut self, dir: &Path) -> Result<PathBuf> {
+        self.alive()?;
+        std::fs::create_dir_all(dir)
+            .map_err(|source| ImpalaError::RunDirNotWritable { path: dir.to_path_buf(), source })?;
+        let state = AlgorithmState {
+            format_version: CHECKPOINT_FORMAT_VERSION,
+            impala_rs_version: env!("CARGO_PKG_VERSION").to_string(),
+            training_iteration: self.iteration,
+            time_total_s: self.time_total_s,
+            counters: self.counters,
+            episodes: self.episodes.clone(),
+            base_seed: self.base_seed,
+            num_restores: self.num_restores,
+            observation_filter: None,
+            policy_episodes: self
+                .policies
+                .iter()
+                .map(|p| (p.id.clone(), p.episodes.clone()))
+                .collect(),
+        };
+        save_checkpoint(dir, &state, self.config.config(), None, |learner_dir| {
+            for policy in &self.policies {
+                policy.save(&learner_dir.join(&policy.id))?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Restores every policy of a checkpoint written by [`MultiAgentImpala::save`] (a
+    /// checkpoint folder or a run folder) with the counters and episode windows, so training
+    /// continues where it stopped; the env runners start anew with the restored weights.
+    pub fn restore(&mut self, path: &Path) -> Result<()> {
+        let dir = self.checked_checkpoint(path)?;
+        let (state, _) = read_checkpoint(&dir)?;
+        let ids = self.map.policy_ids.clone();
+        self.load_policies(&dir, &ids)?;
+        self.counters = state.counters;
+        self.episodes = state.episodes;
+        for policy in &mut self.policies {
+            if let Some(window) = state.policy_episodes.get(&policy.id) {
+                policy.episodes = window.clone();
+            }
+        }
+        self.iteration = state.training_iteration;
+        self.time_total_s = state.time_total_s;
+        self.base_seed = state.base_seed;
+        self.num_restores = state.num_restores + 1;
+        self.restart_runners()
+    }
+
+    /// Restores only policy `policy_id`'s weights and optimizer state from a checkpoint of a
+    /// run with the same env and model (its other policies, the counters and the run's state
+    /// stay as they are): a policy trained in one run, brought into another.
+    pub fn restore_policy(&mut self, path: &Path, policy_id: &str) -> Result<()> {
+        self.policy(policy_id)?;
+        let dir = self.checked_checkpoint(path)?;
+        let (_, saved) = read_checkpoint(&dir)?;
+        if !saved.policy_ids().iter().any(|id| id == policy_id) {
+            return Err(ImpalaError::IncompatibleCheckpoint {
+                path: dir,
+                reason: format!(
+                    "it has no policy `{policy_id}` (its policies: {})",
+                    saved.policy_ids().join(", ")
+                ),
+                fix: "name one of its policies".into(),
+            });
+        }
+        self.load_policies(&dir, &[policy_id.to_string()])?;
+        self.restart_runners()
+    }
+
+    /// The checkpoint folder of `path`, refused unless it is of this env and model.
+    fn checked_checkpoint(&self, path: &Path) -> Result<PathBuf> {
+        self.alive()?;
+        let dir = find_checkpoint(path)?;
+        let (_, saved) = read_checkpoint(&dir)?;
+        let now = self.config.config();
+        let incompatible =
+            |what: &str, saved: String, now: String| ImpalaError::IncompatibleCheckpoint {
+                path: dir.clone(),
+                reason: format!("it was trained with {what} {saved}, this run uses {now}"),
+                fix: format!("use the checkpoint's {what} as it is, or start a new run"),
+            };
+        if saved.env != now.env || saved.env_config != now.env_config {
+            return Err(incompatible(
+                "env",
+                format!("{} {:?}", saved.env, saved.env_config),
+                format!("{} {:?}", now.env, now.env_config),
+            ));
+        }
+        if saved.model != now.model {
+            return Err(incompatible(
+                "model",
+                format!("{:?}", saved.model),
+                format!("{:?}", now.model),
+            ));
+        }
+        Ok(dir)
+    }
+
+    /// Loads the learners of `ids` from checkpoint `dir`: trained ones between SGD steps (off
+    /// their threads and back), frozen ones in place.
+    fn load_policies(&mut self, dir: &Path, ids: &[String]) -> Result<()> {
+        let thread = settings::learner_thread(&self.config);
+        for policy in self.policies.iter_mut().filter(|p| ids.contains(&p.id)) {
+            let from = dir.join(policy_learner_dir(&policy.id));
+            let corrupt = |e: impala_learner::LearnerError| {
+                ImpalaError::corrupt_checkpoint(
+                    dir,
+                    format!("policy `{}`'s learner state does not load ({e})", policy.id),
+                )
+            };
+            match std::mem::replace(&mut policy.learner, PolicyLearner::Stopped) {
+                PolicyLearner::Frozen(mut learner) => {
+                    let loaded = learner.load(&from);
+                    policy.learner = PolicyLearner::Frozen(learner);
+                    loaded.map_err(corrupt)?;
+                }
+                PolicyLearner::Training(handle) => {
+                    // A learner lost to a panic is rebuilt: the checkpoint replaces its state.
+                    let mut learner = match handle.finish().0 {
+                        Some(learner) => learner,
+                        None => new_learner(
+                            &self.config,
+                            self.model.as_ref(),
+                            &policy.spec,
+                            self.base_seed,
+                        )?,
+                    };
+                    let loaded = learner.load(&from);
+                    policy.learner =
+                        PolicyLearner::Training(LearnerHandle::spawn(&thread, learner)?);
+                    loaded.map_err(corrupt)?;
+                }
+                PolicyLearner::Stopped => return Err(ImpalaError::Stopped),
+            }
+            policy.to_place.clear();
+        }
+        Ok(())
+    }
+
+    /// Replaces the env runners (what they had in flight is dropped) and the batching, so
+    /// nothing sampled with the weights before a restore is trained on.
+    fn restart_runners(&mut self) -> Result<()> {
+        if let Some(runners) = self.runners.take() {
+            if let Err(e) = runners.shutdown() {
+                tracing::warn!(error = %e, "an env runner failed before the restore");
+            }
+        }
+        let streams = Streams::new(&self.config, self.base_seed, self.num_restores);
+        for policy in &mut self.policies {
+            policy.to_place.clear();
+            if let Some(batching) = policy.batching.take() {
+                if let Err(e) = batching.shutdown() {
+                    tracing::warn!(error = %e, "an aggregation worker failed before the restore");
+                }
+                policy.batching = batching_stage(&self.config, &streams)?;
+            }
+        }
+        self.start_runners()
+    }
+
+    /// Stops the runner and learner threads and joins them, reporting the first failure.
+    pub fn stop(&mut self) -> Result<()> {
+        if self.stopped {
+            return Ok(());
+        }
+        self.stopped = true;
+        let runners = self.runners.take().map(MultiAgentRunnerGroup::shutdown);
+        let mut first_error = None;
+        for policy in &mut self.policies {
+            if let Some(batching) = policy.batching.take() {
+                if let Err(e) = batching.shutdown() {
+                    first_error.get_or_insert(ImpalaError::from(e));
+                }
+            }
+            if let PolicyLearner::Training(handle) =
+                std::mem::replace(&mut policy.learner, PolicyLearner::Stopped)
+            {
+                if let Err(cause) = handle.stop() {
+                    first_error.get_or_insert(ImpalaError::LearnerDied { cause });
+                }
+            }
+        }
+        runners.transpose()?;
+        first_error.map_or(Ok(()), Err)
+    }
+}
+
+crate::trainable::trainable_by_inherent_methods!(MultiAgentImpala);

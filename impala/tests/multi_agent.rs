@@ -1,0 +1,224 @@
+//! Multi-agent training end to end: a coordination game learned with two policies and with
+//! one shared policy, a policy left out of `policies_to_train` unchanged to the bit, agents
+//! joining and leaving, checkpoints of every policy, and every start-up error.
+
+use std::time::{Duration, Instant};
+
+use impala::config::{CountStepsBy, ImpalaConfig};
+use impala::{Impala, ImpalaError, MultiAgentImpala};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// HalfObserved (two agents, each seeing one bit; both rewarded when their actions' parity is
+/// the bits' parity; 10 steps, so 10 per agent at best and 5 at random) as it learns fast here.
+fn half_observed() -> ImpalaConfig {
+    let mut c = ImpalaConfig::default();
+    c.env = "HalfObserved".into();
+    c.num_env_runners = 1;
+    c.num_envs_per_env_runner = 8;
+    c.rollout_fragment_length = 10;
+    c.train_batch_size = 80;
+    c.lr = 0.003;
+    c.entropy_coeff = 0.003;
+    c.model.fcnet_hiddens = vec![16];
+    c.min_time_s_per_iteration = 0.25;
+    c.metrics_num_episodes_for_smoothing = 50;
+    c.seed = Some(3);
+    c
+}
+
+/// Trains until every policy's mean reward reaches `target` (or `limit` passes).
+fn train_until(
+    algo: &mut MultiAgentImpala,
+    target: f64,
+    limit: Duration,
+) -> Result<impala::IterationResult, ImpalaError> {
+    let started = Instant::now();
+    loop {
+        let result = algo.train()?;
+        let reached = result.policy_reward_mean.values().all(|&r| r >= target);
+        if reached || started.elapsed() > limit {
+            return Ok(result);
+        }
+    }
+}
+
+#[test]
+fn two_policies_learn_to_coordinate() -> TestResult {
+    let mut config = half_observed();
+    config.policies = vec!["left".into(), "right".into()];
+    let mut algo = MultiAgentImpala::new(config.validate()?)?;
+    let result = train_until(&mut algo, 9.5, Duration::from_secs(90))?;
+    algo.stop()?;
+    println!("{}", result.progress_line());
+    assert!(result.policy_reward_mean["left"] >= 9.5, "{:?}", result.policy_reward_mean);
+    assert!(result.policy_reward_mean["right"] >= 9.5, "{:?}", result.policy_reward_mean);
+    assert!(result.episode_return_mean >= 19.0);
+    assert_eq!(result.num_agent_steps_sampled, 2 * result.num_env_steps_sampled);
+    assert!(result.info.learner["left"].num_grad_updates_lifetime > 0);
+    assert!(result.env_runners.contains_key("module_episode_returns_mean/right"));
+    Ok(())
+}
+
+#[test]
+fn one_shared_policy_learns_for_both_agents() -> TestResult {
+    // No `policies`: every agent acts with `default_policy`.
+    let mut algo = MultiAgentImpala::new(half_observed().validate()?)?;
+    let result = train_until(&mut algo, 19.0, Duration::from_secs(90))?;
+    algo.stop()?;
+    assert_eq!(result.policy_reward_mean.keys().collect::<Vec<_>>(), ["default_policy"]);
+    assert!(result.policy_reward_mean["default_policy"] >= 19.0, "{}", result.progress_line());
+    Ok(())
+}
+
+#[test]
+fn a_policy_not_to_train_keeps_its_weights_to_the_bit() -> TestResult {
+    let mut config = half_observed();
+    config.policies = vec!["left".into(), "right".into()];
+    config.policies_to_train = Some(vec!["left".into()]);
+    config.min_time_s_per_iteration = 0.2;
+    let mut algo = MultiAgentImpala::new(config.validate()?)?;
+    let (left, right) = (algo.get_weights("left")?, algo.get_weights("right")?);
+    let mut result = algo.train()?;
+    while result.info.learner["left"].num_grad_updates_lifetime < 5 {
+        result = algo.train()?;
+    }
+    assert!(!result.info.learner.contains_key("right"), "right has no learner stats");
+    assert_eq!(*algo.get_weights("right")?, *right);
+    assert_ne!(algo.get_weights("left")?.tensors, left.tensors);
+    // Its weights survive a checkpoint unchanged too.
+    let dir = tempfile::tempdir()?;
+    let checkpoint = algo.save(dir.path())?;
+    algo.stop()?;
+    let mut restored = MultiAgentImpala::new(config.validate()?)?;
+    restored.restore(&checkpoint)?;
+    assert_eq!(restored.get_weights("right")?.tensors, right.tensors);
+    restored.stop()?;
+    Ok(())
+}
+
+#[test]
+fn agents_leave_mid_episode_and_every_policy_is_reported() -> TestResult {
+    // Three CartPole agents, each leaving when its pole falls; the episode goes on without it.
+    let mut config = half_observed();
+    config.env = "MultiAgentCartPole".into();
+    config.env_config.insert("num_agents".into(), 3.into());
+    config.policies = vec!["first".into(), "rest".into()];
+    config.policy_mapping.insert("agent_0".into(), "first".into());
+    config.policy_mapping.insert("agent_*".into(), "rest".into());
+    config.count_steps_by = CountStepsBy::AgentSteps;
+    config.min_sample_timesteps_per_iteration = 3000;
+    let mut algo = MultiAgentImpala::new(config.validate()?)?;
+    let result = algo.train()?;
+    algo.stop()?;
+    assert!(result.episodes_total > 0);
+    // Agents that left took no steps while the others played on.
+    assert!(result.num_agent_steps_sampled < 3 * result.num_env_steps_sampled);
+    assert!(result.num_agent_steps_sampled_this_iter >= 3000);
+    assert_eq!(result.timesteps_total, result.num_agent_steps_sampled);
+    // `rest` acts for two agents, `first` for one.
+    let (first, rest) = (result.policy_reward_mean["first"], result.policy_reward_mean["rest"]);
+    assert!(rest > first, "{first} {rest}");
+    Ok(())
+}
+
+#[test]
+fn checkpoints_hold_every_policy_and_restore_all_or_one() -> TestResult {
+    let mut config = half_observed();
+    config.policies = vec!["left".into(), "right".into()];
+    config.min_time_s_per_iteration = 0.1;
+    let mut algo = MultiAgentImpala::new(config.validate()?)?;
+    algo.train()?;
+    let dir = tempfile::tempdir()?;
+    let checkpoint = algo.save(dir.path())?;
+    assert!(checkpoint.join("learner/left/model.safetensors").is_file());
+    assert!(checkpoint.join("learner/right/model.safetensors").is_file());
+    let counters = *algo.counters();
+    algo.stop()?;
+
+    // Restored runs do not train before `train()`: their weights are the checkpoint's.
+    let mut all = MultiAgentImpala::new(config.validate()?)?;
+    let (fresh_left, fresh_right) = (all.get_weights("left")?, all.get_weights("right")?);
+    all.restore(dir.path())?;
+    let (left, right) = (all.get_weights("left")?, all.get_weights("right")?);
+    assert_ne!(left.tensors, fresh_left.tensors);
+    assert_ne!(right.tensors, fresh_right.tensors);
+    assert_eq!((all.iteration(), *all.counters()), (1, counters));
+    let result = all.train()?;
+    assert_eq!(result.training_iteration, 2);
+    all.stop()?;
+
+    let mut one = MultiAgentImpala::new(config.validate()?)?;
+    one.restore_policy(&checkpoint, "left")?;
+    assert_eq!(one.get_weights("left")?.tensors, left.tensors);
+    assert_eq!(one.get_weights("right")?.tensors, fresh_right.tensors);
+    assert_eq!(one.iteration(), 0);
+    let err = one.restore_policy(&checkpoint, "middle").err().map(|e| e.to_string());
+    assert!(err.is_some_and(|e| e.contains("no policy `middle`")));
+    one.stop()?;
+
+    // A run whose policies differ is told which files are missing.
+    let mut shared = MultiAgentImpala::new(half_observed().validate()?)?;
+    let err = shared.restore(&checkpoint).err().map(|e| impala::error_chain(&e));
+    assert!(err.as_deref().is_some_and(|e| e.contains("default_policy")), "{err:?}");
+    shared.stop()?;
+    Ok(())
+}
+
+#[test]
+fn every_start_up_error_names_the_agent_and_the_policy() -> TestResult {
+    let refused = |config: ImpalaConfig| -> Result<String, Box<dyn std::error::Error>> {
+        match MultiAgentImpala::new(config.validate()?) {
+            Ok(mut algo) => {
+                algo.stop()?;
+                Err("accepted".into())
+            }
+            Err(e) => Ok(impala::error_chain(&e)),
+        }
+    };
+    let mut config = half_observed();
+    config.policies = vec!["left".into(), "right".into()];
+    config.policy_mapping.insert("left".into(), "left".into());
+    config.policy_mapping.insert("right".into(), "nobody".into());
+    let e = refused(config.clone())?;
+    assert!(e.contains("maps `right` to policy `nobody`"), "{e}");
+
+    config.policy_mapping.insert("right".into(), "left".into());
+    let e = refused(config.clone())?;
+    assert!(e.contains("no agent of the env maps to policy `right`"), "{e}");
+
+    config.policy_mapping.clear();
+    config.policies_to_train = Some(vec!["up".into()]);
+    let e = refused(config.clone())?;
+    assert!(e.contains("policies_to_train` names `up`"), "{e}");
+
+    config.policies_to_train = None;
+    config.policies = vec!["left".into(), "../right".into()];
+    let e = refused(config.clone())?;
+    assert!(e.contains("policy id `../right`"), "{e}");
+
+    let mut unmapped = half_observed();
+    unmapped.policies = vec!["left".into(), "rest".into()];
+    unmapped.policy_mapping.insert("left".into(), "left".into());
+    let e = refused(unmapped)?;
+    assert!(e.contains("agent `right` of the env maps to no policy"), "{e}");
+
+    let mut option = half_observed();
+    option.clip_rewards = Some(1.0);
+    let e = refused(option)?;
+    assert!(e.contains("`clip_rewards` does not apply to a multi-agent env"), "{e}");
+
+    let mut env_config = half_observed();
+    env_config.env_config.insert("num_agents".into(), 3.into());
+    let e = refused(env_config)?;
+    assert!(e.contains("unknown env_config key `num_agents` for `HalfObserved`"), "{e}");
+
+    // The single-agent algorithm refuses multi-agent envs and options, naming the fix.
+    let e = Impala::new(half_observed().validate()?).err().map(|e| e.to_string());
+    assert!(e.is_some_and(|e| e.contains("MultiAgentImpala")));
+    let mut single = ImpalaConfig::default();
+    single.policies = vec!["a".into()];
+    let e = Impala::new(single.validate()?).err().map(|e| e.to_string());
+    assert!(e.is_some_and(|e| e.contains("single-agent env")));
+    Ok(())
+}
