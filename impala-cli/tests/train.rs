@@ -212,11 +212,47 @@ fn every_example_config_loads_and_validates() -> TestResult {
             "Acrobot-v1",
             "CartPole-v1",
             "CartPole-v1",
+            "HalfObserved",
             "LunarLander-v3",
             "Pendulum-v1"
         ]
     );
     assert_eq!(sweeps, 1);
+    Ok(())
+}
+
+#[test]
+fn a_multi_agent_env_trains_with_a_policy_per_agent_then_evaluates_and_resumes() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples/half-observed-impala.toml");
+    let file = example.to_string_lossy();
+    let args = ["train", &file, "--stop-reward", "19", "--run-dir", "run", "--quiet"];
+    let run = impala(dir.path(), &args)?;
+    assert!(run.success, "{}", run.stderr);
+    let results = impala::read_results(&dir.path().join("run").join(RESULT_FILE))?;
+    let last = results.last().ok_or("no result")?;
+    assert!(last.policy_reward_mean["left"] >= 9.0, "{:?}", last.policy_reward_mean);
+    assert!(last.info.learner.contains_key("right"));
+    let progress = fs::read_to_string(dir.path().join("run").join(PROGRESS_FILE))?;
+    let header = progress.lines().next().unwrap_or_default();
+    for key in [
+        "policy_reward_mean/left",
+        "env_runners/module_episode_returns_mean/right",
+        "info/learner/left/learner_stats/total_loss",
+    ] {
+        assert!(header.split(',').any(|k| k == key), "{key} not in {header}");
+    }
+    // Every policy plays its saved weights: greedy, both agents at their best.
+    let eval = impala(dir.path(), &["evaluate", "--checkpoint", "run", "--episodes", "10"])?;
+    assert!(eval.success, "{}", eval.stderr);
+    let eval: serde_json::Value = serde_json::from_str(eval.stdout.trim())?;
+    assert!(eval["policy_reward_mean"]["right"].as_f64().is_some_and(|r| r >= 9.0), "{eval}");
+    // The run resumes with every policy.
+    let resumed = impala(dir.path(), &["train", "--resume", "run", "--stop-iters", "1", "--quiet"])?;
+    assert!(resumed.success, "{}", resumed.stderr);
+    let resumed = impala::read_results(&dir.path().join("run").join(RESULT_FILE))?;
+    assert_eq!(resumed.len(), last.training_iteration as usize + 1);
     Ok(())
 }
 

@@ -196,6 +196,13 @@ fn evaluate(
     explore: bool,
     env_factory: Option<EnvFactory>,
 ) -> Result<EvaluationResult> {
+    if env_factory.is_none() {
+        let dir = crate::checkpoint::find_checkpoint(path)?;
+        let (_, saved) = crate::checkpoint::read_checkpoint(&dir)?;
+        if impala_envs::is_multi_agent(&saved.env) {
+            return crate::multi_agent::evaluate_checkpoint(&dir, saved, episodes, explore);
+        }
+    }
     let loaded = load_checkpoint_policy(path, EnvSource::factory(env_factory), |config| {
         config.evaluation_duration = episodes.max(1);
         config.evaluation_duration_unit = DurationUnit::Episodes;

@@ -902,3 +902,23 @@ impl MultiAgentImpala {
 }
 
 crate::trainable::trainable_by_inherent_methods!(MultiAgentImpala);
+
+/// Plays `episodes` episodes of a multi-agent checkpoint in `dir` (whose config is `config`),
+/// every policy with its saved weights, greedily unless `explore`.
+pub(crate) fn evaluate_checkpoint(
+    dir: &Path,
+    mut config: impala_config::ImpalaConfig,
+    episodes: usize,
+    explore: bool,
+) -> Result<EvaluationResult> {
+    config.evaluation_duration = episodes.max(1);
+    config.evaluation_duration_unit = DurationUnit::Episodes;
+    config.evaluation_explore = explore;
+    // Only the evaluation samples: one runner with one env meanwhile.
+    (config.num_env_runners, config.num_envs_per_env_runner) = (1, 1);
+    let mut algo = MultiAgentImpala::new(config.validate()?)?;
+    algo.restore(dir)?;
+    let result = algo.evaluate();
+    algo.stop()?;
+    result
+}
