@@ -249,7 +249,8 @@ fn a_multi_agent_env_trains_with_a_policy_per_agent_then_evaluates_and_resumes()
     let eval: serde_json::Value = serde_json::from_str(eval.stdout.trim())?;
     assert!(eval["policy_reward_mean"]["right"].as_f64().is_some_and(|r| r >= 9.0), "{eval}");
     // The run resumes with every policy.
-    let resumed = impala(dir.path(), &["train", "--resume", "run", "--stop-iters", "1", "--quiet"])?;
+    let resumed =
+        impala(dir.path(), &["train", "--resume", "run", "--stop-iters", "1", "--quiet"])?;
     assert!(resumed.success, "{}", resumed.stderr);
     let resumed = impala::read_results(&dir.path().join("run").join(RESULT_FILE))?;
     assert_eq!(resumed.len(), last.training_iteration as usize + 1);

@@ -26,7 +26,9 @@ use impala_sampler::{
 };
 
 use crate::algorithm::StatsMean;
-use crate::builder::{batching_stage, new_learner, random_seed, runner_sample_seed, Streams};
+use crate::builder::{
+    batching_stage, new_learner, random_seed, runner_sample_seed, PolicySource, Streams,
+};
 use crate::checkpoint::{
     find_checkpoint, policy_learner_dir, read_checkpoint, save_checkpoint, AlgorithmState,
     Counters, CHECKPOINT_FORMAT_VERSION,
@@ -35,7 +37,7 @@ use crate::settings;
 use crate::torchscript::ScriptedModel;
 use crate::{
     EpisodeWindow, EvaluationResult, ImpalaError, IterationResult, LearnerQueueInfo,
-    PolicyLearnerInfo, Result, ResultInfo,
+    PolicyLearnerInfo, Result, ResultInfo, TrainedPolicy,
 };
 
 /// How long the driver waits for a fragment when a training step found nothing to do.
@@ -337,6 +339,19 @@ impl MultiAgentImpala {
     /// The current weights of policy `policy_id` (RLlib's `algo.get_weights([policy_id])`).
     pub fn get_weights(&self, policy_id: &str) -> Result<Arc<Weights>> {
         self.policy(policy_id)?.weights()
+    }
+
+    /// Policy `policy_id` with its current weights, acting on the CPU (RLlib's
+    /// `algo.get_policy(policy_id)`): a copy that later training does not change.
+    pub fn get_policy(&self, policy_id: &str) -> Result<TrainedPolicy> {
+        let policy = self.policy(policy_id)?;
+        let source = PolicySource {
+            model: Arc::clone(&self.model),
+            spec: policy.spec.clone(),
+            base_seed: self.base_seed,
+            precision: self.config.config().precision,
+        };
+        TrainedPolicy::new(&source, None, false, policy.weights()?, tch::Device::Cpu)
     }
 
     fn policy(&self, policy_id: &str) -> Result<&PolicyState> {

@@ -12,14 +12,16 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 /// HalfObserved (two agents, each seeing one bit; both rewarded when their actions' parity is
 /// the bits' parity; 10 steps, so 10 per agent at best and 5 at random) as it learns fast here.
 fn half_observed() -> ImpalaConfig {
-    let mut c = ImpalaConfig::default();
-    c.env = "HalfObserved".into();
-    c.num_env_runners = 1;
-    c.num_envs_per_env_runner = 8;
-    c.rollout_fragment_length = 10;
-    c.train_batch_size = 80;
-    c.lr = 0.003;
-    c.entropy_coeff = 0.003;
+    let mut c = ImpalaConfig {
+        env: "HalfObserved".into(),
+        num_env_runners: 1,
+        num_envs_per_env_runner: 8,
+        rollout_fragment_length: 10,
+        train_batch_size: 80,
+        lr: 0.003,
+        entropy_coeff: 0.003,
+        ..ImpalaConfig::default()
+    };
     c.model.fcnet_hiddens = vec![16];
     c.min_time_s_per_iteration = 0.25;
     c.metrics_num_episodes_for_smoothing = 50;
@@ -216,8 +218,7 @@ fn every_start_up_error_names_the_agent_and_the_policy() -> TestResult {
     // The single-agent algorithm refuses multi-agent envs and options, naming the fix.
     let e = Impala::new(half_observed().validate()?).err().map(|e| e.to_string());
     assert!(e.is_some_and(|e| e.contains("MultiAgentImpala")));
-    let mut single = ImpalaConfig::default();
-    single.policies = vec!["a".into()];
+    let single = ImpalaConfig { policies: vec!["a".into()], ..ImpalaConfig::default() };
     let e = Impala::new(single.validate()?).err().map(|e| e.to_string());
     assert!(e.is_some_and(|e| e.contains("single-agent env")));
     Ok(())

@@ -80,14 +80,21 @@ class Impala:
         return self._native.evaluate()
 
     def get_policy(self, policy_id=DEFAULT_POLICY_ID):
-        """The policy (RLlib's ``algo.get_policy()``) with the learner's current weights and
-        the run's observation filter: a :class:`Policy` snapshot that later training does not
-        change (call again for newer weights)."""
-        _check_policy_id(policy_id)
-        return Policy(self._native.get_policy())
+        """Policy ``policy_id`` (RLlib's ``algo.get_policy()``) with its learner's current
+        weights and the run's observation filter: a :class:`Policy` snapshot that later
+        training does not change (call again for newer weights)."""
+        self._check_policy_id(policy_id)
+        return Policy(self._native.get_policy(policy_id))
+
+    @property
+    def policy_ids(self):
+        """The policies: ``["default_policy"]``, or a multi-agent run's ``policies``."""
+        return self._native.policy_ids
 
     def _current_policy(self, policy_id):
-        _check_policy_id(policy_id)
+        self._check_policy_id(policy_id)
+        if policy_id != DEFAULT_POLICY_ID:
+            return self.get_policy(policy_id)
         if self._policy is None:
             self._policy = self.get_policy()
         else:
@@ -117,11 +124,10 @@ class Impala:
         return self.get_policy(policy_id).export_model(export_dir, onnx=onnx)
 
     def get_weights(self, policies=None):
-        """The learner's current weights as RLlib's ``algo.get_weights()`` gives them:
-        ``{policy id: {parameter name: float32 array}}``."""
-        for policy_id in policies or []:
-            _check_policy_id(policy_id)
-        return {DEFAULT_POLICY_ID: self.get_policy().get_weights()}
+        """The learners' current weights as RLlib's ``algo.get_weights()`` gives them:
+        ``{policy id: {parameter name: float32 array}}``, for ``policies`` (default: all)."""
+        ids = self.policy_ids if policies is None else list(policies)
+        return {policy_id: self.get_policy(policy_id).get_weights() for policy_id in ids}
 
     def set_weights(self, weights):
         """Replaces the learner's weights (RLlib's ``algo.set_weights()``) with
@@ -129,7 +135,7 @@ class Impala:
         runners act with them from their next fragment. A missing, unknown or misshapen
         parameter raises ``ImpalaError`` naming it, and nothing changes."""
         for policy_id, policy_weights in weights.items():
-            _check_policy_id(policy_id)
+            self._check_policy_id(policy_id)
             self._native.set_weights(_tensors(policy_weights))
 
     def save(self, checkpoint_dir=None):
@@ -140,10 +146,16 @@ class Impala:
             checkpoint_dir = tempfile.mkdtemp(prefix="impala_rs_checkpoint_")
         return self._native.save(str(checkpoint_dir))
 
-    def restore(self, checkpoint_path):
+    def restore(self, checkpoint_path, policy_ids=None):
         """Restores a checkpoint of the same env and model: weights, optimizer state,
-        counters and iteration."""
-        self._native.restore(str(checkpoint_path))
+        counters and iteration. With ``policy_ids`` (a multi-agent run), only those policies'
+        weights and optimizer state, the rest of the run as it is."""
+        if policy_ids is None:
+            self._native.restore(str(checkpoint_path))
+            return
+        for policy_id in policy_ids:
+            self._check_policy_id(policy_id)
+            self._native.restore_policy(str(checkpoint_path), policy_id)
 
     def stop(self):
         """Stops the env runners (and their Ray actors), env workers and learner (RLlib's
@@ -184,8 +196,8 @@ class Impala:
             state = "stopped"
         return f"Impala(env={json.dumps(self.config._env_creator()[0])}, {state})"
 
-
-def _check_policy_id(policy_id):
-    """IMPALA trains one policy, ``default_policy``; another id is a ``KeyError``."""
-    if policy_id != DEFAULT_POLICY_ID:
-        raise KeyError(f"no policy {policy_id!r}: the algorithm trains one, {DEFAULT_POLICY_ID!r}")
+    def _check_policy_id(self, policy_id):
+        """A policy id the algorithm does not have is a ``KeyError`` naming those it has."""
+        ids = self.policy_ids
+        if policy_id not in ids:
+            raise KeyError(f"no policy {policy_id!r}: the algorithm's policies are {ids}")

@@ -107,6 +107,40 @@ class IMPALAConfig:
         ``placement_strategy``."""
         return self._update("resources", kwargs)
 
+    def multi_agent(
+        self,
+        *,
+        policies=NotProvided,
+        policy_mapping_fn=NotProvided,
+        policies_to_train=NotProvided,
+        count_steps_by=NotProvided,
+        **kwargs,
+    ):
+        """RLlib's ``multi_agent()``, for a multi-agent env: ``policies`` (ids: a list, a set,
+        or a dict whose values are ``None`` or a ``PolicySpec`` without overrides, since every
+        policy takes its spaces from the agents mapped to it), ``policy_mapping_fn`` (a callable
+        ``(agent_id, episode, **kwargs) -> policy_id``, called once per agent id of the env when
+        the algorithm is built, so it must not depend on the episode; or a dict from agent ids,
+        or ``*`` patterns, to policy ids, the ``policy_mapping`` key of config files),
+        ``policies_to_train`` (ids, or a callable ``(policy_id, batch) -> bool`` called once per
+        policy) and ``count_steps_by`` (``"env_steps"`` or ``"agent_steps"``)."""
+        if policies is not NotProvided:
+            kwargs["policies"] = _policy_ids(policies)
+        if policy_mapping_fn is not NotProvided:
+            if not (isinstance(policy_mapping_fn, dict) or callable(policy_mapping_fn)):
+                raise TypeError(
+                    "multi_agent(policy_mapping_fn=...): expects a callable (agent_id, episode, "
+                    f"**kwargs) -> policy_id or a dict of agent ids to policy ids, got {policy_mapping_fn!r}"
+                )
+            kwargs["policy_mapping"] = policy_mapping_fn
+        if policies_to_train is not NotProvided:
+            if policies_to_train is not None and not callable(policies_to_train):
+                policies_to_train = list(policies_to_train)
+            kwargs["policies_to_train"] = policies_to_train
+        if count_steps_by is not NotProvided:
+            kwargs["count_steps_by"] = count_steps_by
+        return self._update("multi_agent", kwargs)
+
     def reporting(self, **kwargs):
         """RLlib's ``reporting()``: ``min_time_s_per_iteration``,
         ``min_sample_timesteps_per_iteration``, ``metrics_num_episodes_for_smoothing``, ..."""
@@ -284,6 +318,7 @@ class IMPALAConfig:
         if python_model(out["model"]) is not None:
             out["model"]["custom_model"] = None
             out["model"]["custom_model_config"] = {}
+        _resolve_multi_agent_callables(out)
         return out
 
     def _checked(self):
@@ -292,6 +327,52 @@ class IMPALAConfig:
         for warning in _impala_rs.check_config(native):
             warnings.warn(warning, stacklevel=3)
         return native
+
+
+def _policy_ids(policies):
+    """RLlib's ``policies`` as ids: a dict's keys (its specs must not override anything), a
+    set's sorted members, a list as given."""
+    if isinstance(policies, dict):
+        for policy_id, spec in policies.items():
+            overrides = {
+                k: v
+                for k in ("policy_class", "observation_space", "action_space", "config")
+                if (v := getattr(spec, k, None)) not in (None, {})
+            }
+            if spec is not None and overrides:
+                raise TypeError(
+                    f"multi_agent(policies=...): the spec of {policy_id!r} sets {sorted(overrides)}; "
+                    "each policy takes its spaces from the agents mapped to it and the model "
+                    "from `model`, so give its spec as None"
+                )
+        return list(policies)
+    if isinstance(policies, (set, frozenset)):
+        return sorted(policies)
+    if isinstance(policies, (list, tuple)):
+        return list(policies)
+    raise TypeError(f"multi_agent(policies=...): expects policy ids (a list, set or dict), got {policies!r}")
+
+
+def _resolve_multi_agent_callables(out):
+    """Calls a ``policy_mapping_fn`` once per agent id of the env and a ``policies_to_train``
+    callable once per policy id, leaving the tables the Rust side reads."""
+    mapping, to_train = out.get("policy_mapping"), out.get("policies_to_train")
+    if callable(mapping):
+        agents = _impala_rs.multi_agent_ids(out["env"], out.get("env_config") or {})
+        if agents is None:
+            raise _impala_rs.ConfigError(
+                f"multi_agent(policy_mapping_fn=...) is set, but {out['env']!r} is a single-agent env"
+            )
+        table = {}
+        for agent in agents:
+            policy = mapping(agent, None)
+            if not isinstance(policy, str):
+                raise TypeError(f"policy_mapping_fn({agent!r}, None) returned {policy!r}, not a policy id")
+            table[agent] = policy
+        out["policy_mapping"] = table
+    if callable(to_train):
+        ids = out.get("policies") or ["default_policy"]
+        out["policies_to_train"] = [p for p in ids if to_train(p, None)]
 
 
 def _nearest(name):

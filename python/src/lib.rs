@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Once, PoisonError};
 
 use impala::config::{ConfigError as RustConfigError, ImpalaConfig, ValidatedConfig};
 use impala::core::{NamedTensor, Space};
-use impala::{Impala, ImpalaError as RustImpalaError, TrainedPolicy};
+use impala::{Impala, ImpalaError as RustImpalaError, MultiAgentImpala, Trainable, TrainedPolicy};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -170,12 +170,55 @@ fn checkpoint_config(py: Python<'_>, path: PathBuf) -> PyResult<Py<PyAny>> {
     config_to_python(py, &config)
 }
 
+/// The algorithm a config builds: one policy, or a multi-agent env's policies.
+#[derive(Debug)]
+enum Algo {
+    Single(Box<Impala>),
+    Multi(Box<MultiAgentImpala>),
+}
+
+impl Algo {
+    fn trainable(&mut self) -> &mut dyn Trainable {
+        match self {
+            Algo::Single(algo) => algo.as_mut(),
+            Algo::Multi(algo) => algo.as_mut(),
+        }
+    }
+
+    /// The single-agent algorithm, for what only it has (one policy's weights and filter).
+    fn single(&mut self) -> impala::Result<&mut Impala> {
+        match self {
+            Algo::Single(algo) => Ok(algo),
+            Algo::Multi(_) => Err(RustImpalaError::MultiAgentOption {
+                key: "policies",
+                reason: "this call acts on the one policy of a single-agent run; name the policy \
+                         (`get_policy(policy_id)`, `get_weights([policy_id])`)"
+                    .into(),
+            }),
+        }
+    }
+
+    fn policy(&self, policy_id: &str) -> impala::Result<TrainedPolicy> {
+        match self {
+            Algo::Single(algo) if policy_id == impala::DEFAULT_POLICY_ID => algo.get_policy(),
+            Algo::Single(_) => Err(RustImpalaError::MultiAgentOption {
+                key: "policies",
+                reason: format!(
+                    "there is no policy `{policy_id}`: a single-agent run trains `{}`",
+                    impala::DEFAULT_POLICY_ID
+                ),
+            }),
+            Algo::Multi(algo) => algo.get_policy(policy_id),
+        }
+    }
+}
+
 /// RLlib's `Impala` algorithm: built from a checked config dict, trained one iteration per
 /// `train()` call.
 #[pyclass(module = "impala_rs._impala_rs")]
 struct Algorithm {
     /// `None` once stopped. Calls from several Python threads take turns.
-    inner: Mutex<Option<Impala>>,
+    inner: Mutex<Option<Algo>>,
     /// Set by Ctrl-C during `train()`: the iteration ends early.
     interrupt: Arc<AtomicBool>,
 }
@@ -197,8 +240,20 @@ impl Algorithm {
         // The package's `IMPALAConfig` already reported the warnings (`check_config`).
         let (config, _warnings) = validated(config)?;
         let transport = runner_server.map(|server| Arc::clone(&server.inner));
+        let multi_agent = impala::envs::is_multi_agent(&config.config().env);
         let mut algo = py
             .detach(|| {
+                if multi_agent {
+                    if transport.is_some() {
+                        return Err(RustImpalaError::MultiAgentOption {
+                            key: "env_runner_backend",
+                            reason: "multi-agent envs sample on runner threads of this process; \
+                                     remove `env_runner_backend=\"ray\"`"
+                                .into(),
+                        });
+                    }
+                    return MultiAgentImpala::new(config).map(|algo| Algo::Multi(Box::new(algo)));
+                }
                 let mut builder = Impala::builder(config);
                 if let Some(creator) = env_creator {
                     builder = builder.python_env_creator(creator);
@@ -206,11 +261,11 @@ impl Algorithm {
                 if let Some(server) = transport {
                     builder = builder.remote_env_runners(server);
                 }
-                builder.build()
+                builder.build().map(|algo| Algo::Single(Box::new(algo)))
             })
             .map_err(impala_err)?;
         let interrupt = Arc::new(AtomicBool::new(false));
-        algo.set_interrupt_flag(Arc::clone(&interrupt));
+        algo.trainable().set_interrupt_flag(Arc::clone(&interrupt));
         Ok(Algorithm { inner: Mutex::new(Some(algo)), interrupt })
     }
 
@@ -219,7 +274,7 @@ impl Algorithm {
         self.interrupt.store(false, Ordering::SeqCst);
         let result = {
             let _ctrl_c = CtrlC::watch(py, &self.interrupt)?;
-            self.with(py, Impala::train)
+            self.with(py, |algo| algo.trainable().train())
         };
         let result = to_python(py, &result?.to_json())?;
         // A Ctrl-C during the iteration raises KeyboardInterrupt here (Python's own handler
@@ -235,26 +290,26 @@ impl Algorithm {
     /// Runs `evaluation_duration` evaluation episodes with the current weights (RLlib's
     /// `evaluate()`); returns `{"env_runners": {...}}` like RLlib's evaluation results.
     fn evaluate(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let result = self.with(py, Impala::evaluate)?;
+        let result = self.with(py, |algo| algo.trainable().evaluate())?;
         serialized_to_python(py, &BTreeMap::from([("env_runners", result)]))
     }
 
     /// Saves a checkpoint `dir/checkpoint_<iteration>` (the CLI's format) and returns its path.
     fn save(&self, py: Python<'_>, dir: PathBuf) -> PyResult<String> {
-        let path = self.with(py, |algo| algo.save(&dir))?;
+        let path = self.with(py, |algo| algo.trainable().save(&dir))?;
         Ok(path.display().to_string())
     }
 
     /// Restores a checkpoint folder (or the newest checkpoint of a run folder).
     fn restore(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        self.with(py, |algo| algo.restore(&path))
+        self.with(py, |algo| algo.trainable().restore(&path))
     }
 
     /// Stops the env runners, their env workers and the learner; later calls raise.
     fn stop(&self, py: Python<'_>) -> PyResult<()> {
         let taken = self.lock().take();
         match taken {
-            Some(mut algo) => py.detach(|| algo.stop()).map_err(impala_err),
+            Some(mut algo) => py.detach(|| algo.trainable().stop()).map_err(impala_err),
             None => Ok(()),
         }
     }
@@ -262,14 +317,32 @@ impl Algorithm {
     /// Completed training iterations.
     #[getter]
     fn iteration(&self) -> PyResult<u64> {
-        self.lock().as_ref().map(Impala::iteration).ok_or_else(stopped)
+        self.lock().as_mut().map(|algo| algo.trainable().iteration()).ok_or_else(stopped)
     }
 
-    /// The policy with the learner's current weights and the run's observation filter (a
-    /// copy: later training does not change it; see `update_policy`).
-    fn get_policy(&self, py: Python<'_>) -> PyResult<Policy> {
-        let policy = self.with(py, |algo| algo.get_policy())?;
+    /// Policy `policy_id` with the learner's current weights and the run's observation filter
+    /// (a copy: later training does not change it; see `update_policy`).
+    #[pyo3(signature = (policy_id = impala::DEFAULT_POLICY_ID.to_string()))]
+    fn get_policy(&self, py: Python<'_>, policy_id: String) -> PyResult<Policy> {
+        let policy = self.with(py, |algo| algo.policy(&policy_id))?;
         Ok(Policy { inner: Mutex::new(policy) })
+    }
+
+    /// The policy ids: `default_policy`, or a multi-agent run's `policies`.
+    #[getter]
+    fn policy_ids(&self) -> PyResult<Vec<String>> {
+        match self.lock().as_ref().ok_or_else(stopped)? {
+            Algo::Single(_) => Ok(vec![impala::DEFAULT_POLICY_ID.to_string()]),
+            Algo::Multi(algo) => Ok(algo.policy_map().policy_ids.clone()),
+        }
+    }
+
+    /// Restores only policy `policy_id` of a multi-agent checkpoint.
+    fn restore_policy(&self, py: Python<'_>, path: PathBuf, policy_id: String) -> PyResult<()> {
+        self.with(py, |algo| match algo {
+            Algo::Multi(algo) => algo.restore_policy(&path, &policy_id),
+            Algo::Single(algo) => algo.restore(&path),
+        })
     }
 
     /// Replaces the learner's weights with `(name, shape, float32 bytes)`, one per parameter
@@ -277,19 +350,20 @@ impl Algorithm {
     /// misshapen one raises `ImpalaError` naming it.
     fn set_weights(&self, py: Python<'_>, weights: Vec<RawTensor>) -> PyResult<()> {
         let tensors = named_tensors(weights)?;
-        self.with(py, |algo| algo.set_weights(tensors))
+        self.with(py, |algo| algo.single()?.set_weights(tensors))
     }
 
     /// Gives `policy` (one of `get_policy()`) the learner's current weights and the run's
     /// current observation filter.
     fn update_policy(&self, py: Python<'_>, policy: &Policy) -> PyResult<()> {
-        self.with(py, |algo| algo.update_policy(&mut policy.lock()))
+        self.with(py, |algo| algo.single()?.update_policy(&mut policy.lock()))
     }
 
     /// The validated config, every option included.
     #[getter]
     fn config(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let config = self.lock().as_ref().ok_or_else(stopped)?.config().config().clone();
+        let config =
+            self.lock().as_mut().ok_or_else(stopped)?.trainable().config().config().clone();
         config_to_python(py, &config)
     }
 }
@@ -299,7 +373,7 @@ impl Algorithm {
     fn with<R: Send>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&mut Impala) -> impala::Result<R> + Send,
+        f: impl FnOnce(&mut Algo) -> impala::Result<R> + Send,
     ) -> PyResult<R> {
         py.detach(|| match self.lock().as_mut() {
             Some(algo) => f(algo).map_err(impala_err),
@@ -308,7 +382,7 @@ impl Algorithm {
     }
 
     /// The algorithm; a panic in an earlier call (already reported) does not lock it away.
-    fn lock(&self) -> MutexGuard<'_, Option<Impala>> {
+    fn lock(&self) -> MutexGuard<'_, Option<Algo>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -317,7 +391,7 @@ impl Drop for Algorithm {
     /// An algorithm dropped without `stop()` still stops its threads and env workers.
     fn drop(&mut self) {
         if let Some(mut algo) = self.lock().take() {
-            if let Err(e) = algo.stop() {
+            if let Err(e) = algo.trainable().stop() {
                 eprintln!(
                     "impala_rs: stopping a dropped algorithm failed: {}",
                     impala::error_chain(&e)
@@ -730,6 +804,22 @@ fn init_logging() {
     });
 }
 
+/// The agent ids of multi-agent env `env` with `env_config`, in its order (what a Python
+/// `policy_mapping_fn` is called with); `None` for a single-agent env.
+#[pyfunction]
+fn multi_agent_ids(env: &str, env_config: &Bound<'_, PyDict>) -> PyResult<Option<Vec<String>>> {
+    if !impala::envs::is_multi_agent(env) {
+        return Ok(None);
+    }
+    let env_config: impala::envs::EnvConfig = match to_json(env_config.as_any(), "env_config")? {
+        Value::Object(map) => map.into_iter().collect(),
+        _ => Default::default(),
+    };
+    let made = impala::envs::make_multi_agent(env, &env_config)
+        .map_err(|e| impala_err(RustImpalaError::from(e)))?;
+    Ok(Some(made.spec().agents.iter().map(|a| a.id.clone()).collect()))
+}
+
 /// The native module.
 #[pymodule]
 fn _impala_rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -750,5 +840,6 @@ fn _impala_rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(checkpoint_config, m)?)?;
     m.add_function(wrap_pyfunction!(resource_bundles, m)?)?;
     m.add_function(wrap_pyfunction!(env_spec, m)?)?;
+    m.add_function(wrap_pyfunction!(multi_agent_ids, m)?)?;
     Ok(())
 }

@@ -1,0 +1,103 @@
+"""Multi-agent training from Python with RLlib's ``multi_agent()``: a coordination game learned
+with a policy per agent mapped by a ``policy_mapping_fn``, per-policy results, weights and
+actions, a policy left out of ``policies_to_train`` unchanged, checkpoints restored whole or
+per policy, and the refusals."""
+
+import numpy as np
+import pytest
+
+from impala_rs import ConfigError, IMPALAConfig, ImpalaError
+
+
+def half_observed():
+    """HalfObserved (two agents, `left` and `right`, each seeing one bit; both rewarded when
+    their actions' parity is the bits' parity; 10 steps) as it learns fast here."""
+    return (
+        IMPALAConfig()
+        .environment("HalfObserved")
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=8, rollout_fragment_length=10)
+        .training(train_batch_size=80, lr=0.003, entropy_coeff=0.003, model={"fcnet_hiddens": [16]})
+        .reporting(min_time_s_per_iteration=0.25, metrics_num_episodes_for_smoothing=50)
+        .debugging(seed=3)
+    )
+
+
+def test_a_policy_per_agent_learns_to_coordinate(tmp_path):
+    config = half_observed().multi_agent(
+        policies={"left", "right"},
+        policy_mapping_fn=lambda agent_id, episode, **kwargs: agent_id,
+        count_steps_by="agent_steps",
+    )
+    with config.build_algo() as algo:
+        assert algo.policy_ids == ["left", "right"]
+        for _ in range(120):
+            result = algo.train()
+            if min(result["policy_reward_mean"].values()) >= 9.5:
+                break
+        assert min(result["policy_reward_mean"].values()) >= 9.5, result["policy_reward_mean"]
+        assert set(result["info"]["learner"]) == {"left", "right"}
+        assert result["env_runners"]["module_episode_returns_mean/right"] >= 9.5
+        assert result["timesteps_total"] == result["num_agent_steps_sampled"]
+        # Greedy, the two policies share a convention (both play their bit, or both flip it).
+        act = {
+            (policy, bit): algo.compute_single_action(bit, policy_id=policy, explore=False)
+            for policy in ("left", "right")
+            for bit in (0, 1)
+        }
+        for left in (0, 1):
+            for right in (0, 1):
+                assert act["left", left] ^ act["right", right] == left ^ right, act
+        weights = algo.get_weights()
+        assert set(weights) == {"left", "right"}
+        assert not np.array_equal(weights["left"]["logits.weight"], weights["right"]["logits.weight"])
+        evaluation = algo.evaluate()["env_runners"]
+        assert evaluation["policy_reward_mean"] == {"left": 10.0, "right": 10.0}
+        checkpoint = algo.save(tmp_path)
+    # A fresh run takes back one policy, or all of them.
+    with config.build_algo() as fresh:
+        fresh.restore(checkpoint, policy_ids=["left"])
+        assert fresh.iteration == 0
+        np.testing.assert_array_equal(fresh.get_weights(["left"])["left"]["logits.weight"], weights["left"]["logits.weight"])
+        fresh.restore(checkpoint)
+        assert fresh.iteration == result["training_iteration"]
+        with pytest.raises(KeyError, match="no policy 'middle'"):
+            fresh.get_policy("middle")
+
+
+def test_a_policy_not_to_train_keeps_its_weights():
+    config = half_observed().multi_agent(
+        policies=["left", "right"],
+        policy_mapping_fn={"left": "left", "right": "right"},
+        policies_to_train=lambda policy_id, batch: policy_id == "left",
+    )
+    with config.build_algo() as algo:
+        before = algo.get_weights()
+        for _ in range(3):
+            result = algo.train()
+        after = algo.get_weights()
+    assert "right" not in result["info"]["learner"]
+    for name, value in before["right"].items():
+        np.testing.assert_array_equal(after["right"][name], value)
+    assert not np.array_equal(after["left"]["logits.weight"], before["left"]["logits.weight"])
+
+
+def test_multi_agent_mistakes_are_refused_naming_the_agent_and_the_policy():
+    class Spec:
+        observation_space = "Box(4)"
+
+    with pytest.raises(TypeError, match="spec of 'left' sets"):
+        half_observed().multi_agent(policies={"left": Spec(), "right": None})
+    with pytest.raises(TypeError, match="policy_mapping_fn"):
+        half_observed().multi_agent(policy_mapping_fn=3)
+    with pytest.raises(ConfigError, match="single-agent env"):
+        IMPALAConfig().multi_agent(policy_mapping_fn=lambda agent_id, episode: "p").validate()
+    config = half_observed().multi_agent(
+        policies=["left", "right"], policy_mapping_fn=lambda agent_id, episode: "left"
+    )
+    with pytest.raises(ImpalaError, match="no agent of the env maps to policy `right`"):
+        config.build_algo()
+    config = half_observed().multi_agent(policy_mapping_fn={"left": "nobody"})
+    with pytest.raises(ImpalaError, match="maps `left` to policy `nobody`"):
+        config.build_algo()
+    with pytest.raises(ImpalaError, match="does not apply to a multi-agent env"):
+        half_observed().environment(clip_rewards=1.0).build_algo()
