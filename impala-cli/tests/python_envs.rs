@@ -61,6 +61,58 @@ fn a_users_python_env_trains_to_its_optimum() -> TestResult {
 }
 
 #[test]
+fn a_pettingzoo_env_trains_a_policy_per_agent() -> TestResult {
+    let dir = workdir()?;
+    // HalfObserved written to PettingZoo's ParallelEnv API: 10 per agent at best, 5 at random.
+    let mut args = vec!["train", "--env", "impala_test_envs:HalfObservedParallel"];
+    for set in [
+        "policies=[\"left\",\"right\"]",
+        "num_envs_per_env_runner=8",
+        "num_envs_per_env_worker=8",
+        "rollout_fragment_length=10",
+        "train_batch_size=80",
+        "lr=0.003",
+        "entropy_coeff=0.003",
+        "model.fcnet_hiddens=[16]",
+        "metrics_num_episodes_for_smoothing=50",
+        "min_time_s_per_iteration=0.5",
+    ] {
+        args.extend(["--set", set]);
+    }
+    args.extend(["--stop-reward", "19", "--stop-time", "120", "--seed", "3", "--run-dir", "run"]);
+    let run = impala(dir.path(), &args)?;
+    assert_success(&run);
+    let last = last_result(dir.path())?;
+    for policy in ["left", "right"] {
+        let reward = last["policy_reward_mean"][policy].as_f64();
+        assert!(reward.is_some_and(|r| r >= 9.0), "{policy}: {}", run.stdout);
+    }
+    // A PettingZoo AEC env (rock-paper-scissors, through `aec_to_parallel`) with one shared
+    // policy: a few iterations, per-policy results.
+    let args = [
+        "train",
+        "--env",
+        "pettingzoo.classic.rps_v2:env",
+        "--stop-iters",
+        "2",
+        "--set",
+        "min_time_s_per_iteration=0.5",
+        "--set",
+        "num_envs_per_env_runner=4",
+        "--run-dir",
+        "rps",
+        "--quiet",
+    ];
+    let run = impala(dir.path(), &args)?;
+    assert_success(&run);
+    let results = read_result_lines(&dir.path().join("rps").join(RESULT_FILE))?;
+    let (_, last) = results.last().ok_or("no result lines")?;
+    assert!(last["policy_reward_mean"]["default_policy"].is_number(), "{last}");
+    assert!(last["num_agent_steps_sampled"].as_u64() > last["num_env_steps_sampled"].as_u64());
+    Ok(())
+}
+
+#[test]
 fn a_uint8_image_env_trains_with_the_default_cnn() -> TestResult {
     let dir = workdir()?;
     // 42x42x1 uint8 frames in Gymnasium's HWC layout, no wrappers (RLlib 2.60's default CNN

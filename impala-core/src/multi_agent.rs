@@ -6,7 +6,7 @@
 //! `possible_agents`), so stepping never allocates or hashes names: observation buffers, actions
 //! and [`AgentStep`]s are slices in that order.
 
-use crate::{CoreError, Result, Space};
+use crate::{CoreError, EnvSpec, Result, Space};
 
 /// What a multi-agent environment is: its id, every agent that may take part with its spaces,
 /// and its time limit.
@@ -72,6 +72,17 @@ impl MultiAgentSpec {
     /// How many agents may take part.
     pub fn num_agents(&self) -> usize {
         self.agents.len()
+    }
+
+    /// The single-agent spec `agent` acts in: its spaces, this env's id and time limit (what
+    /// the policy acting for it is built for).
+    pub fn agent_env_spec(&self, agent: &AgentSpec) -> EnvSpec {
+        EnvSpec {
+            id: self.id.clone(),
+            observation_space: agent.observation_space.clone(),
+            action_space: agent.action_space.clone(),
+            max_episode_steps: self.max_episode_steps,
+        }
     }
 
     /// The index of the agent named `id`.
@@ -238,6 +249,39 @@ pub trait MultiAgentEnv: Send {
         obs: &mut [Vec<f32>],
         out: &mut MultiAgentStep,
     ) -> Result<()>;
+
+    /// Whether this env steps elsewhere (a worker process), so that its step can be begun with
+    /// [`MultiAgentEnv::begin_step`] and finished with [`MultiAgentEnv::finish_step`]: a runner
+    /// then starts every env's step before it waits for any. The default, `false`.
+    fn steps_elsewhere(&self) -> bool {
+        false
+    }
+
+    /// Starts `step(actions)` without waiting for it (envs that [`MultiAgentEnv::steps_elsewhere`]
+    /// only); the caller finishes it with [`MultiAgentEnv::finish_step`] before anything else.
+    fn begin_step(&mut self, actions: &[Vec<f32>]) -> Result<()> {
+        let _ = actions;
+        Err(CoreError::Env {
+            env: self.spec().id.clone(),
+            reason: "begin_step on an env that steps only in step".into(),
+        })
+    }
+
+    /// Sends the steps begun so far on their way (a worker process gets one command for all of
+    /// its envs' steps). The default does nothing.
+    fn flush_steps(&mut self) -> Result<()> {
+        Ok(())
+    }
+
+    /// Finishes the step [`MultiAgentEnv::begin_step`] started, as [`MultiAgentEnv::step`]
+    /// would have.
+    fn finish_step(&mut self, obs: &mut [Vec<f32>], out: &mut MultiAgentStep) -> Result<()> {
+        let _ = (obs, out);
+        Err(CoreError::Env {
+            env: self.spec().id.clone(),
+            reason: "finish_step without a step begun by begin_step".into(),
+        })
+    }
 }
 
 impl<E: MultiAgentEnv + ?Sized> MultiAgentEnv for Box<E> {
@@ -259,5 +303,17 @@ impl<E: MultiAgentEnv + ?Sized> MultiAgentEnv for Box<E> {
         out: &mut MultiAgentStep,
     ) -> Result<()> {
         (**self).step(actions, obs, out)
+    }
+    fn steps_elsewhere(&self) -> bool {
+        (**self).steps_elsewhere()
+    }
+    fn begin_step(&mut self, actions: &[Vec<f32>]) -> Result<()> {
+        (**self).begin_step(actions)
+    }
+    fn flush_steps(&mut self) -> Result<()> {
+        (**self).flush_steps()
+    }
+    fn finish_step(&mut self, obs: &mut [Vec<f32>], out: &mut MultiAgentStep) -> Result<()> {
+        (**self).finish_step(obs, out)
     }
 }

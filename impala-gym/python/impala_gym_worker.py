@@ -20,6 +20,14 @@ Protocol (see impala-gym/src/worker.rs, which is the other side):
   observation row, so the runner's reset needs no round trip. Observations go into shared
   memory as float32, or as bytes for a uint8 Box observation space (the runner's
   `Space::Bytes`); actions as float32.
+- Multi-agent envs (PettingZoo `ParallelEnv`s, AEC envs through PettingZoo's
+  `aec_to_parallel`, and envs written to RLlib's `MultiAgentEnv` API) are detected when the
+  first env is built; the start-up line then lists `agents` with their spaces, and every
+  (env, agent) pair is a slot: env `e`'s agent `i` is slot `e * K + i` (K agents). `R` resets
+  the env of its slot, `M` steps each env of its slots once with the actions of those slots
+  (the agents that act), and both reply once for every agent slot of the env: flags bit 0
+  terminated, bit 1 truncated, bit 4 observed (its observation row was written), bit 5 all
+  terminated, bit 6 all truncated (RLlib's `"__all__"`).
 - The worker exits when stdin closes (the runner went away) or when its parent process dies,
   even inside a hung env step (a watchdog thread checks the parent's pid). It ignores SIGINT:
   a Ctrl-C meant for the trainer reaches its whole process group, and the trainer stops it.
@@ -209,8 +217,9 @@ class Envs:
     def __init__(self, setup, np, gym):
         self.np, self.gym, self.setup = np, gym, setup
         self.envs = [self.make() for _ in range(setup["count"])]
-        self.observation_space = self.envs[0].observation_space
-        self.action_space = self.envs[0].action_space
+        # Multi-agent envs have per-agent spaces instead (see MultiAgentEnvs).
+        self.observation_space = getattr(self.envs[0], "observation_space", None)
+        self.action_space = getattr(self.envs[0], "action_space", None)
         spec = getattr(self.envs[0], "spec", None)
         self.max_episode_steps = getattr(spec, "max_episode_steps", None) if spec else None
 
@@ -270,6 +279,136 @@ def _takes_config(creator):
         return False
     positional = [p for p in params if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
     return len(positional) == 1 and not any(p.kind == p.VAR_KEYWORD for p in params)
+
+
+def flat_width(space_json, np):
+    """Values one element of a described space takes in a shared-memory row."""
+    if space_json["kind"] == "discrete":
+        return 1
+    if space_json["kind"] == "multi_discrete":
+        return len(space_json["nvec"])
+    return max(1, int(np.prod(space_json["shape"])))
+
+
+def is_multi_agent(env):
+    """Whether `env` follows a multi-agent API: PettingZoo's (parallel or AEC), or RLlib's
+    `MultiAgentEnv` (agent ids from `possible_agents` or `get_agent_ids`)."""
+    return hasattr(env, "possible_agents") or callable(getattr(env, "get_agent_ids", None))
+
+
+class MultiAgentEnvs:
+    """The multi-agent envs of a worker, each agent a slot (see the module docstring)."""
+
+    def __init__(self, envs, np, spaces):
+        self.np, self.spaces = np, spaces
+        self.envs = [self.parallel(env) for env in envs.envs]
+        first = self.envs[0]
+        agents = getattr(first, "possible_agents", None)
+        if agents is None:
+            agents = sorted(first.get_agent_ids())
+        self.agents = list(agents)
+        if not self.agents:
+            raise ValueError("the multi-agent env lists no agents (possible_agents is empty)")
+        self.index = {agent: i for i, agent in enumerate(self.agents)}
+        self.observation_spaces = [self.space(first, "observation", a) for a in self.agents]
+        self.action_spaces = [self.space(first, "action", a) for a in self.agents]
+        self.max_episode_steps = None
+
+    @staticmethod
+    def parallel(env):
+        """PettingZoo AEC envs step through PettingZoo's own `aec_to_parallel`."""
+        try:
+            from pettingzoo.utils.env import AECEnv
+        except ImportError:
+            return env
+        if isinstance(env, AECEnv):
+            from pettingzoo.utils.conversions import aec_to_parallel
+
+            return aec_to_parallel(env)
+        return env
+
+    def space(self, env, kind, agent):
+        """Agent `agent`'s `kind` space: PettingZoo's `observation_space(agent)`, RLlib's
+        `observation_spaces[agent]`, or a `Dict` space keyed by agent."""
+        attr = getattr(env, f"{kind}_space", None)
+        if callable(attr) and not isinstance(attr, self.spaces.Space):
+            return attr(agent)
+        per_agent = getattr(env, f"{kind}_spaces", None)
+        if isinstance(per_agent, dict) and agent in per_agent:
+            return per_agent[agent]
+        if isinstance(attr, self.spaces.Dict) and agent in attr.spaces:
+            return attr.spaces[agent]
+        raise TypeError(f"the multi-agent env has no {kind} space for agent {agent!r}")
+
+    def describe(self):
+        np, spaces = self.np, self.spaces
+        return [
+            {
+                "id": str(agent),
+                "observation_space": ObsWriter(obs, np, spaces).space_json(),
+                "action_space": describe(act, np, spaces, False, False),
+            }
+            for agent, obs, act in zip(self.agents, self.observation_spaces, self.action_spaces)
+        ]
+
+    def bind(self, obs_rows, act_rows):
+        """Per agent, `write(obs, slot)` and `read(slot)` over its first columns of the rows
+        (the rows are as wide as the widest agent's)."""
+        np, spaces = self.np, self.spaces
+        self.writers, self.readers = [], []
+        for obs_space, act_space in zip(self.observation_spaces, self.action_spaces):
+            writer = ObsWriter(obs_space, np, spaces)
+            width = flat_width(writer.space_json(), np)
+            if width == obs_rows.shape[1] or writer.flat_space is not None or len(obs_space.shape or ()) < 2:
+                self.writers.append(writer.bind(obs_rows[:, :width]))
+            else:
+                # A narrower agent's image-shaped observation, flattened into its columns.
+                def write(obs, slot, rows=obs_rows, width=width):
+                    rows[slot, :width] = np.asarray(obs).reshape(-1)
+
+                self.writers.append(write)
+            act_width = flat_width(describe(act_space, np, spaces, False, False), np)
+            read = ActionReader(act_space, np, spaces).bind(act_rows[:, :act_width])
+            self.readers.append(lambda slot, read=read: read((slot,))[0])
+
+    def reset(self, e, seed):
+        """Resets env `e`; returns its replies (one per agent slot)."""
+        obs, _ = self.envs[e].reset(seed=seed)
+        return self.replies(e, obs, {}, {}, {}, None)
+
+    def step(self, e, slots):
+        """Steps env `e` with the actions of `slots` (its acting agents); its replies."""
+        k = len(self.agents)
+        actions = {self.agents[slot - e * k]: self.readers[slot - e * k](slot) for slot in slots}
+        env = self.envs[e]
+        obs, rewards, terminateds, truncateds, _ = env.step(actions)
+        return self.replies(e, obs, rewards, terminateds, truncateds, env)
+
+    def replies(self, e, obs, rewards, terminateds, truncateds, env):
+        k = len(self.agents)
+        if "__all__" in terminateds or "__all__" in truncateds:
+            all_term = bool(terminateds.get("__all__", False))
+            all_trunc = bool(truncateds.get("__all__", False)) and not all_term
+        elif env is not None and hasattr(env, "agents") and not env.agents:
+            # PettingZoo: the episode is over once no agent is left.
+            all_trunc = any(truncateds.values()) and not all(terminateds.values())
+            all_term = not all_trunc
+        else:
+            all_term = all_trunc = False
+        out = []
+        for agent, i in self.index.items():
+            slot = e * k + i
+            flags = 0
+            if agent in obs:
+                self.writers[i](obs[agent], slot)
+                flags |= 16
+            if terminateds.get(agent, False):
+                flags |= 1
+            elif truncateds.get(agent, False):
+                flags |= 2
+            flags |= (32 if all_term else 0) | (64 if all_trunc else 0)
+            out.append(REPLY.pack(b"O", flags, slot, 0, float(rewards.get(agent, 0.0))))
+        return out
 
 
 class AtariEnvs:
@@ -465,25 +604,32 @@ def main():
             gym.register_envs(ale_py)
         atari = setup.get("atari_vector", False)
         envs = (AtariEnvs if atari else Envs)(setup, np, gym)
-        writer = ObsWriter(envs.observation_space, np, spaces)
-        reader = ActionReader(envs.action_space, np, spaces)
-        hello(
-            {
-                "observation_space": writer.space_json(),
-                "action_space": describe(envs.action_space, np, spaces, False, False),
-                "max_episode_steps": envs.max_episode_steps,
-            }
-        )
+        if not atari and is_multi_agent(envs.envs[0]):
+            envs = MultiAgentEnvs(envs, np, spaces)
+            hello({"agents": envs.describe(), "max_episode_steps": None})
+        else:
+            writer = ObsWriter(envs.observation_space, np, spaces)
+            reader = ActionReader(envs.action_space, np, spaces)
+            hello(
+                {
+                    "observation_space": writer.space_json(),
+                    "action_space": describe(envs.action_space, np, spaces, False, False),
+                    "max_episode_steps": envs.max_episode_steps,
+                }
+            )
     except BaseException as exc:  # noqa: BLE001 - everything must reach the runner
         hello({"error": last_frame(exc)})
         return 1
     atari = isinstance(envs, AtariEnvs)
+    multi = isinstance(envs, MultiAgentEnvs)
 
     line = sys.stdin.buffer.readline()
     if not line:
         return 0
     shm = json.loads(line)
     count, obs_dim, act_dim = setup["count"], shm["obs_dim"], shm["action_dim"]
+    if multi:
+        count *= len(envs.agents)
     with open(shm["path"], "r+b") as f:
         region = mmap.mmap(f.fileno(), shm["size"])
     obs_rows = np.ndarray((count, obs_dim), np.dtype(shm["obs_dtype"]), buffer=region, offset=0)
@@ -493,6 +639,11 @@ def main():
     act_rows = np.ndarray(
         (count, act_dim), np.float32, buffer=region, offset=shm["action_offset"]
     )
+    if multi:
+        envs.bind(obs_rows, act_rows)
+        hello({"ready": True})
+        commands = Commands(sys.stdin.buffer.raw.fileno(), setup.get("spin", False))
+        return serve_multi_agent(envs, commands, replies)
     write = writer.bind(obs_rows)
     write_final = writer.bind(final_rows)
     read = reader.bind(act_rows)
@@ -568,6 +719,44 @@ def main():
                                 again
                             ).encode("utf-8", "replace")
                     out.append(failure(status, slot, message))
+            if out:
+                replies.write(b"".join(out))
+
+
+def serve_multi_agent(envs, commands, replies):
+    """The command loop of multi-agent envs (see the module docstring): each command's replies,
+    one per agent slot of every env it reset or stepped, go out in one write."""
+    k = len(envs.agents)
+    pending = b""
+    while True:
+        chunk = commands.read()
+        if not chunk:
+            return 0
+        pending += chunk
+        while len(pending) >= COMMAND.size:
+            op, has_seed, slot, _, seed = COMMAND.unpack_from(pending)
+            pending = pending[COMMAND.size :]
+            if op == b"Q":
+                return 0
+            if op == b"R":
+                by_env = {slot // k: None}
+            elif op == b"M":
+                by_env = {}
+                for s in mask_slots(slot, seed):
+                    by_env.setdefault(s // k, []).append(s)
+            else:
+                replies.write(failure(b"E", slot, f"unknown command {op!r}".encode()))
+                continue
+            out = []
+            for e, slots in by_env.items():
+                try:
+                    if op == b"R":
+                        out.extend(envs.reset(e, int(seed) if has_seed else None))
+                    else:
+                        out.extend(envs.step(e, slots))
+                except Exception as exc:  # noqa: BLE001 - a failing env is reported, not fatal
+                    message = last_frame(exc).encode("utf-8", "replace")
+                    out.extend(failure(b"E", e * k + i, message) for i in range(k))
             if out:
                 replies.write(b"".join(out))
 

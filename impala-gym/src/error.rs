@@ -41,6 +41,17 @@ pub enum GymError {
         /// Why.
         reason: String,
     },
+    /// The env is of the other kind than the caller expects (a multi-agent env where one agent
+    /// was expected, or the other way round).
+    #[error("env `{env}` is {found}; {fix}")]
+    WrongKind {
+        /// The env id.
+        env: String,
+        /// What it is.
+        found: &'static str,
+        /// What to do.
+        fix: &'static str,
+    },
     /// A Python exception in `reset` or `step`.
     #[error("env `{env}` raised in Python: {message}")]
     EnvFailed {
@@ -100,6 +111,7 @@ impl From<GymError> for CoreError {
             GymError::PythonNotFound { env, .. }
             | GymError::Creation { env, .. }
             | GymError::UnsupportedSpace { env, .. }
+            | GymError::WrongKind { env, .. }
             | GymError::EnvFailed { env, .. }
             | GymError::WorkerDied { env, .. }
             | GymError::Timeout { env, .. }

@@ -45,6 +45,7 @@
 //! ```
 
 mod error;
+mod multi_agent;
 mod shm;
 mod worker;
 
@@ -55,9 +56,10 @@ use std::sync::{Arc, Mutex, PoisonError, Weak};
 use std::thread::ThreadId;
 use std::time::Duration;
 
-use impala_core::{CoreError, Env, EnvSpec, StepOutcome};
+use impala_core::{CoreError, Env, EnvSpec, MultiAgentSpec, StepOutcome};
 
 pub use error::{GymError, Result};
+pub use multi_agent::GymMultiAgentEnv;
 use worker::{EnvWorker, Reply};
 
 /// The environment variable that names the Python interpreter (after the config's
@@ -171,6 +173,47 @@ impl GymEnvPool {
     /// Env `env_index` of incarnation `incarnation` of runner `runner_index`. The first env of
     /// each group of `envs_per_worker` starts a worker for the group; the others join it.
     pub fn make(&self, runner_index: usize, incarnation: u64, env_index: usize) -> Result<GymEnv> {
+        let (worker, slot) = self.worker_for(runner_index, incarnation, env_index)?;
+        let guard = worker.lock().unwrap_or_else(PoisonError::into_inner);
+        if guard.agents().is_some() {
+            return Err(GymError::WrongKind {
+                env: self.settings.env.clone(),
+                found: "a multi-agent env",
+                fix: "train it as one (`MultiAgentImpala`, which `impala train` picks for it)",
+            });
+        }
+        let spec = guard.spec().clone();
+        drop(guard);
+        Ok(GymEnv {
+            worker,
+            slot,
+            spec,
+            stepping: false,
+            reset_done: false,
+            episode_continues: false,
+        })
+    }
+
+    /// Multi-agent env `env_index` of incarnation `incarnation` of runner `runner_index`
+    /// (PettingZoo's parallel or AEC envs, or RLlib's `MultiAgentEnv` API), its workers shared
+    /// as [`GymEnvPool::make`] shares them.
+    pub fn make_multi_agent(
+        &self,
+        runner_index: usize,
+        incarnation: u64,
+        env_index: usize,
+    ) -> Result<GymMultiAgentEnv> {
+        let (worker, index) = self.worker_for(runner_index, incarnation, env_index)?;
+        GymMultiAgentEnv::new(worker, index, &self.settings.env)
+    }
+
+    /// The worker hosting env `env_index` of a runner's incarnation, and the env's index there.
+    fn worker_for(
+        &self,
+        runner_index: usize,
+        incarnation: u64,
+        env_index: usize,
+    ) -> Result<(Arc<Mutex<EnvWorker>>, usize)> {
         let per_worker = self.settings.envs_per_worker.get();
         let (group, slot) = (env_index / per_worker, env_index % per_worker);
         let key = (std::thread::current().id(), runner_index, incarnation, group);
@@ -193,15 +236,7 @@ impl GymEnvPool {
                 (worker, 0)
             }
         };
-        let spec = worker.lock().unwrap_or_else(PoisonError::into_inner).spec().clone();
-        Ok(GymEnv {
-            worker,
-            slot,
-            spec,
-            stepping: false,
-            reset_done: false,
-            episode_continues: false,
-        })
+        Ok((worker, slot))
     }
 
     /// Kills (SIGKILL) the worker processes whose envs are still in use: what stopping does
@@ -219,8 +254,34 @@ impl GymEnvPool {
 
     /// The env's spec, from a worker with one env that stops at once.
     pub fn probe(&self) -> Result<EnvSpec> {
-        Ok(EnvWorker::spawn(&self.settings, 1)?.spec().clone())
+        match self.probe_kind()? {
+            EnvKind::Single(spec) => Ok(spec),
+            EnvKind::Multi(_) => Err(GymError::WrongKind {
+                env: self.settings.env.clone(),
+                found: "a multi-agent env",
+                fix: "train it as one (`MultiAgentImpala`, which `impala train` picks for it)",
+            }),
+        }
     }
+
+    /// What the env is, from a worker with one env that stops at once: one agent's spec, or a
+    /// multi-agent env's agents.
+    pub fn probe_kind(&self) -> Result<EnvKind> {
+        let worker = EnvWorker::spawn(&self.settings, 1)?;
+        Ok(match worker.agents() {
+            Some(agents) => EnvKind::Multi(agents.clone()),
+            None => EnvKind::Single(worker.spec().clone()),
+        })
+    }
+}
+
+/// What a Python env is ([`GymEnvPool::probe_kind`]).
+#[derive(Debug, Clone, PartialEq)]
+pub enum EnvKind {
+    /// A single-agent env and its spec.
+    Single(EnvSpec),
+    /// A multi-agent env and its agents.
+    Multi(MultiAgentSpec),
 }
 
 /// One Python env, hosted by an env worker process (see the crate docs).
@@ -250,7 +311,7 @@ impl GymEnv {
 
     fn outcome(&mut self, reply: Reply, obs: &mut [f32]) -> Result<StepOutcome> {
         match reply {
-            Reply::Ok { reward, terminated, truncated, reset, continues } => {
+            Reply::Ok { reward, terminated, truncated, reset, continues, .. } => {
                 let worker = self.worker();
                 if reset {
                     worker.read_final_obs(self.slot, obs);

@@ -9,7 +9,7 @@ use std::io::{Read, Write};
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use impala_core::{EnvSpec, Space};
+use impala_core::{AgentSpec, EnvSpec, MultiAgentSpec, Space};
 use serde::Deserialize;
 
 use crate::shm::{Layout, SharedRegion};
@@ -35,7 +35,18 @@ pub(crate) enum Reply {
     /// in the slot's final row, the next episode's first one in its observation row.
     /// `continues`: the step ended the episode for learning but the game goes on (an Atari
     /// life lost with `episodic_life`; [`impala_core::Env::episode_continues`]).
-    Ok { reward: f64, terminated: bool, truncated: bool, reset: bool, continues: bool },
+    /// Multi-agent envs: `observed`, the agent's observation row was written; `all_terminated`
+    /// / `all_truncated`, RLlib's `"__all__"` flags of its env.
+    Ok {
+        reward: f64,
+        terminated: bool,
+        truncated: bool,
+        reset: bool,
+        continues: bool,
+        observed: bool,
+        all_terminated: bool,
+        all_truncated: bool,
+    },
     /// The env raised; with `restart_failed_sub_environments` the worker recreated it.
     Failed { message: String, recreated: bool },
 }
@@ -54,6 +65,8 @@ pub(crate) struct EnvWorker {
     unsent_steps: Vec<usize>,
     shm: SharedRegion,
     spec: EnvSpec,
+    /// A multi-agent env's agents (its slots are (env, agent) pairs); `None` for other envs.
+    agents: Option<MultiAgentSpec>,
     timeout: Duration,
     /// How long to poll for a reply before sleeping until one comes ([`GymSettings::spin`]).
     spin: Option<AdaptiveSpin>,
@@ -114,6 +127,16 @@ struct Hello {
     observation_space: Option<SpaceJson>,
     action_space: Option<SpaceJson>,
     max_episode_steps: Option<usize>,
+    /// A multi-agent env's agents, in its order.
+    agents: Option<Vec<AgentJson>>,
+}
+
+/// One agent of a multi-agent env's start-up line.
+#[derive(Debug, Deserialize)]
+struct AgentJson {
+    id: String,
+    observation_space: Option<SpaceJson>,
+    action_space: Option<SpaceJson>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -203,12 +226,28 @@ impl EnvWorker {
         if let Some(message) = hello.error {
             return Err(creation_error(settings, message));
         }
-        let spec = spec_from(settings, hello)?;
+        let (spec, agents) = spec_from(settings, hello)?;
+        // A multi-agent env's agents are slots of their own, in rows as wide as the widest.
+        let per_agent: Vec<EnvSpec> = match &agents {
+            Some(multi) => multi.agents.iter().map(|a| multi.agent_env_spec(a)).collect(),
+            None => vec![spec.clone()],
+        };
+        let obs_bytes = matches!(spec.observation_space, Space::Bytes { .. });
+        if per_agent.iter().any(|a| matches!(a.observation_space, Space::Bytes { .. }) != obs_bytes)
+        {
+            return Err(GymError::UnsupportedSpace {
+                env: env.clone(),
+                which: "observation",
+                reason: "some agents observe uint8 images and others numbers; give every agent \
+                         the same kind"
+                    .into(),
+            });
+        }
         let layout = Layout {
-            count,
-            obs_dim: spec.observation_space.flat_dim().max(1),
-            obs_bytes: matches!(spec.observation_space, Space::Bytes { .. }),
-            action_dim: spec.action_space.flat_dim(),
+            count: count * per_agent.len(),
+            obs_dim: per_agent.iter().map(|a| a.observation_space.flat_dim()).max().unwrap_or(1).max(1),
+            obs_bytes,
+            action_dim: per_agent.iter().map(|a| a.action_space.flat_dim()).max().unwrap_or(1),
         };
         let io_error = |what: &'static str| {
             let env = env.clone();
@@ -245,19 +284,25 @@ impl EnvWorker {
             commands: Some(commands),
             replies,
             pending,
-            ready: vec![None; count],
-            unsent_steps: Vec::with_capacity(count),
+            ready: vec![None; layout.count],
+            unsent_steps: Vec::with_capacity(layout.count),
             shm,
             spec,
+            agents,
             timeout: settings.timeout,
             spin: settings.spin.then(AdaptiveSpin::new),
             broken: None,
         })
     }
 
-    /// The envs' spec (the same for every slot).
+    /// The envs' spec (the same for every slot; a multi-agent env's first agent's).
     pub fn spec(&self) -> &EnvSpec {
         &self.spec
+    }
+
+    /// A multi-agent env's agents and spaces; `None` for single-agent envs.
+    pub fn agents(&self) -> Option<&MultiAgentSpec> {
+        self.agents.as_ref()
     }
 
     /// The worker's process id.
@@ -267,7 +312,7 @@ impl EnvWorker {
 
     /// How many envs this worker hosts.
     pub fn count(&self) -> usize {
-        self.ready.len()
+        self.ready.len() / self.agents.as_ref().map_or(1, MultiAgentSpec::num_agents)
     }
 
     /// Sends a reset of `slot` (after any steps begun before it).
@@ -378,6 +423,9 @@ impl EnvWorker {
                     truncated: frame[1] & 2 != 0,
                     reset: frame[1] & 4 != 0,
                     continues: frame[1] & 8 != 0,
+                    observed: frame[1] & 16 != 0,
+                    all_terminated: frame[1] & 32 != 0,
+                    all_truncated: frame[1] & 64 != 0,
                 }
             }
             status @ (b'E' | b'X') => {
@@ -609,7 +657,9 @@ fn frame(op: u8, flag: u8, slot: usize, value: u64) -> [u8; FRAME] {
     frame
 }
 
-fn spec_from(settings: &GymSettings, hello: Hello) -> Result<EnvSpec> {
+/// The env's spec from its start-up line, and a multi-agent env's agents (the spec is then its
+/// first agent's).
+fn spec_from(settings: &GymSettings, hello: Hello) -> Result<(EnvSpec, Option<MultiAgentSpec>)> {
     let env = &settings.env;
     let space = |which: &'static str, json: Option<SpaceJson>| -> Result<Space> {
         let unsupported =
@@ -639,10 +689,28 @@ fn spec_from(settings: &GymSettings, hello: Hello) -> Result<EnvSpec> {
             SpaceJson::Bytes { shape } => Err(unsupported(format!("uint8 Box{shape:?}"))),
         }
     };
-    Ok(EnvSpec {
+    if let Some(agents) = hello.agents {
+        let agents = agents
+            .into_iter()
+            .map(|a| {
+                Ok(AgentSpec {
+                    id: a.id,
+                    observation_space: space("observation", a.observation_space)?,
+                    action_space: space("action", a.action_space)?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let multi = MultiAgentSpec::new(env.clone(), agents, hello.max_episode_steps).map_err(
+            |e| GymError::Protocol { env: env.clone(), reason: e.to_string() },
+        )?;
+        let first = multi.agent_env_spec(&multi.agents[0]);
+        return Ok((first, Some(multi)));
+    }
+    let spec = EnvSpec {
         id: env.clone(),
         observation_space: space("observation", hello.observation_space)?,
         action_space: space("action", hello.action_space)?,
         max_episode_steps: hello.max_episode_steps,
-    })
+    };
+    Ok((spec, None))
 }

@@ -3,6 +3,7 @@
 mod atari;
 mod bridge;
 mod faults;
+mod multi_agent;
 mod spaces;
 
 use std::num::NonZeroUsize;

@@ -199,12 +199,7 @@ impl MultiAgentEnvRunner {
                     policies.len()
                 ),
             })?;
-            let agent_spec = EnvSpec {
-                id: spec.id.clone(),
-                observation_space: agent.observation_space.clone(),
-                action_space: agent.action_space.clone(),
-                max_episode_steps: spec.max_episode_steps,
-            };
+            let agent_spec = spec.agent_env_spec(agent);
             match slot {
                 Some(first)
                     if first.observation_space != agent_spec.observation_space
@@ -284,8 +279,22 @@ impl MultiAgentEnvRunner {
         let mut agent_steps = 0;
         for _ in 0..self.settings.rollout_fragment_length {
             agent_steps += self.act()?;
+            // Envs in worker processes step together: every step begun before any is awaited.
+            let elsewhere = self.envs.first().is_some_and(|env| env.steps_elsewhere());
+            if elsewhere {
+                for (env, actions) in self.envs.iter_mut().zip(&self.actions) {
+                    env.begin_step(actions)?;
+                }
+                for env in &mut self.envs {
+                    env.flush_steps()?;
+                }
+            }
             for e in 0..self.envs.len() {
-                self.envs[e].step(&self.actions[e], &mut self.obs[e], &mut self.outs[e])?;
+                if elsewhere {
+                    self.envs[e].finish_step(&mut self.obs[e], &mut self.outs[e])?;
+                } else {
+                    self.envs[e].step(&self.actions[e], &mut self.obs[e], &mut self.outs[e])?;
+                }
                 self.episode_len[e] += 1;
                 self.record(e)?;
                 if self.outs[e].episode_done() {

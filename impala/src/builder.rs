@@ -11,6 +11,7 @@ use std::time::Duration;
 use impala_config::{EnvBackend, ValidatedConfig};
 use impala_core::{CoreError, Env, EnvSpec, Policy, Precision, Weights};
 use impala_envs::SharedMeanStdFilter;
+use impala_gym::GymError;
 use impala_learner::{learner_devices, Learner, LearnerHandle, ModelFactory, TorchPolicy};
 use impala_runner_pool::RunnerTransport;
 use impala_sampler::{
@@ -111,7 +112,6 @@ impl ImpalaBuilder {
     /// them (and drops what they sampled) with runners that act with the restored weights.
     pub fn build(self) -> Result<Impala> {
         let ImpalaBuilder { config, env_factory, env_creator, remote, model } = self;
-        check_single_agent(&config)?;
         let custom_env = env_factory.is_some() || env_creator.is_some();
         if !custom_env && impala_envs::is_multi_agent(&config.config().env) {
             return Err(ImpalaError::EnvOption {
@@ -145,6 +145,8 @@ impl ImpalaBuilder {
             (factory, _) => (factory, None),
         };
         let envs = run_envs(&config, env_factory)?;
+        // A Python env's kind is known once one was built.
+        check_single_agent(&config)?;
         let python_pool = creator_pool.or_else(|| envs.python.clone());
         let spec = env_spec(&config, &envs.sampling)?;
 
@@ -434,8 +436,18 @@ pub fn check_environment(config: &ValidatedConfig) -> Result<Vec<String>> {
         let agents: Vec<String> = env.spec().agents.iter().map(|a| a.id.clone()).collect();
         c.policy_map(&agents)?;
     } else {
-        check_single_agent(config)?;
-        default_env(config)?;
+        match default_env(config) {
+            Ok(_) => check_single_agent(config)?,
+            Err(ImpalaError::Gym(GymError::WrongKind { .. })) => {
+                // A Python multi-agent env: its agents against the mapping.
+                let pool = impala_gym::GymEnvPool::new(settings::python_envs(config));
+                if let impala_gym::EnvKind::Multi(spec) = pool.probe_kind()? {
+                    let agents: Vec<String> = spec.agents.iter().map(|a| a.id.clone()).collect();
+                    c.policy_map(&agents)?;
+                }
+            }
+            Err(e) => return Err(e),
+        }
     }
     check_devices(config)?;
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);

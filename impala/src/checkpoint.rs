@@ -110,6 +110,14 @@ pub struct AlgorithmState {
     pub policy_episodes: BTreeMap<String, EpisodeWindow>,
 }
 
+impl AlgorithmState {
+    /// Whether this is a multi-agent run's state (its checkpoint holds a learner per policy,
+    /// under [`policy_learner_dir`]).
+    pub fn is_multi_agent(&self) -> bool {
+        !self.policy_episodes.is_empty()
+    }
+}
+
 /// Puts the observation filter a checkpoint in `dir` saved in place of the run's filter `run`
 /// (a restore, or an evaluation of the checkpoint); returns the run's filter as it was, to put
 /// back if the rest of a restore fails. A checkpoint without one (or a run that does not
@@ -286,9 +294,8 @@ pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::Imp
         return Err(corrupt(format!("the `{LEARNER_DIR}` folder with the weights is missing")));
     }
     if let Some(manifest) = &manifest {
-        if let Some(missing) =
-            learner_files(&config).into_iter().find(|f| !manifest.files.contains_key(f))
-        {
+        let required = learner_files(&config, state.is_multi_agent());
+        if let Some(missing) = required.into_iter().find(|f| !manifest.files.contains_key(f)) {
             return Err(corrupt(format!("{MANIFEST_FILE} does not list `{missing}`")));
         }
     }
@@ -368,8 +375,8 @@ fn listing_sha256(files: &BTreeMap<String, FileDigest>) -> String {
 
 /// The learner's files a checkpoint of `config` must list: what restoring or evaluating
 /// reads (a multi-agent run's, per policy, under [`policy_learner_dir`]).
-fn learner_files(config: &impala_config::ImpalaConfig) -> Vec<String> {
-    let dirs = if impala_envs::is_multi_agent(&config.env) {
+fn learner_files(config: &impala_config::ImpalaConfig, multi_agent: bool) -> Vec<String> {
+    let dirs = if multi_agent {
         config.policy_ids().iter().map(|id| policy_learner_dir(id)).collect()
     } else {
         vec![LEARNER_DIR.to_string()]
@@ -611,7 +618,7 @@ mod tests {
         )?;
         // The module's copy is checked as every file is.
         let required = [STATE_FILE, CONFIG_FILE].map(String::from);
-        let learner = super::learner_files(&scripted_config());
+        let learner = super::learner_files(&scripted_config(), false);
         for file in required.into_iter().chain(learner).chain([custom_model_copy()]) {
             let path = ckpt.join(&file);
             let original = fs::read(&path).map_err(|e| ImpalaError::io("read", &path, e))?;

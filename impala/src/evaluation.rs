@@ -198,8 +198,8 @@ fn evaluate(
 ) -> Result<EvaluationResult> {
     if env_factory.is_none() {
         let dir = crate::checkpoint::find_checkpoint(path)?;
-        let (_, saved) = crate::checkpoint::read_checkpoint(&dir)?;
-        if impala_envs::is_multi_agent(&saved.env) {
+        let (state, saved) = crate::checkpoint::read_checkpoint(&dir)?;
+        if state.is_multi_agent() {
             return crate::multi_agent::evaluate_checkpoint(&dir, saved, episodes, explore);
         }
     }
@@ -267,6 +267,17 @@ pub(crate) fn load_checkpoint_policy(
 ) -> Result<CheckpointPolicy> {
     let dir = find_checkpoint(path)?;
     let (state, mut config) = read_checkpoint(&dir)?;
+    if state.is_multi_agent() {
+        return Err(ImpalaError::MultiAgentOption {
+            key: "policies",
+            reason: format!(
+                "`{}` is a multi-agent checkpoint with a policy per id ({}); restore it with \
+                 `MultiAgentImpala` and take one with `get_policy(policy_id)`",
+                dir.display(),
+                config.policy_ids().join(", ")
+            ),
+        });
+    }
     adjust(&mut config);
     let config = config.validate()?;
     let custom = match envs {

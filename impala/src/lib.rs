@@ -102,7 +102,7 @@ pub use stop::StopCriteria;
 /// Where a [`TrainedPolicy`] runs (libtorch's device: `Device::Cpu`, `Device::Cuda(i)`).
 pub use tch::Device;
 pub use tensorboard::EventWriter;
-pub use trainable::Trainable;
+pub use trainable::{Algorithm, Trainable};
 
 /// `ImpalaConfig`: every RLlib option, builder groups, files, validation.
 pub use impala_config as config;

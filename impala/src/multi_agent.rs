@@ -15,7 +15,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use impala_config::{CountStepsBy, DurationUnit, EnvBackend, PolicyMap, ValidatedConfig};
+use impala_config::{CountStepsBy, DurationUnit, PolicyMap, ValidatedConfig};
+use impala_gym::{EnvKind, GymEnvPool};
 use impala_core::{
     EnvSpec, EpisodeStats, MultiAgentEnv, MultiAgentSpec, Policy, SampleBatch, Weights,
 };
@@ -42,12 +43,6 @@ use crate::{
 
 /// How long the driver waits for a fragment when a training step found nothing to do.
 const FRAGMENT_WAIT: Duration = Duration::from_millis(1);
-
-/// Whether `config.env` is a multi-agent env (a native one; see
-/// [`impala_envs::MULTI_AGENT_ENVS`]).
-pub(crate) fn is_multi_agent(config: &ValidatedConfig) -> bool {
-    impala_envs::is_multi_agent(&config.config().env)
-}
 
 /// A policy's learner: on its thread while it trains, held here when it does not.
 enum PolicyLearner {
@@ -122,6 +117,9 @@ pub struct MultiAgentImpala {
     model: Arc<dyn ModelFactory>,
     policies: Vec<PolicyState>,
     runners: Option<MultiAgentRunnerGroup>,
+    /// The Python env workers' pool, when the env is Python's: `stop()` kills the workers that
+    /// runners stuck in an env step still hold.
+    python_pool: Option<Arc<GymEnvPool>>,
     counters: Counters,
     episodes: EpisodeWindow,
     iteration: u64,
@@ -130,6 +128,8 @@ pub struct MultiAgentImpala {
     num_restores: u64,
     interrupt: Option<Arc<AtomicBool>>,
     last_evaluation: Option<EvaluationResult>,
+    /// Training steps that took fragments since the last broadcast (`broadcast_interval`).
+    steps_since_broadcast: usize,
     stopped: bool,
 }
 
@@ -150,9 +150,6 @@ fn check_options(config: &ValidatedConfig) -> Result<()> {
         Err(ImpalaError::MultiAgentOption { key, reason: reason.to_string() })
     };
     crate::remote::check_local_config(config)?;
-    if c.env_backend == EnvBackend::Gymnasium {
-        return refuse("env_backend", "multi-agent envs are native ones; set it to \"auto\"");
-    }
     if c.normalize_observations {
         return refuse("normalize_observations", "the observation filter is per env; remove it");
     }
@@ -188,15 +185,41 @@ fn check_options(config: &ValidatedConfig) -> Result<()> {
     Ok(())
 }
 
-/// The env factory of `config`'s multi-agent env, after building one to read its spec.
-fn multi_agent_envs(config: &ValidatedConfig) -> Result<(MultiAgentEnvFactory, MultiAgentSpec)> {
+/// The env factory of `config`'s multi-agent env (a native one, or a Python one from
+/// `config.env` or the pickled `creator`, stepped in env worker processes), after building one
+/// to read its spec; the Python env workers' pool.
+fn multi_agent_envs(
+    config: &ValidatedConfig,
+    creator: Option<PathBuf>,
+) -> Result<(MultiAgentEnvFactory, MultiAgentSpec, Option<Arc<GymEnvPool>>)> {
     let (id, env_config) = (config.config().env.clone(), config.config().env_config.clone());
-    let spec = impala_envs::make_multi_agent(&id, &env_config)?.spec().clone();
-    let factory: MultiAgentEnvFactory = Arc::new(move |_| {
-        impala_envs::make_multi_agent(&id, &env_config)
-            .map_err(|e| impala_core::CoreError::Env { env: id.clone(), reason: e.to_string() })
+    if creator.is_none() && impala_envs::is_multi_agent(&id) {
+        let spec = impala_envs::make_multi_agent(&id, &env_config)?.spec().clone();
+        let factory: MultiAgentEnvFactory = Arc::new(move |_| {
+            impala_envs::make_multi_agent(&id, &env_config)
+                .map_err(|e| impala_core::CoreError::Env { env: id.clone(), reason: e.to_string() })
+        });
+        return Ok((factory, spec, None));
+    }
+    let mut settings = settings::python_envs(config);
+    settings.creator = creator;
+    let pool = Arc::new(GymEnvPool::new(settings));
+    let spec = match pool.probe_kind()? {
+        EnvKind::Multi(spec) => spec,
+        EnvKind::Single(_) => {
+            return Err(ImpalaError::EnvOption {
+                key: "env",
+                problem: format!("is `{id}`, a single-agent env"),
+                fix: "train it with `Impala` (as `impala train` does)".into(),
+            })
+        }
+    };
+    let making = Arc::clone(&pool);
+    // Each runner builds its envs on its own thread, which keeps its env workers its own.
+    let factory: MultiAgentEnvFactory = Arc::new(move |i| {
+        Ok(Box::new(making.make_multi_agent(0, 0, i)?) as Box<dyn MultiAgentEnv>)
     });
-    Ok((factory, spec))
+    Ok((factory, spec, Some(pool)))
 }
 
 /// Per policy of `map`, the spaces of the agents that map to it (the same for all of them, or
@@ -204,12 +227,7 @@ fn multi_agent_envs(config: &ValidatedConfig) -> Result<(MultiAgentEnvFactory, M
 fn policy_specs(spec: &MultiAgentSpec, map: &PolicyMap) -> Result<Vec<EnvSpec>> {
     let mut specs: Vec<Option<(EnvSpec, &str)>> = vec![None; map.policy_ids.len()];
     for (agent, &p) in spec.agents.iter().zip(&map.policy_of_agent) {
-        let agent_spec = EnvSpec {
-            id: spec.id.clone(),
-            observation_space: agent.observation_space.clone(),
-            action_space: agent.action_space.clone(),
-            max_episode_steps: spec.max_episode_steps,
-        };
+        let agent_spec = spec.agent_env_spec(agent);
         match &specs[p] {
             Some((first, other))
                 if first.observation_space != agent_spec.observation_space
@@ -238,12 +256,23 @@ fn policy_specs(spec: &MultiAgentSpec, map: &PolicyMap) -> Result<Vec<EnvSpec>> 
 }
 
 impl MultiAgentImpala {
-    /// Builds the run for `config`, whose `env` is a multi-agent env: its policies (mapped,
-    /// checked against the env's agents), their learners (threads for the policies to train)
-    /// and the env runner threads, which start sampling at once.
+    /// Builds the run for `config`, whose `env` is a multi-agent env (a native one, or a Python
+    /// one: PettingZoo's parallel or AEC API, or RLlib's `MultiAgentEnv`, by id or entry
+    /// point): its policies (mapped, checked against the env's agents), their learners (threads
+    /// for the policies to train) and the env runner threads, which start sampling at once.
     pub fn new(config: ValidatedConfig) -> Result<Self> {
+        Self::build(config, None)
+    }
+
+    /// As [`MultiAgentImpala::new`], on the envs a pickled Python env creator builds (RLlib's
+    /// `register_env(name, creator)`, as the `impala_rs` Python package writes it).
+    pub fn with_python_env_creator(config: ValidatedConfig, creator: PathBuf) -> Result<Self> {
+        Self::build(config, Some(creator))
+    }
+
+    fn build(config: ValidatedConfig, creator: Option<PathBuf>) -> Result<Self> {
         check_options(&config)?;
-        let (envs, spec) = multi_agent_envs(&config)?;
+        let (envs, spec, python_pool) = multi_agent_envs(&config, creator)?;
         let agents: Vec<String> = spec.agents.iter().map(|a| a.id.clone()).collect();
         let map = config.config().policy_map(&agents)?;
         let specs = policy_specs(&spec, &map)?;
@@ -293,6 +322,7 @@ impl MultiAgentImpala {
             model,
             policies,
             runners: None,
+            python_pool,
             counters: Counters::default(),
             iteration: 0,
             time_total_s: 0.0,
@@ -300,6 +330,7 @@ impl MultiAgentImpala {
             num_restores: 0,
             interrupt: None,
             last_evaluation: None,
+            steps_since_broadcast: 0,
             stopped: false,
         };
         algo.start_runners()?;
@@ -504,6 +535,7 @@ impl MultiAgentImpala {
             let runners = self.runners.as_mut().ok_or(ImpalaError::Stopped)?;
             let fragments = runners.wait(wait)?;
             busy |= !fragments.is_empty();
+            self.steps_since_broadcast += usize::from(!fragments.is_empty());
             for fragment in fragments {
                 episodes += fragment.episodes.len() as u64;
                 self.add_fragment(fragment)?;
@@ -581,9 +613,14 @@ impl MultiAgentImpala {
         Ok(stepped)
     }
 
-    /// Sends each policy's newest weights to the runners, only for policies that changed.
+    /// Every `broadcast_interval` training steps that took fragments, sends each policy's
+    /// newest weights to the runners, only for policies that changed.
     fn broadcast_changed_weights(&mut self) {
+        if self.steps_since_broadcast < self.config.config().broadcast_interval.max(1) {
+            return;
+        }
         let Some(runners) = self.runners.as_mut() else { return };
+        let mut sent = false;
         for (p, policy) in self.policies.iter_mut().enumerate() {
             let PolicyLearner::Training(handle) = &policy.learner else { continue };
             if let Some(weights) = handle.take_new_weights() {
@@ -591,8 +628,12 @@ impl MultiAgentImpala {
                     policy.broadcast_version = weights.version;
                     runners.set_weights(p, weights);
                     self.counters.num_weight_broadcasts += 1;
+                    sent = true;
                 }
             }
+        }
+        if sent {
+            self.steps_since_broadcast = 0;
         }
     }
 
@@ -760,8 +801,21 @@ impl MultiAgentImpala {
     /// continues where it stopped; the env runners start anew with the restored weights.
     pub fn restore(&mut self, path: &Path) -> Result<()> {
         let dir = self.checked_checkpoint(path)?;
-        let (state, _) = read_checkpoint(&dir)?;
+        let (state, saved) = read_checkpoint(&dir)?;
         let ids = self.map.policy_ids.clone();
+        if saved.policy_ids() != ids {
+            return Err(ImpalaError::IncompatibleCheckpoint {
+                path: dir,
+                reason: format!(
+                    "it was trained with the policies {}, this run has {}",
+                    saved.policy_ids().join(", "),
+                    ids.join(", ")
+                ),
+                fix: "use the checkpoint's policies as they are, restore one policy of it \
+                      (`restore_policy`), or start a new run"
+                    .into(),
+            });
+        }
         self.load_policies(&dir, &ids)?;
         self.counters = state.counters;
         self.episodes = state.episodes;
@@ -895,6 +949,10 @@ impl MultiAgentImpala {
             return Ok(());
         }
         self.stopped = true;
+        if let Some(pool) = &self.python_pool {
+            // Runners stuck in an env step end on their workers' closed pipes.
+            pool.kill_workers_in_use();
+        }
         let runners = self.runners.take().map(MultiAgentRunnerGroup::shutdown);
         let mut first_error = None;
         for policy in &mut self.policies {

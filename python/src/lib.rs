@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Once, PoisonError};
 
 use impala::config::{ConfigError as RustConfigError, ImpalaConfig, ValidatedConfig};
 use impala::core::{NamedTensor, Space};
-use impala::{Impala, ImpalaError as RustImpalaError, MultiAgentImpala, Trainable, TrainedPolicy};
+use impala::{Algorithm, Impala, ImpalaError as RustImpalaError, Trainable, TrainedPolicy};
 use pyo3::create_exception;
 use pyo3::exceptions::{PyRuntimeError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -170,61 +170,18 @@ fn checkpoint_config(py: Python<'_>, path: PathBuf) -> PyResult<Py<PyAny>> {
     config_to_python(py, &config)
 }
 
-/// The algorithm a config builds: one policy, or a multi-agent env's policies.
-#[derive(Debug)]
-enum Algo {
-    Single(Box<Impala>),
-    Multi(Box<MultiAgentImpala>),
-}
-
-impl Algo {
-    fn trainable(&mut self) -> &mut dyn Trainable {
-        match self {
-            Algo::Single(algo) => algo.as_mut(),
-            Algo::Multi(algo) => algo.as_mut(),
-        }
-    }
-
-    /// The single-agent algorithm, for what only it has (one policy's weights and filter).
-    fn single(&mut self) -> impala::Result<&mut Impala> {
-        match self {
-            Algo::Single(algo) => Ok(algo),
-            Algo::Multi(_) => Err(RustImpalaError::MultiAgentOption {
-                key: "policies",
-                reason: "this call acts on the one policy of a single-agent run; name the policy \
-                         (`get_policy(policy_id)`, `get_weights([policy_id])`)"
-                    .into(),
-            }),
-        }
-    }
-
-    fn policy(&self, policy_id: &str) -> impala::Result<TrainedPolicy> {
-        match self {
-            Algo::Single(algo) if policy_id == impala::DEFAULT_POLICY_ID => algo.get_policy(),
-            Algo::Single(_) => Err(RustImpalaError::MultiAgentOption {
-                key: "policies",
-                reason: format!(
-                    "there is no policy `{policy_id}`: a single-agent run trains `{}`",
-                    impala::DEFAULT_POLICY_ID
-                ),
-            }),
-            Algo::Multi(algo) => algo.get_policy(policy_id),
-        }
-    }
-}
-
 /// RLlib's `Impala` algorithm: built from a checked config dict, trained one iteration per
 /// `train()` call.
-#[pyclass(module = "impala_rs._impala_rs")]
-struct Algorithm {
+#[pyclass(name = "Algorithm", module = "impala_rs._impala_rs")]
+struct PyAlgorithm {
     /// `None` once stopped. Calls from several Python threads take turns.
-    inner: Mutex<Option<Algo>>,
+    inner: Mutex<Option<Algorithm>>,
     /// Set by Ctrl-C during `train()`: the iteration ends early.
     interrupt: Arc<AtomicBool>,
 }
 
 #[pymethods]
-impl Algorithm {
+impl PyAlgorithm {
     /// Builds the algorithm (learner, env runners, their env workers) from a config dict;
     /// `env_creator` is a pickled env creator (`impala_rs.register_env`) the env workers call.
     /// With `runner_server` the env runners are the processes that connect to it (Ray
@@ -239,34 +196,13 @@ impl Algorithm {
     ) -> PyResult<Self> {
         // The package's `IMPALAConfig` already reported the warnings (`check_config`).
         let (config, _warnings) = validated(config)?;
-        let transport = runner_server.map(|server| Arc::clone(&server.inner));
-        let multi_agent = impala::envs::is_multi_agent(&config.config().env);
-        let mut algo = py
-            .detach(|| {
-                if multi_agent {
-                    if transport.is_some() {
-                        return Err(RustImpalaError::MultiAgentOption {
-                            key: "env_runner_backend",
-                            reason: "multi-agent envs sample on runner threads of this process; \
-                                     remove `env_runner_backend=\"ray\"`"
-                                .into(),
-                        });
-                    }
-                    return MultiAgentImpala::new(config).map(|algo| Algo::Multi(Box::new(algo)));
-                }
-                let mut builder = Impala::builder(config);
-                if let Some(creator) = env_creator {
-                    builder = builder.python_env_creator(creator);
-                }
-                if let Some(server) = transport {
-                    builder = builder.remote_env_runners(server);
-                }
-                builder.build().map(|algo| Algo::Single(Box::new(algo)))
-            })
-            .map_err(impala_err)?;
+        let transport = runner_server
+            .map(|server| Arc::clone(&server.inner) as Arc<dyn impala::runner_pool::RunnerTransport>);
+        let mut algo =
+            py.detach(|| Algorithm::build(config, env_creator, transport)).map_err(impala_err)?;
         let interrupt = Arc::new(AtomicBool::new(false));
         algo.trainable().set_interrupt_flag(Arc::clone(&interrupt));
-        Ok(Algorithm { inner: Mutex::new(Some(algo)), interrupt })
+        Ok(PyAlgorithm { inner: Mutex::new(Some(algo)), interrupt })
     }
 
     /// One training iteration; returns the result dict with result.json's keys.
@@ -317,31 +253,28 @@ impl Algorithm {
     /// Completed training iterations.
     #[getter]
     fn iteration(&self) -> PyResult<u64> {
-        self.lock().as_mut().map(|algo| algo.trainable().iteration()).ok_or_else(stopped)
+        self.lock().as_ref().map(Trainable::iteration).ok_or_else(stopped)
     }
 
     /// Policy `policy_id` with the learner's current weights and the run's observation filter
     /// (a copy: later training does not change it; see `update_policy`).
     #[pyo3(signature = (policy_id = impala::DEFAULT_POLICY_ID.to_string()))]
     fn get_policy(&self, py: Python<'_>, policy_id: String) -> PyResult<Policy> {
-        let policy = self.with(py, |algo| algo.policy(&policy_id))?;
+        let policy = self.with(py, |algo| algo.get_policy(&policy_id))?;
         Ok(Policy { inner: Mutex::new(policy) })
     }
 
     /// The policy ids: `default_policy`, or a multi-agent run's `policies`.
     #[getter]
     fn policy_ids(&self) -> PyResult<Vec<String>> {
-        match self.lock().as_ref().ok_or_else(stopped)? {
-            Algo::Single(_) => Ok(vec![impala::DEFAULT_POLICY_ID.to_string()]),
-            Algo::Multi(algo) => Ok(algo.policy_map().policy_ids.clone()),
-        }
+        self.lock().as_ref().map(Algorithm::policy_ids).ok_or_else(stopped)
     }
 
     /// Restores only policy `policy_id` of a multi-agent checkpoint.
     fn restore_policy(&self, py: Python<'_>, path: PathBuf, policy_id: String) -> PyResult<()> {
         self.with(py, |algo| match algo {
-            Algo::Multi(algo) => algo.restore_policy(&path, &policy_id),
-            Algo::Single(algo) => algo.restore(&path),
+            Algorithm::Multi(algo) => algo.restore_policy(&path, &policy_id),
+            Algorithm::Single(algo) => algo.restore(&path),
         })
     }
 
@@ -350,13 +283,13 @@ impl Algorithm {
     /// misshapen one raises `ImpalaError` naming it.
     fn set_weights(&self, py: Python<'_>, weights: Vec<RawTensor>) -> PyResult<()> {
         let tensors = named_tensors(weights)?;
-        self.with(py, |algo| algo.single()?.set_weights(tensors))
+        self.with(py, |algo| single(algo)?.set_weights(tensors))
     }
 
     /// Gives `policy` (one of `get_policy()`) the learner's current weights and the run's
     /// current observation filter.
     fn update_policy(&self, py: Python<'_>, policy: &Policy) -> PyResult<()> {
-        self.with(py, |algo| algo.single()?.update_policy(&mut policy.lock()))
+        self.with(py, |algo| single(algo)?.update_policy(&mut policy.lock()))
     }
 
     /// The validated config, every option included.
@@ -368,12 +301,12 @@ impl Algorithm {
     }
 }
 
-impl Algorithm {
+impl PyAlgorithm {
     /// Runs `f` on the algorithm with the interpreter lock released.
     fn with<R: Send>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&mut Algo) -> impala::Result<R> + Send,
+        f: impl FnOnce(&mut Algorithm) -> impala::Result<R> + Send,
     ) -> PyResult<R> {
         py.detach(|| match self.lock().as_mut() {
             Some(algo) => f(algo).map_err(impala_err),
@@ -382,12 +315,25 @@ impl Algorithm {
     }
 
     /// The algorithm; a panic in an earlier call (already reported) does not lock it away.
-    fn lock(&self) -> MutexGuard<'_, Option<Algo>> {
+    fn lock(&self) -> MutexGuard<'_, Option<Algorithm>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
 
-impl Drop for Algorithm {
+/// The single-agent algorithm, for what only it has (one policy's weights and filter).
+fn single(algo: &mut Algorithm) -> impala::Result<&mut Impala> {
+    match algo {
+        Algorithm::Single(algo) => Ok(algo),
+        Algorithm::Multi(_) => Err(RustImpalaError::MultiAgentOption {
+            key: "policies",
+            reason: "this call acts on the one policy of a single-agent run; name the policy \
+                     (`get_policy(policy_id)`, `get_weights([policy_id])`)"
+                .into(),
+        }),
+    }
+}
+
+impl Drop for PyAlgorithm {
     /// An algorithm dropped without `stop()` still stops its threads and env workers.
     fn drop(&mut self) {
         if let Some(mut algo) = self.lock().take() {
@@ -827,7 +773,7 @@ fn _impala_rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ConfigError", m.py().get_type::<ConfigError>())?;
     m.add("ImpalaError", m.py().get_type::<ImpalaError>())?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add_class::<Algorithm>()?;
+    m.add_class::<PyAlgorithm>()?;
     m.add_class::<Policy>()?;
     m.add_class::<RunnerServer>()?;
     m.add_function(wrap_pyfunction!(run_env_runner, m)?)?;

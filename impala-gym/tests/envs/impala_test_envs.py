@@ -207,3 +207,84 @@ class PixelCatch(gym.Env):
         done = self.ball[0] == self.size - 1
         reward = (1.0 if self.paddle == col else -1.0) if done else 0.0
         return self._obs(), reward, done, False, {}
+
+
+class HalfObservedParallel:
+    """impala-rs's HalfObserved written to PettingZoo's `ParallelEnv` API: `left` and `right`
+    each see one random bit (Discrete(2)); both get 1 when the parity of their actions is the
+    parity of the bits; 10 steps (10 per agent at best, 5 at random)."""
+
+    metadata = {"name": "half_observed_parallel_v0"}
+
+    def __init__(self, *, length=10):
+        self.length = int(length)
+        self.possible_agents = ["left", "right"]
+        self.agents = []
+        self.rng = np.random.default_rng()
+        self.bits = {}
+        self.t = 0
+
+    def observation_space(self, agent):
+        return spaces.Discrete(2)
+
+    def action_space(self, agent):
+        return spaces.Discrete(2)
+
+    def _draw(self):
+        self.bits = {a: int(self.rng.integers(2)) for a in self.possible_agents}
+        return dict(self.bits)
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.agents = list(self.possible_agents)
+        self.t = 0
+        return self._draw(), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        parity = (int(actions["left"]) ^ int(actions["right"])) == (self.bits["left"] ^ self.bits["right"])
+        self.t += 1
+        obs = self._draw()
+        done = self.t >= self.length
+        rewards = {a: float(parity) for a in self.agents}
+        truncations = {a: done for a in self.agents}
+        terminations = {a: False for a in self.agents}
+        if done:
+            self.agents = []
+        return obs, rewards, terminations, truncations, {a: {} for a in obs}
+
+
+class JoinAndLeave:
+    """An env written to RLlib's `MultiAgentEnv` API (`possible_agents`, `observation_spaces`,
+    `"__all__"`): `early` acts from the start and leaves (terminated) after step 2; `late` joins
+    at step 1 and acts until the episode is truncated at step 4. Observations are the step count
+    as a Box; every acting agent gets a reward of 1 per step."""
+
+    def __init__(self, config=None):
+        self.possible_agents = ["early", "late"]
+        box = spaces.Box(0.0, 10.0, (1,), np.float32)
+        self.observation_spaces = {a: box for a in self.possible_agents}
+        self.action_spaces = {a: spaces.Discrete(2) for a in self.possible_agents}
+        self.t = 0
+
+    def _obs(self, *agents):
+        return {a: np.array([self.t], np.float32) for a in agents}
+
+    def reset(self, *, seed=None, options=None):
+        self.t = 0
+        return self._obs("early"), {}
+
+    def step(self, actions):
+        self.t += 1
+        rewards = {a: 1.0 for a in actions}
+        terminateds = {"__all__": False}
+        truncateds = {"__all__": self.t >= 4}
+        if self.t == 1:
+            obs = self._obs("early", "late")
+        elif self.t == 2:
+            obs = self._obs("early", "late")
+            terminateds["early"] = True
+        else:
+            obs = self._obs("late")
+            truncateds["late"] = self.t >= 4
+        return obs, rewards, terminateds, truncateds, {}

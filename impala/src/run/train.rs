@@ -14,10 +14,7 @@ use impala_runner_pool::RunnerTransport;
 
 use super::{run, RunDir, RunError, RunEvent, RunOptions, RunSummary, RunTarget};
 use crate::checkpoint::{find_checkpoint, read_checkpoint};
-use crate::multi_agent::is_multi_agent;
-use crate::{
-    check_environment, ConfigSource, Impala, ImpalaError, MultiAgentImpala, StopCriteria, Trainable,
-};
+use crate::{check_environment, Algorithm, ConfigSource, ImpalaError, StopCriteria, Trainable};
 
 /// The file of the run folder a profiled run's [`Report`](impala_profile::Report) is written
 /// to.
@@ -136,23 +133,7 @@ impl Training {
         if profile {
             impala_profile::enable();
         }
-        let mut algo: Box<dyn Trainable> = if is_multi_agent(&config) {
-            if transport.is_some() {
-                return Err(RunError::Impala(ImpalaError::MultiAgentOption {
-                    key: "--listen",
-                    reason: "multi-agent envs sample on runner threads of this process; remote \
-                             env runners carry single-agent fragments only"
-                        .into(),
-                }));
-            }
-            Box::new(MultiAgentImpala::new(config)?)
-        } else {
-            let mut builder = Impala::builder(config);
-            if let Some(transport) = &transport {
-                builder = builder.remote_env_runners(Arc::clone(transport));
-            }
-            Box::new(builder.build()?)
-        };
+        let mut algo = Algorithm::build(config, None, transport.clone())?;
         if let Some(checkpoint) = &checkpoint {
             algo.restore(checkpoint)?;
         }
@@ -165,7 +146,7 @@ impl Training {
 /// A training run with its algorithm built and its run folder open.
 #[derive(Debug)]
 pub struct Started {
-    algo: Box<dyn Trainable>,
+    algo: Algorithm,
     dir: RunDir,
     checkpoint: Option<PathBuf>,
     options: RunOptions,
@@ -201,7 +182,7 @@ impl Started {
     /// writes the profile. The run folder is closed (unlocked) on return.
     pub fn run(self, on_event: impl FnMut(RunEvent<'_>)) -> Result<Trained, RunError> {
         let Started { mut algo, dir, options, profile, transport, interrupt, .. } = self;
-        let summary = run(algo.as_mut(), &dir, &options, &interrupt, on_event)?;
+        let summary = run(&mut algo, &dir, &options, &interrupt, on_event)?;
         // Read while every thread still runs (their CPU times come from /proc).
         let profile = profile.then(impala_profile::report);
         if let Some(transport) = transport.filter(|_| !summary.interrupted) {
