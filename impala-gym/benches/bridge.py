@@ -10,6 +10,9 @@ Raw: `--workers` Python processes, each stepping `--envs-per-worker` envs (Gymna
 `gym.make`, or one ale-py `AtariVectorEnv` for `ALE/` ids, with the preprocessing impala-gym uses)
 with random actions in a plain loop for `--seconds`.
 
+Multi-agent envs given as entry points (`--env pettingzoo.classic.rps_v2:env`) are stepped in the
+raw loop with a random action for every live agent; both sides count env steps.
+
 impala-rs: `impala train` with `_env_runners_only` (sampling only: policy inference and
 everything a runner does per step, no learner) on the same envs in the same number of worker
 processes (`--runners` env runners share them), for `--seconds`; the rate is taken over the iterations after the
@@ -48,6 +51,22 @@ def raw_worker(env_id, count, seconds, env_config, queue):
         while time.perf_counter() - start < seconds:
             vec.step(rng.integers(0, n, size=count))
             steps += count
+    elif ":" in env_id and multi_agent_env(env_id, env_config):
+        # A multi-agent env (PettingZoo's parallel or AEC API, or RLlib's): every live agent
+        # acts at random; env steps are counted.
+        envs = [multi_agent_env(env_id, env_config) for _ in range(count)]
+        for i, env in enumerate(envs):
+            env.reset(seed=i)
+        space = agent_action_space(envs[0])
+        start = time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for env in envs:
+                live = getattr(env, "agents", None) or env.possible_agents
+                _, _, terms, truncs, _ = env.step({a: space(a).sample() for a in live})
+                steps += 1
+                done = terms.get("__all__", False) or truncs.get("__all__", False)
+                if done or (hasattr(env, "agents") and not env.agents):
+                    env.reset()
     else:
         import gymnasium as gym
 
@@ -68,6 +87,37 @@ def raw_worker(env_id, count, seconds, env_config, queue):
                 if term or trunc:
                     env.reset()
     queue.put(steps / (time.perf_counter() - start))
+
+
+def multi_agent_env(env_id, env_config):
+    """The env of entry point `env_id` as a parallel multi-agent env, or None if it is not one
+    (AEC envs through PettingZoo's `aec_to_parallel`, as the env workers step them)."""
+    import importlib
+    import inspect
+
+    module, _, name = env_id.partition(":")
+    sys.path.insert(0, os.getcwd())
+    creator = getattr(importlib.import_module(module), name)
+    params = [p for p in inspect.signature(creator).parameters.values() if p.kind == p.POSITIONAL_OR_KEYWORD]
+    env = creator(env_config) if len(params) == 1 else creator(**env_config)
+    if not (hasattr(env, "possible_agents") or hasattr(env, "get_agent_ids")):
+        return None
+    try:
+        from pettingzoo.utils.env import AECEnv
+        from pettingzoo.utils.conversions import aec_to_parallel
+
+        if isinstance(env, AECEnv):
+            env = aec_to_parallel(env)
+    except ImportError:
+        pass
+    return env
+
+
+def agent_action_space(env):
+    """`agent -> action space` of a multi-agent env (PettingZoo's method or RLlib's dict)."""
+    if callable(getattr(env, "action_space", None)):
+        return env.action_space
+    return lambda agent: env.action_spaces[agent]
 
 
 def raw_rate(args, env_config):

@@ -63,7 +63,13 @@ impl GymMultiAgentEnv {
             let slot = self.base + i;
             match worker.wait(slot, what)? {
                 Reply::Ok {
-                    reward, terminated, truncated, observed, all_terminated, all_truncated, ..
+                    reward,
+                    terminated,
+                    truncated,
+                    observed,
+                    all_terminated,
+                    all_truncated,
+                    ..
                 } => {
                     if observed {
                         worker.read_obs(slot, agent_obs);

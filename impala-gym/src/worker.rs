@@ -245,7 +245,12 @@ impl EnvWorker {
         }
         let layout = Layout {
             count: count * per_agent.len(),
-            obs_dim: per_agent.iter().map(|a| a.observation_space.flat_dim()).max().unwrap_or(1).max(1),
+            obs_dim: per_agent
+                .iter()
+                .map(|a| a.observation_space.flat_dim())
+                .max()
+                .unwrap_or(1)
+                .max(1),
             obs_bytes,
             action_dim: per_agent.iter().map(|a| a.action_space.flat_dim()).max().unwrap_or(1),
         };
@@ -700,9 +705,8 @@ fn spec_from(settings: &GymSettings, hello: Hello) -> Result<(EnvSpec, Option<Mu
                 })
             })
             .collect::<Result<Vec<_>>>()?;
-        let multi = MultiAgentSpec::new(env.clone(), agents, hello.max_episode_steps).map_err(
-            |e| GymError::Protocol { env: env.clone(), reason: e.to_string() },
-        )?;
+        let multi = MultiAgentSpec::new(env.clone(), agents, hello.max_episode_steps)
+            .map_err(|e| GymError::Protocol { env: env.clone(), reason: e.to_string() })?;
         let first = multi.agent_env_spec(&multi.agents[0]);
         return Ok((first, Some(multi)));
     }

@@ -30,8 +30,8 @@ fn a_pettingzoo_parallel_env_is_probed_and_stepped_per_agent() -> TestResult {
             actions[1][0] = obs[e][1][0];
             envs[e].begin_step(&actions)?;
         }
-        for e in 0..2 {
-            envs[e].flush_steps()?;
+        for env in &mut envs {
+            env.flush_steps()?;
         }
         for e in 0..2 {
             envs[e].finish_step(&mut obs[e], &mut out[e])?;

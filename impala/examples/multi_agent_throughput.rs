@@ -49,8 +49,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let mut single = base(seconds);
         single.env = "CartPole-v1".into();
         single.num_envs_per_env_runner = LANES;
-        let (single_sampled, single_trained) =
-            measure(&mut Impala::new(single.validate()?)?)?;
+        let (single_sampled, single_trained) = measure(&mut Impala::new(single.validate()?)?)?;
         let mut shared = base(seconds);
         shared.env = "MultiAgentCartPole".into();
         shared.num_envs_per_env_runner = LANES / 2;

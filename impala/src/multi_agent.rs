@@ -16,10 +16,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use impala_config::{CountStepsBy, DurationUnit, PolicyMap, ValidatedConfig};
-use impala_gym::{EnvKind, GymEnvPool};
 use impala_core::{
     EnvSpec, EpisodeStats, MultiAgentEnv, MultiAgentSpec, Policy, SampleBatch, Weights,
 };
+use impala_gym::{EnvKind, GymEnvPool};
 use impala_learner::{Learner, LearnerHandle, ModelFactory, TorchPolicy};
 use impala_sampler::{
     MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentFragment, MultiAgentGroupSettings,
@@ -172,9 +172,6 @@ fn check_options(config: &ValidatedConfig) -> Result<()> {
              `evaluation_parallel_to_training = false`",
         );
     }
-    if c.env_runners_only || c.skip_learners {
-        return refuse("_env_runners_only", "every multi-agent run trains; remove it");
-    }
     if c.restart_failed_sub_environments || c.remote_worker_envs {
         return refuse(
             "restart_failed_sub_environments",
@@ -216,9 +213,10 @@ fn multi_agent_envs(
     };
     let making = Arc::clone(&pool);
     // Each runner builds its envs on its own thread, which keeps its env workers its own.
-    let factory: MultiAgentEnvFactory = Arc::new(move |i| {
-        Ok(Box::new(making.make_multi_agent(0, 0, i)?) as Box<dyn MultiAgentEnv>)
-    });
+    let factory: MultiAgentEnvFactory =
+        Arc::new(
+            move |i| Ok(Box::new(making.make_multi_agent(0, 0, i)?) as Box<dyn MultiAgentEnv>),
+        );
     Ok((factory, spec, Some(pool)))
 }
 
@@ -295,6 +293,7 @@ impl MultiAgentImpala {
             let learner = new_learner(&config, model.as_ref(), &spec, seed)?;
             let (learner, batching) = if map.trains[p] {
                 let handle = LearnerHandle::spawn(&settings::learner_thread(&config), learner)?;
+                // None with `_env_runners_only`: the samples are discarded.
                 (PolicyLearner::Training(handle), batching_stage(&config, &streams)?)
             } else {
                 (PolicyLearner::Frozen(learner), None)
@@ -541,9 +540,13 @@ impl MultiAgentImpala {
                 self.add_fragment(fragment)?;
             }
         }
+        let skip_learners = self.config.config().skip_learners;
         for policy in &mut self.policies {
             if let Some(batching) = policy.batching.as_mut() {
                 policy.to_place.extend(batching.ready()?);
+            }
+            if skip_learners {
+                policy.to_place.clear();
             }
             let PolicyLearner::Training(handle) = &policy.learner else { continue };
             while let Some(batch) = policy.to_place.pop_front() {

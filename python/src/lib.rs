@@ -196,8 +196,9 @@ impl PyAlgorithm {
     ) -> PyResult<Self> {
         // The package's `IMPALAConfig` already reported the warnings (`check_config`).
         let (config, _warnings) = validated(config)?;
-        let transport = runner_server
-            .map(|server| Arc::clone(&server.inner) as Arc<dyn impala::runner_pool::RunnerTransport>);
+        let transport = runner_server.map(|server| {
+            Arc::clone(&server.inner) as Arc<dyn impala::runner_pool::RunnerTransport>
+        });
         let mut algo =
             py.detach(|| Algorithm::build(config, env_creator, transport)).map_err(impala_err)?;
         let interrupt = Arc::new(AtomicBool::new(false));
