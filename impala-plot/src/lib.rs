@@ -100,12 +100,14 @@ pub enum PlotError {
 pub type Result<T, E = PlotError> = std::result::Result<T, E>;
 
 /// One iteration's numbers.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 struct Point {
     steps: f64,
     time_s: f64,
     train: Option<f64>,
     eval: Option<f64>,
+    /// A multi-agent run's `policy_reward_mean` per policy id (finite values only).
+    policies: std::collections::BTreeMap<String, f64>,
 }
 
 impl From<&IterationResult> for Point {
@@ -116,6 +118,11 @@ impl From<&IterationResult> for Point {
             time_s: result.time_total_s,
             train: finite(result.episode_return_mean),
             eval: result.evaluation.as_ref().and_then(|e| finite(e.episode_return_mean)),
+            policies: result
+                .policy_reward_mean
+                .iter()
+                .filter_map(|(id, &v)| finite(v).map(|v| (id.clone(), v)))
+                .collect(),
         }
     }
 }
@@ -210,7 +217,9 @@ fn draw_panels(
     ))?;
     let (left, right) = body.split_horizontally(SIZE.0 / 2);
 
-    let values = points.iter().flat_map(|p| p.train.into_iter().chain(p.eval));
+    let values = points
+        .iter()
+        .flat_map(|p| p.train.into_iter().chain(p.eval).chain(p.policies.values().copied()));
     let (lo, hi) =
         values.fold((f64::INFINITY, f64::NEG_INFINITY), |(lo, hi), v| (lo.min(v), hi.max(v)));
     let pad = ((hi - lo) * 0.05).max(1.0);
@@ -262,6 +271,19 @@ where
         .label("training (last 100 episodes)")
         .legend(move |(x, y)| PathElement::new([(x, y), (x + 24, y)], blue.stroke_width(2)));
 
+    // A multi-agent run: one thinner line per policy (its agents' summed rewards per episode).
+    let ids: std::collections::BTreeSet<&String> =
+        points.iter().flat_map(|p| p.policies.keys()).collect();
+    for (i, id) in ids.into_iter().enumerate() {
+        let color = POLICY_COLORS[i % POLICY_COLORS.len()];
+        let line: Vec<(f64, f64)> =
+            points.iter().filter_map(|p| p.policies.get(id).map(|&v| (x_of(p), v))).collect();
+        chart
+            .draw_series(LineSeries::new(line, color.stroke_width(1)))?
+            .label(format!("policy {id}"))
+            .legend(move |(x, y)| PathElement::new([(x, y), (x + 24, y)], color.stroke_width(1)));
+    }
+
     let eval: Vec<(f64, f64)> =
         points.iter().filter_map(|p| p.eval.map(|v| (x_of(p), v))).collect();
     if !eval.is_empty() {
@@ -281,6 +303,16 @@ where
         .draw()?;
     Ok(())
 }
+
+/// The colors of policies' lines (matplotlib's tab10 after blue and red).
+const POLICY_COLORS: [RGBColor; 6] = [
+    RGBColor(255, 127, 14),
+    RGBColor(44, 160, 44),
+    RGBColor(148, 103, 189),
+    RGBColor(140, 86, 75),
+    RGBColor(227, 119, 194),
+    RGBColor(23, 190, 207),
+];
 
 /// `1.5M`, `250k`, `12.5`: axis labels that stay short.
 fn short_number(v: f64) -> String {
@@ -344,6 +376,31 @@ mod tests {
             .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
             .collect::<Result<_, _>>()?;
         assert_eq!(names.len(), 3, "{names:?}");
+        Ok(())
+    }
+
+    #[test]
+    fn a_multi_agent_run_gets_a_line_per_policy() -> TestResult {
+        let dir = tempfile::tempdir()?;
+        synthetic_results(dir.path())?;
+        let single = std::fs::read(plot_run(dir.path())?)?;
+        let results = dir.path().join("result.json");
+        let text: String = std::fs::read_to_string(&results)?
+            .lines()
+            .map(|line| {
+                let mut row: serde_json::Value = serde_json::from_str(line)?;
+                let ret = row["episode_return_mean"].as_f64().unwrap_or(f64::NAN);
+                row["policy_reward_mean"] =
+                    serde_json::json!({"left": ret / 2.0, "right": ret / 3.0});
+                Ok(format!("{row}\n"))
+            })
+            .collect::<Result<_, serde_json::Error>>()?;
+        std::fs::write(&results, &text)?;
+        let points = read_points(&text, &results)?;
+        assert_eq!(points[0].policies.len(), 0, "no episode yet: nothing to draw");
+        assert_eq!(points[10].policies.keys().collect::<Vec<_>>(), ["left", "right"]);
+        let multi = std::fs::read(plot_run(dir.path())?)?;
+        assert_ne!(single, multi, "the policies' lines are drawn");
         Ok(())
     }
 

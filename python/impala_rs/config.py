@@ -6,6 +6,8 @@ file and in ``impala train --set``.
 """
 
 import copy
+import importlib
+import inspect
 import warnings
 
 from . import _impala_rs
@@ -318,7 +320,7 @@ class IMPALAConfig:
         if python_model(out["model"]) is not None:
             out["model"]["custom_model"] = None
             out["model"]["custom_model_config"] = {}
-        _resolve_multi_agent_callables(out)
+        _resolve_multi_agent_callables(out, self._env_creator()[1])
         return out
 
     def _checked(self):
@@ -353,12 +355,47 @@ def _policy_ids(policies):
     raise TypeError(f"multi_agent(policies=...): expects policy ids (a list, set or dict), got {policies!r}")
 
 
-def _resolve_multi_agent_callables(out):
+def _agent_ids(env, env_config, creator):
+    """The agent ids of a multi-agent env, in its order: a native one's, or those of one env
+    built here from a Python creator or entry point (``possible_agents``, or RLlib's
+    ``get_agent_ids()``); ``None`` for a single-agent env."""
+    agents = _impala_rs.multi_agent_ids(env, env_config)
+    if agents is not None:
+        return agents
+    if creator is None and ":" in env and not env.startswith("ALE/"):
+        module, _, name = env.partition(":")
+        creator = importlib.import_module(module)
+        for part in name.split("."):
+            creator = getattr(creator, part)
+    if creator is None:
+        return None
+    try:
+        params = [
+            p
+            for p in inspect.signature(creator).parameters.values()
+            if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        ]
+    except (TypeError, ValueError):
+        params = []
+    made = creator(env_config) if len(params) == 1 else creator(**env_config)
+    try:
+        if hasattr(made, "possible_agents"):
+            return [str(a) for a in made.possible_agents]
+        if callable(getattr(made, "get_agent_ids", None)):
+            return sorted(str(a) for a in made.get_agent_ids())
+        return None
+    finally:
+        close = getattr(made, "close", None)
+        if callable(close):
+            close()
+
+
+def _resolve_multi_agent_callables(out, creator):
     """Calls a ``policy_mapping_fn`` once per agent id of the env and a ``policies_to_train``
     callable once per policy id, leaving the tables the Rust side reads."""
     mapping, to_train = out.get("policy_mapping"), out.get("policies_to_train")
     if callable(mapping):
-        agents = _impala_rs.multi_agent_ids(out["env"], out.get("env_config") or {})
+        agents = _agent_ids(out["env"], out.get("env_config") or {}, creator)
         if agents is None:
             raise _impala_rs.ConfigError(
                 f"multi_agent(policy_mapping_fn=...) is set, but {out['env']!r} is a single-agent env"
