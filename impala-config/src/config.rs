@@ -309,6 +309,10 @@ pub struct ImpalaConfig {
     /// What `train_batch_size` and `min_sample_timesteps_per_iteration` count in a
     /// multi-agent run (RLlib's `count_steps_by`).
     pub count_steps_by: CountStepsBy,
+    /// Per policy id, the `training()` options and `model` options it learns with instead of
+    /// the run's (RLlib's `PolicySpec(config=...)`), e.g. `{ lr = 0.001, model = {
+    /// fcnet_hiddens = [32] } }`.
+    pub policy_config: BTreeMap<String, BTreeMap<String, serde_json::Value>>,
 
     // ---- resources() ----
     /// GPUs for the learner (RLlib's default is 1; impala-rs defaults to 0 so the default
@@ -445,6 +449,7 @@ impl Default for ImpalaConfig {
             policy_mapping: BTreeMap::new(),
             policies_to_train: None,
             count_steps_by: CountStepsBy::EnvSteps,
+            policy_config: BTreeMap::new(),
 
             num_gpus: 0.0,
             num_cpus_for_main_process: 1.0,

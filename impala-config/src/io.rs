@@ -263,7 +263,12 @@ impl ImpalaConfig {
         self.set_from(key, value, &Origin::Override(text.into()))
     }
 
-    fn set_from(&mut self, key: &str, value: Value, origin: &Origin) -> Result<Vec<Warning>> {
+    pub(crate) fn set_from(
+        &mut self,
+        key: &str,
+        value: Value,
+        origin: &Origin,
+    ) -> Result<Vec<Warning>> {
         if let Some((head, rest)) = key.split_once('.') {
             let mut warnings = Vec::new();
             let head = resolve(head, &mut warnings);

@@ -129,6 +129,7 @@ fn describe_type(ty: &str) -> String {
         "ModelConfig" => "a table of model options".into(),
         "BTreeMap<String,f64>" => "a table of numbers".into(),
         "BTreeMap<String,String>" => "a table of strings".into(),
+        "BTreeMap<String,BTreeMap<String,serde_json::Value>>" => "a table of tables".into(),
         "BTreeMap<String,serde_json::Value>" => "a table".into(),
         other => other.into(),
     }
@@ -394,6 +395,7 @@ groups! {
         policy_mapping: BTreeMap<String, String>,
         policies_to_train: Option<Vec<String>>,
         count_steps_by: CountStepsBy,
+        policy_config: BTreeMap<String, BTreeMap<String, serde_json::Value>>,
     }
 
     /// RLlib's `reporting()`: how long an iteration lasts and how metrics are smoothed.

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ImpalaConfig;
+use crate::{key_info, ConfigError, Group, ImpalaConfig, Origin};
 
 /// What `train_batch_size` and the step counters count (RLlib's `count_steps_by`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -86,6 +86,17 @@ pub enum MappingError {
         /// The policy id.
         policy: String,
     },
+    /// `policy_config` names a policy that is not in `policies`.
+    #[error(
+        "`multi_agent.policy_config` has an entry for `{policy}`, which is not in \
+         `multi_agent.policies` ({known})"
+    )]
+    UnknownPolicyConfig {
+        /// The policy id.
+        policy: String,
+        /// The policies there are, comma-separated.
+        known: String,
+    },
     /// A policy id given twice.
     #[error("`multi_agent.policies` names `{policy}` twice")]
     DuplicatePolicy {
@@ -118,6 +129,55 @@ impl ImpalaConfig {
         }
     }
 
+    /// The config policy `policy_id` learns with: this one with the policy's `policy_config`
+    /// entries set (`training()` options, and `model` as a table of model options merged into
+    /// the run's). Other options are the run's for every policy, so setting one is an error.
+    ///
+    /// ```
+    /// use impala_config::ImpalaConfig;
+    /// let mut config = ImpalaConfig::default();
+    /// config.policies = vec!["small".into(), "big".into()];
+    /// config.policy_config.insert(
+    ///     "big".into(),
+    ///     serde_json::from_str(r#"{"lr": 0.001, "model": {"fcnet_hiddens": [512]}}"#)?,
+    /// );
+    /// let big = config.for_policy("big")?;
+    /// assert_eq!((big.lr, big.model.fcnet_hiddens.clone()), (0.001, vec![512]));
+    /// assert_eq!(config.for_policy("small")?.lr, config.lr);
+    /// config.policy_config.insert("small".into(), serde_json::from_str(r#"{"num_env_runners": 3}"#)?);
+    /// assert!(config.for_policy("small").is_err());
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn for_policy(&self, policy_id: &str) -> Result<ImpalaConfig, ConfigError> {
+        let mut config = self.clone();
+        let Some(entries) = self.policy_config.get(policy_id) else { return Ok(config) };
+        for (key, value) in entries {
+            let origin = Origin::Override(format!("policy_config.{policy_id}.{key}"));
+            let refuse = |reason: &str| ConfigError::BadOverride {
+                text: format!("policy_config.{policy_id}.{key}"),
+                reason: reason.into(),
+            };
+            match (key.as_str(), value) {
+                ("model", serde_json::Value::Object(model)) => {
+                    for (model_key, v) in model {
+                        config.set_from(&format!("model.{model_key}"), v.clone(), &origin)?;
+                    }
+                }
+                ("model", _) => return Err(refuse("`model` takes a table of model options")),
+                _ if key_info(key).is_some_and(|k| k.group == Group::Training) => {
+                    config.set_from(key, value.clone(), &origin)?;
+                }
+                _ => {
+                    return Err(refuse(
+                        "only training() and model options can differ per policy; set the \
+                         others for the run",
+                    ))
+                }
+            }
+        }
+        Ok(config)
+    }
+
     /// Whether any `multi_agent()` option differs from its default (a single-agent env refuses
     /// them).
     pub fn sets_multi_agent_options(&self) -> bool {
@@ -125,6 +185,7 @@ impl ImpalaConfig {
             || !self.policy_mapping.is_empty()
             || self.policies_to_train.is_some()
             || self.count_steps_by != CountStepsBy::EnvSteps
+            || !self.policy_config.is_empty()
     }
 
     /// The [`PolicyMap`] of an env whose agents are `agents` (ids, in its order).
@@ -206,6 +267,12 @@ impl ImpalaConfig {
                     agents: agents.join(", "),
                 });
             }
+        }
+        if let Some(unknown) = self.policy_config.keys().find(|p| !ids.contains(p)) {
+            return Err(MappingError::UnknownPolicyConfig {
+                policy: unknown.clone(),
+                known: known.clone(),
+            });
         }
         let trains = match &self.policies_to_train {
             None => vec![true; ids.len()],

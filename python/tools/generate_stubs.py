@@ -44,6 +44,7 @@ def python_type(rust, expected):
         "ModelConfig": "Dict[str, Any]",
         "BTreeMap<String,f64>": "Dict[str, float]",
         "BTreeMap<String,String>": "Dict[str, str]",
+        "BTreeMap<String,BTreeMap<String,serde_json::Value>>": "Dict[str, Dict[str, Any]]",
         "BTreeMap<String,serde_json::Value>": "Dict[str, Any]",
     }
     if rust in simple:
