@@ -327,6 +327,12 @@ fn a_driver_that_no_runner_reaches_says_how_to_start_them() -> TestResult {
         ],
     )?;
     run.assert_one_line_error(&["normalize_observations", "remote env runners"]);
+    // Multi-agent envs sample on runner threads only.
+    let run = impala(
+        dir.path(),
+        &["train", "--env", "HalfObserved", "--listen", &listen, "--token-file", &token],
+    )?;
+    run.assert_one_line_error(&["multi-agent env", "remote env runners"]);
     let run = impala(dir.path(), &["train", "--set", "compress_observations=true"])?;
     run.assert_one_line_error(&["compress_observations", "--listen"]);
     Ok(())

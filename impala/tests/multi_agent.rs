@@ -270,3 +270,26 @@ fn each_policy_may_learn_with_its_own_model_and_training_options() -> TestResult
     assert!(err.is_some_and(|e| e.contains("policy_config` has an entry for `middle`")));
     Ok(())
 }
+
+#[test]
+fn each_trained_policy_mixes_in_its_own_replay() -> TestResult {
+    let mut config = half_observed();
+    config.policies = vec!["left".into(), "right".into()];
+    // Half of each train batch replayed from the policy's own buffer (RLlib's mix-in replay).
+    config.replay_proportion = 1.0;
+    config.replay_buffer_num_slots = 16;
+    config.min_time_s_per_iteration = 0.2;
+    let mut algo = MultiAgentImpala::new(config.validate()?)?;
+    let mut result = algo.train()?;
+    while result.info.learner.values().any(|l| l.num_grad_updates_lifetime < 5) {
+        result = algo.train()?;
+    }
+    algo.stop()?;
+    // Replayed rows are trained on too: each policy trained on more agent steps than it sampled.
+    let sampled_per_policy = result.num_agent_steps_sampled / 2;
+    for policy in ["left", "right"] {
+        let trained = result.info.learner[policy].num_agent_steps_trained;
+        assert!(trained > sampled_per_policy, "{policy}: {trained} <= {sampled_per_policy}");
+    }
+    Ok(())
+}

@@ -108,6 +108,7 @@ class IMPALAConfig:
         policy_mapping_fn: Union[Union[Callable[..., str], Dict[str, str]], _NotProvided] = ...,
         policies_to_train: Union[Union[List[str], Set[str], Callable[[str, Any], bool], None], _NotProvided] = ...,
         count_steps_by: Union[Literal["env_steps", "agent_steps"], _NotProvided] = ...,
+        policy_config: Union[Dict[str, Dict[str, Any]], _NotProvided] = ...,
     ) -> "IMPALAConfig": ...
     def reporting(
         self, *,

@@ -192,3 +192,22 @@ def test_a_registered_pettingzoo_env_trains_with_per_policy_results():
     assert set(result["info"]["learner"]) == {"left", "right"}
     assert set(result["policy_reward_mean"]) == {"left", "right"}
     assert result["num_agent_steps_sampled"] == 2 * result["num_env_steps_sampled"]
+
+
+def test_a_multi_agent_config_runs_as_a_tune_trial(tmp_path):
+    from ray import tune
+
+    from impala_rs.tune import Impala
+
+    config = half_observed().multi_agent(
+        policies=["left", "right"], policy_mapping_fn=lambda agent_id, episode, **kwargs: agent_id
+    )
+    results = tune.Tuner(
+        Impala,
+        param_space=config,
+        run_config=tune.RunConfig(stop={"training_iteration": 2}, storage_path=str(tmp_path)),
+    ).fit()
+    assert results.errors == []
+    (result,) = list(results)
+    assert set(result.metrics["policy_reward_mean"]) == {"left", "right"}
+    assert set(result.metrics["info"]["learner"]) == {"left", "right"}
