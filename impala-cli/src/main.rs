@@ -33,6 +33,16 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Config(args) => commands::print_config(&args),
         Command::Envs => {
             impala::envs::list()?.iter().for_each(|info| println!("{info}"));
+            for id in impala::envs::MULTI_AGENT_ENVS {
+                let env = impala::envs::make_multi_agent(id, &Default::default())?;
+                let spec = env.spec();
+                let agents: Vec<String> = spec
+                    .agents
+                    .iter()
+                    .map(|a| format!("{} ({}, {})", a.id, a.observation_space, a.action_space))
+                    .collect();
+                println!("{id:<16} multi-agent: {}", agents.join(", "));
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::BenchCartpole(args) => commands::bench(&args),
