@@ -563,6 +563,23 @@ class Commands:
                 continue
 
 
+def frames(commands):
+    """The runner's commands `(op, has_seed, slot, value)`, one at a time, until it quits (`Q`)
+    or closes the pipe."""
+    pending = b""
+    while True:
+        chunk = commands.read()
+        if not chunk:
+            return
+        pending += chunk
+        while len(pending) >= COMMAND.size:
+            op, has_seed, slot, _, value = COMMAND.unpack_from(pending)
+            pending = pending[COMMAND.size :]
+            if op == b"Q":
+                return
+            yield op, has_seed, slot, value
+
+
 def mask_slots(base, mask):
     """The slots `base + i` for the bits i set in `mask`, lowest first."""
     slots = []
@@ -651,114 +668,96 @@ def main():
 
     restart_sub_envs = setup.get("restart_failed_sub_environments", False)
     commands = Commands(sys.stdin.buffer.raw.fileno(), setup.get("spin", False))
-    pending = b""
-    while True:
-        chunk = commands.read()
-        if not chunk:
-            return 0
-        pending += chunk
-        while len(pending) >= COMMAND.size:
-            op, has_seed, slot, _, seed = COMMAND.unpack_from(pending)
-            pending = pending[COMMAND.size :]
-            if op == b"Q":
-                return 0
-            # Each command's replies go out as soon as it is done (one write), not after the
-            # other commands read with it: the runner infers for these envs while this worker
-            # steps the next command's.
-            out = []
-            if op == b"R":
-                slots, actions = (slot,), (None,)
-            elif op == b"M":
-                slots = mask_slots(slot, seed)
-                actions = read(slots)
-            else:
-                slots, actions = (), ()
-                out.append(failure(b"E", slot, f"unknown command {op!r}".encode()))
-            for slot, action in zip(slots, actions):
-                try:
-                    if op == b"R":
-                        write(envs.reset(slot, int(seed) if has_seed else None), slot)
-                        out.append(REPLY.pack(b"O", 0, slot, 0, 0.0))
-                        continue
-                    if atari:
-                        if envs.gather_step(slot, action):
-                            for i, step in enumerate(envs.step_all()):
-                                obs, last, reward, term, trunc, continues = step
-                                write(obs, i)
-                                flags = term | (trunc << 1) | (continues << 3)
-                                if last is not None:
-                                    write_final(last, i)
-                                    flags |= 4
-                                out.append(REPLY.pack(b"O", flags, i, 0, reward))
-                        continue
-                    env = envs.envs[slot]
-                    obs, reward, term, trunc, _ = env.step(action)
-                    if term or trunc:
-                        flags = (1 if term else 0) | (2 if trunc else 0)
-                        try:
-                            first, _ = env.reset()
-                        except Exception:  # noqa: BLE001 - the runner's own reset reports it
-                            write(obs, slot)
-                        else:
-                            write_final(obs, slot)
-                            write(first, slot)
-                            flags |= 4
-                        out.append(REPLY.pack(b"O", flags, slot, 0, float(reward)))
-                        continue
-                    write(obs, slot)
-                    out.append(REPLY.pack(b"O", 0, slot, 0, float(reward)))
-                except Exception as exc:  # noqa: BLE001 - a failing env is reported, not fatal
-                    message = last_frame(exc).encode("utf-8", "replace")
-                    status = b"E"
-                    if restart_sub_envs:
-                        try:
-                            envs.recreate(slot)
-                            status = b"X"
-                        except Exception as again:  # noqa: BLE001
-                            message += b"; recreating it failed too: " + last_frame(
-                                again
-                            ).encode("utf-8", "replace")
-                    out.append(failure(status, slot, message))
-            if out:
-                replies.write(b"".join(out))
+    for op, has_seed, slot, seed in frames(commands):
+        # Each command's replies go out as soon as it is done (one write), not after the
+        # other commands read with it: the runner infers for these envs while this worker
+        # steps the next command's.
+        out = []
+        if op == b"R":
+            slots, actions = (slot,), (None,)
+        elif op == b"M":
+            slots = mask_slots(slot, seed)
+            actions = read(slots)
+        else:
+            slots, actions = (), ()
+            out.append(failure(b"E", slot, f"unknown command {op!r}".encode()))
+        for slot, action in zip(slots, actions):
+            try:
+                if op == b"R":
+                    write(envs.reset(slot, int(seed) if has_seed else None), slot)
+                    out.append(REPLY.pack(b"O", 0, slot, 0, 0.0))
+                    continue
+                if atari:
+                    if envs.gather_step(slot, action):
+                        for i, step in enumerate(envs.step_all()):
+                            obs, last, reward, term, trunc, continues = step
+                            write(obs, i)
+                            flags = term | (trunc << 1) | (continues << 3)
+                            if last is not None:
+                                write_final(last, i)
+                                flags |= 4
+                            out.append(REPLY.pack(b"O", flags, i, 0, reward))
+                    continue
+                env = envs.envs[slot]
+                obs, reward, term, trunc, _ = env.step(action)
+                if term or trunc:
+                    flags = (1 if term else 0) | (2 if trunc else 0)
+                    try:
+                        first, _ = env.reset()
+                    except Exception:  # noqa: BLE001 - the runner's own reset reports it
+                        write(obs, slot)
+                    else:
+                        write_final(obs, slot)
+                        write(first, slot)
+                        flags |= 4
+                    out.append(REPLY.pack(b"O", flags, slot, 0, float(reward)))
+                    continue
+                write(obs, slot)
+                out.append(REPLY.pack(b"O", 0, slot, 0, float(reward)))
+            except Exception as exc:  # noqa: BLE001 - a failing env is reported, not fatal
+                message = last_frame(exc).encode("utf-8", "replace")
+                status = b"E"
+                if restart_sub_envs:
+                    try:
+                        envs.recreate(slot)
+                        status = b"X"
+                    except Exception as again:  # noqa: BLE001
+                        message += b"; recreating it failed too: " + last_frame(
+                            again
+                        ).encode("utf-8", "replace")
+                out.append(failure(status, slot, message))
+        if out:
+            replies.write(b"".join(out))
+    return 0
 
 
 def serve_multi_agent(envs, commands, replies):
     """The command loop of multi-agent envs (see the module docstring): each command's replies,
     one per agent slot of every env it reset or stepped, go out in one write."""
     k = len(envs.agents)
-    pending = b""
-    while True:
-        chunk = commands.read()
-        if not chunk:
-            return 0
-        pending += chunk
-        while len(pending) >= COMMAND.size:
-            op, has_seed, slot, _, seed = COMMAND.unpack_from(pending)
-            pending = pending[COMMAND.size :]
-            if op == b"Q":
-                return 0
-            if op == b"R":
-                by_env = {slot // k: None}
-            elif op == b"M":
-                by_env = {}
-                for s in mask_slots(slot, seed):
-                    by_env.setdefault(s // k, []).append(s)
-            else:
-                replies.write(failure(b"E", slot, f"unknown command {op!r}".encode()))
-                continue
-            out = []
-            for e, slots in by_env.items():
-                try:
-                    if op == b"R":
-                        out.extend(envs.reset(e, int(seed) if has_seed else None))
-                    else:
-                        out.extend(envs.step(e, slots))
-                except Exception as exc:  # noqa: BLE001 - a failing env is reported, not fatal
-                    message = last_frame(exc).encode("utf-8", "replace")
-                    out.extend(failure(b"E", e * k + i, message) for i in range(k))
-            if out:
-                replies.write(b"".join(out))
+    for op, has_seed, slot, seed in frames(commands):
+        if op == b"R":
+            by_env = {slot // k: None}
+        elif op == b"M":
+            by_env = {}
+            for s in mask_slots(slot, seed):
+                by_env.setdefault(s // k, []).append(s)
+        else:
+            replies.write(failure(b"E", slot, f"unknown command {op!r}".encode()))
+            continue
+        out = []
+        for e, slots in by_env.items():
+            try:
+                if op == b"R":
+                    out.extend(envs.reset(e, int(seed) if has_seed else None))
+                else:
+                    out.extend(envs.step(e, slots))
+            except Exception as exc:  # noqa: BLE001 - a failing env is reported, not fatal
+                message = last_frame(exc).encode("utf-8", "replace")
+                out.extend(failure(b"E", e * k + i, message) for i in range(k))
+        if out:
+            replies.write(b"".join(out))
+    return 0
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ use tch::Device;
 use crate::builder::{batching_stage, new_learner, PolicySource, Streams};
 use crate::checkpoint::{
     checkpoint_name, find_checkpoint, put_saved_filter, read_checkpoint, save_checkpoint,
-    sha256_hex, AlgorithmState, Counters, CHECKPOINT_FORMAT_VERSION, LEARNER_DIR,
+    sha256_hex, AlgorithmState, Counters, LEARNER_DIR,
 };
 use crate::evaluation::Evaluator;
 use crate::policy::TrainedPolicy;
@@ -630,16 +630,15 @@ impl Impala {
         std::fs::create_dir_all(dir)
             .map_err(|source| ImpalaError::RunDirNotWritable { path: dir.to_path_buf(), source })?;
         let state = AlgorithmState {
-            format_version: CHECKPOINT_FORMAT_VERSION,
-            impala_rs_version: env!("CARGO_PKG_VERSION").to_string(),
-            training_iteration: self.iteration,
-            time_total_s: self.time_total_s,
-            counters: self.counters,
-            episodes: self.episodes.clone(),
-            base_seed: self.base_seed,
-            num_restores: self.num_restores,
             observation_filter: self.observation_filter()?,
-            policy_episodes: BTreeMap::new(),
+            ..AlgorithmState::new(
+                self.iteration,
+                self.time_total_s,
+                self.counters,
+                self.episodes.clone(),
+                self.base_seed,
+                self.num_restores,
+            )
         };
         let learner_error =
             |path: &Path, cause| ImpalaError::LearnerCheckpoint { path: path.to_path_buf(), cause };

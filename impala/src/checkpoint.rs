@@ -111,6 +111,30 @@ pub struct AlgorithmState {
 }
 
 impl AlgorithmState {
+    /// The state of a run after `training_iteration` iterations, as this version writes it
+    /// (no observation filter, no per-policy windows: set those where the run has them).
+    pub fn new(
+        training_iteration: u64,
+        time_total_s: f64,
+        counters: Counters,
+        episodes: EpisodeWindow,
+        base_seed: u64,
+        num_restores: u64,
+    ) -> Self {
+        AlgorithmState {
+            format_version: CHECKPOINT_FORMAT_VERSION,
+            impala_rs_version: env!("CARGO_PKG_VERSION").to_string(),
+            training_iteration,
+            time_total_s,
+            counters,
+            episodes,
+            base_seed,
+            num_restores,
+            observation_filter: None,
+            policy_episodes: BTreeMap::new(),
+        }
+    }
+
     /// Whether this is a multi-agent run's state (its checkpoint holds a learner per policy,
     /// under [`policy_learner_dir`]).
     pub fn is_multi_agent(&self) -> bool {
@@ -525,18 +549,8 @@ mod tests {
     use super::*;
 
     fn state(iter: u64) -> AlgorithmState {
-        AlgorithmState {
-            format_version: CHECKPOINT_FORMAT_VERSION,
-            impala_rs_version: env!("CARGO_PKG_VERSION").into(),
-            training_iteration: iter,
-            time_total_s: 1.5,
-            counters: Counters { num_env_steps_sampled: 1000, ..Default::default() },
-            episodes: EpisodeWindow::new(100),
-            base_seed: 7,
-            num_restores: 2,
-            observation_filter: None,
-            policy_episodes: BTreeMap::new(),
-        }
+        let counters = Counters { num_env_steps_sampled: 1000, ..Default::default() };
+        AlgorithmState::new(iter, 1.5, counters, EpisodeWindow::new(100), 7, 2)
     }
 
     fn tmp() -> Result<tempfile::TempDir> {

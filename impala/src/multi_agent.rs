@@ -31,8 +31,7 @@ use crate::builder::{
     batching_stage, new_learner, random_seed, runner_sample_seed, PolicySource, Streams,
 };
 use crate::checkpoint::{
-    find_checkpoint, policy_learner_dir, read_checkpoint, save_checkpoint, AlgorithmState,
-    Counters, CHECKPOINT_FORMAT_VERSION,
+    find_checkpoint, policy_learner_dir, read_checkpoint, save_checkpoint, AlgorithmState, Counters,
 };
 use crate::settings;
 use crate::torchscript::ScriptedModel;
@@ -789,20 +788,19 @@ impl MultiAgentImpala {
         std::fs::create_dir_all(dir)
             .map_err(|source| ImpalaError::RunDirNotWritable { path: dir.to_path_buf(), source })?;
         let state = AlgorithmState {
-            format_version: CHECKPOINT_FORMAT_VERSION,
-            impala_rs_version: env!("CARGO_PKG_VERSION").to_string(),
-            training_iteration: self.iteration,
-            time_total_s: self.time_total_s,
-            counters: self.counters,
-            episodes: self.episodes.clone(),
-            base_seed: self.base_seed,
-            num_restores: self.num_restores,
-            observation_filter: None,
             policy_episodes: self
                 .policies
                 .iter()
                 .map(|p| (p.id.clone(), p.episodes.clone()))
                 .collect(),
+            ..AlgorithmState::new(
+                self.iteration,
+                self.time_total_s,
+                self.counters,
+                self.episodes.clone(),
+                self.base_seed,
+                self.num_restores,
+            )
         };
         save_checkpoint(dir, &state, self.config.config(), None, |learner_dir| {
             for policy in &self.policies {
