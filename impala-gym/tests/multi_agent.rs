@@ -40,7 +40,7 @@ fn a_pettingzoo_parallel_env_is_probed_and_stepped_per_agent() -> TestResult {
         }
     }
     assert_eq!(total, [10.0, 10.0]);
-    assert!(out[0].all_truncated && !out[0].all_terminated);
+    assert!(out[0].all_terminated && !out[0].all_truncated);
     // The single-agent API refuses it, naming the fix.
     let err = pool.make(0, 0, 0).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.contains("is a multi-agent env"), "{err}");

@@ -165,8 +165,8 @@ class Coordination:
         return (
             dict(self.bits),
             {a: reward for a in agents},
-            {a: False for a in agents},
             {a: done for a in agents},
+            {a: False for a in agents},
             {a: {} for a in agents},
         )
 

@@ -212,7 +212,8 @@ class PixelCatch(gym.Env):
 class HalfObservedParallel:
     """impala-rs's HalfObserved written to PettingZoo's `ParallelEnv` API: `left` and `right`
     each see one random bit (Discrete(2)); both get 1 when the parity of their actions is the
-    parity of the bits; 10 steps (10 per agent at best, 5 at random)."""
+    parity of the bits; the game ends (terminates) after 10 steps (10 per agent at best, 5 at
+    random)."""
 
     metadata = {"name": "half_observed_parallel_v0"}
 
@@ -247,8 +248,9 @@ class HalfObservedParallel:
         obs = self._draw()
         done = self.t >= self.length
         rewards = {a: float(parity) for a in self.agents}
-        truncations = {a: done for a in self.agents}
-        terminations = {a: False for a in self.agents}
+        # A game of fixed length ends (terminates); it is not cut short by a time limit.
+        terminations = {a: done for a in self.agents}
+        truncations = {a: False for a in self.agents}
         if done:
             self.agents = []
         return obs, rewards, terminations, truncations, {a: {} for a in obs}
