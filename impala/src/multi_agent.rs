@@ -11,7 +11,7 @@
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -23,7 +23,8 @@ use impala_gym::{EnvKind, GymEnvPool};
 use impala_learner::{Learner, LearnerHandle, ModelFactory, TorchPolicy};
 use impala_sampler::{
     MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentFragment, MultiAgentGroupSettings,
-    MultiAgentPolicyFactory, MultiAgentRunnerGroup, MultiAgentSettings, TrainBatchBuilder,
+    MultiAgentPolicyFactory, MultiAgentRunnerGroup, MultiAgentSettings, SamplerError,
+    TrainBatchBuilder,
 };
 
 use crate::algorithm::StatsMean;
@@ -166,11 +167,11 @@ fn check_options(config: &ValidatedConfig) -> Result<()> {
     if c.clip_actions {
         return refuse("clip_actions", "actions go to the env as sampled; remove it");
     }
-    if c.evaluation_num_env_runners > 0 || c.evaluation_parallel_to_training {
+    if c.evaluation_parallel_to_training {
         return refuse(
-            "evaluation_num_env_runners",
-            "evaluation runs on the driver between iterations; set it to 0 and \
-             `evaluation_parallel_to_training = false`",
+            "evaluation_parallel_to_training",
+            "evaluation runs between iterations (on `evaluation_num_env_runners` threads); \
+             remove it",
         );
     }
     if c.restart_failed_sub_environments || c.remote_worker_envs {
@@ -724,34 +725,69 @@ impl MultiAgentImpala {
     }
 
     /// Plays `evaluation_duration` episodes (or env steps) on fresh envs with every policy's
-    /// current weights, greedily unless `evaluation_explore`, on this thread.
+    /// current weights, greedily unless `evaluation_explore`: on `evaluation_num_env_runners`
+    /// threads side by side, or on this thread when it is 0.
     pub fn evaluate(&mut self) -> Result<EvaluationResult> {
         self.alive()?;
         let c = self.config.config();
         let weights = self.policies.iter().map(PolicyState::weights).collect::<Result<Vec<_>>>()?;
         let streams = Streams::new(&self.config, self.base_seed, self.num_restores);
         let seed = impala_sampler::stream_seed(streams.sample_seed, 1 + self.iteration);
-        let policies = self.policy_factory(seed)(0, self.iteration, &weights)?;
-        let settings = MultiAgentSettings {
-            policy_of_agent: self.map.policy_of_agent.clone(),
-            rollout_fragment_length: c.rollout_fragment_length,
-            seed: streams.env_seed.map(|s| impala_sampler::stream_seed(s, 1 + self.iteration)),
-            explore: c.evaluation_explore,
+        let policies = self.policy_factory(seed);
+        let env_seed = streams.env_seed.map(|s| impala_sampler::stream_seed(s, 1 + self.iteration));
+        let (unit, duration) = (c.evaluation_duration_unit, c.evaluation_duration);
+        // What the runners have done together, so each stops once the whole duration is in.
+        let (done_episodes, done_steps) = (AtomicUsize::new(0), AtomicUsize::new(0));
+        let finished = || match unit {
+            DurationUnit::Episodes => done_episodes.load(Ordering::Acquire) >= duration,
+            DurationUnit::Timesteps => done_steps.load(Ordering::Acquire) >= duration,
         };
-        let mut runner = MultiAgentEnvRunner::new(0, 1, &self.envs, policies, &settings)?;
-        let (mut episodes, mut returns, mut env_steps) = (Vec::new(), Vec::new(), 0);
-        loop {
-            let fragment = runner.sample()?;
-            env_steps += fragment.env_steps;
-            episodes.extend(fragment.episodes);
-            returns.extend(fragment.policy_returns);
-            let done = match c.evaluation_duration_unit {
-                DurationUnit::Episodes => episodes.len() >= c.evaluation_duration,
-                DurationUnit::Timesteps => env_steps >= c.evaluation_duration,
+        let evaluate_on = |runner: usize| -> Result<(Vec<EpisodeStats>, Vec<Vec<f64>>, usize)> {
+            let settings = MultiAgentSettings {
+                policy_of_agent: self.map.policy_of_agent.clone(),
+                rollout_fragment_length: c.rollout_fragment_length,
+                // Runner r's envs from `seed + 1000 * r`, as the sampling runners'.
+                seed: env_seed.map(|s| s.wrapping_add(1000 * runner as u64)),
+                explore: c.evaluation_explore,
             };
-            if done {
-                break;
+            let policies = policies(runner, self.iteration, &weights)?;
+            let mut env_runner =
+                MultiAgentEnvRunner::new(runner, 1, &self.envs, policies, &settings)?;
+            let (mut episodes, mut returns, mut env_steps) = (Vec::new(), Vec::new(), 0);
+            while !finished() {
+                let fragment = env_runner.sample()?;
+                env_steps += fragment.env_steps;
+                done_steps.fetch_add(fragment.env_steps, Ordering::AcqRel);
+                done_episodes.fetch_add(fragment.episodes.len(), Ordering::AcqRel);
+                episodes.extend(fragment.episodes);
+                returns.extend(fragment.policy_returns);
             }
+            Ok((episodes, returns, env_steps))
+        };
+        let parts = match c.evaluation_num_env_runners {
+            0 => vec![evaluate_on(0)],
+            n => std::thread::scope(|scope| {
+                let threads: Vec<_> =
+                    (1..=n).map(|runner| scope.spawn(move || evaluate_on(runner))).collect();
+                threads
+                    .into_iter()
+                    .map(|t| {
+                        t.join().unwrap_or_else(|payload| {
+                            Err(ImpalaError::Sampler(SamplerError::ThreadPanicked {
+                                thread: "evaluation env runner".into(),
+                                reason: impala_sampler::panic_message(payload.as_ref()),
+                            }))
+                        })
+                    })
+                    .collect()
+            }),
+        };
+        let (mut episodes, mut returns, mut env_steps) = (Vec::new(), Vec::new(), 0);
+        for part in parts {
+            let (part_episodes, part_returns, part_steps) = part?;
+            episodes.extend(part_episodes);
+            returns.extend(part_returns);
+            env_steps += part_steps;
         }
         if c.evaluation_duration_unit == DurationUnit::Episodes {
             episodes.truncate(c.evaluation_duration);
