@@ -167,13 +167,6 @@ fn check_options(config: &ValidatedConfig) -> Result<()> {
     if c.clip_actions {
         return refuse("clip_actions", "actions go to the env as sampled; remove it");
     }
-    if c.evaluation_parallel_to_training {
-        return refuse(
-            "evaluation_parallel_to_training",
-            "evaluation runs between iterations (on `evaluation_num_env_runners` threads); \
-             remove it",
-        );
-    }
     if c.restart_failed_sub_environments || c.remote_worker_envs {
         return refuse(
             "restart_failed_sub_environments",
@@ -504,12 +497,22 @@ impl MultiAgentImpala {
             c.min_sample_timesteps_per_iteration as u64,
             c.min_train_timesteps_per_iteration as u64,
         );
+        let due =
+            c.evaluation_interval.is_some_and(|n| n > 0 && (self.iteration + 1) % n as u64 == 0);
+        // `evaluation_parallel_to_training`: the round plays beside this iteration's training,
+        // with the weights of its start, and the iteration also waits for it.
+        let mut parallel = if due && c.evaluation_parallel_to_training {
+            Some(self.start_evaluation()?)
+        } else {
+            None
+        };
         let mut num_episodes = 0;
         loop {
             num_episodes += self.training_step()?;
             let done = started.elapsed() >= min_time
                 && self.sampled() - sampled_before >= min_sampled
-                && self.trained() - trained_before >= min_trained;
+                && self.trained() - trained_before >= min_trained
+                && parallel.as_ref().is_none_or(EvaluationRound::is_finished);
             if done || self.interrupted() {
                 break;
             }
@@ -523,13 +526,11 @@ impl MultiAgentImpala {
         self.iteration += 1;
         let time_this_iter_s = started.elapsed().as_secs_f64();
         self.time_total_s += time_this_iter_s;
-        let due = self
-            .config
-            .config()
-            .evaluation_interval
-            .is_some_and(|n| n > 0 && self.iteration % n as u64 == 0);
-        if due {
-            self.last_evaluation = Some(self.evaluate()?);
+        match parallel.take() {
+            // Interrupted: the round under way finishes, so no episode is lost.
+            Some(round) => self.last_evaluation = Some(round.finish()?),
+            None if due => self.last_evaluation = Some(self.evaluate()?),
+            None => {}
         }
         Ok(self.compile_result(&before, time_this_iter_s, num_episodes))
     }
@@ -728,92 +729,48 @@ impl MultiAgentImpala {
     /// current weights, greedily unless `evaluation_explore`: on `evaluation_num_env_runners`
     /// threads side by side, or on this thread when it is 0.
     pub fn evaluate(&mut self) -> Result<EvaluationResult> {
+        self.start_evaluation()?.finish()
+    }
+
+    /// Starts an evaluation round with every policy's current weights (see
+    /// [`MultiAgentImpala::evaluate`]); with 0 evaluation env runners it runs on one thread.
+    fn start_evaluation(&self) -> Result<EvaluationRound> {
         self.alive()?;
         let c = self.config.config();
         let weights = self.policies.iter().map(PolicyState::weights).collect::<Result<Vec<_>>>()?;
         let streams = Streams::new(&self.config, self.base_seed, self.num_restores);
         let seed = impala_sampler::stream_seed(streams.sample_seed, 1 + self.iteration);
-        let policies = self.policy_factory(seed);
-        let env_seed = streams.env_seed.map(|s| impala_sampler::stream_seed(s, 1 + self.iteration));
-        let (unit, duration) = (c.evaluation_duration_unit, c.evaluation_duration);
-        // What the runners have done together, so each stops once the whole duration is in.
-        let (done_episodes, done_steps) = (AtomicUsize::new(0), AtomicUsize::new(0));
-        let finished = || match unit {
-            DurationUnit::Episodes => done_episodes.load(Ordering::Acquire) >= duration,
-            DurationUnit::Timesteps => done_steps.load(Ordering::Acquire) >= duration,
-        };
-        let evaluate_on = |runner: usize| -> Result<(Vec<EpisodeStats>, Vec<Vec<f64>>, usize)> {
-            let settings = MultiAgentSettings {
-                policy_of_agent: self.map.policy_of_agent.clone(),
-                rollout_fragment_length: c.rollout_fragment_length,
-                // Runner r's envs from `seed + 1000 * r`, as the sampling runners'.
-                seed: env_seed.map(|s| s.wrapping_add(1000 * runner as u64)),
-                explore: c.evaluation_explore,
-            };
-            let policies = policies(runner, self.iteration, &weights)?;
-            let mut env_runner =
-                MultiAgentEnvRunner::new(runner, 1, &self.envs, policies, &settings)?;
-            let (mut episodes, mut returns, mut env_steps) = (Vec::new(), Vec::new(), 0);
-            while !finished() {
-                let fragment = env_runner.sample()?;
-                env_steps += fragment.env_steps;
-                done_steps.fetch_add(fragment.env_steps, Ordering::AcqRel);
-                done_episodes.fetch_add(fragment.episodes.len(), Ordering::AcqRel);
-                episodes.extend(fragment.episodes);
-                returns.extend(fragment.policy_returns);
-            }
-            Ok((episodes, returns, env_steps))
-        };
-        let parts = match c.evaluation_num_env_runners {
-            0 => vec![evaluate_on(0)],
-            n => std::thread::scope(|scope| {
-                let threads: Vec<_> =
-                    (1..=n).map(|runner| scope.spawn(move || evaluate_on(runner))).collect();
-                threads
-                    .into_iter()
-                    .map(|t| {
-                        t.join().unwrap_or_else(|payload| {
-                            Err(ImpalaError::Sampler(SamplerError::ThreadPanicked {
-                                thread: "evaluation env runner".into(),
-                                reason: impala_sampler::panic_message(payload.as_ref()),
-                            }))
+        let job = Arc::new(EvaluationJob {
+            envs: Arc::clone(&self.envs),
+            policies: self.policy_factory(seed),
+            weights,
+            policy_of_agent: self.map.policy_of_agent.clone(),
+            policy_ids: self.map.policy_ids.clone(),
+            rollout_fragment_length: c.rollout_fragment_length,
+            env_seed: streams.env_seed.map(|s| impala_sampler::stream_seed(s, 1 + self.iteration)),
+            explore: c.evaluation_explore,
+            incarnation: self.iteration,
+            unit: c.evaluation_duration_unit,
+            duration: c.evaluation_duration,
+            done_episodes: AtomicUsize::new(0),
+            done_steps: AtomicUsize::new(0),
+        });
+        let threads = (1..=c.evaluation_num_env_runners.max(1))
+            .map(|runner| {
+                let job = Arc::clone(&job);
+                let runner = if c.evaluation_num_env_runners == 0 { 0 } else { runner };
+                std::thread::Builder::new()
+                    .name(format!("ma-eval-runner-{runner}"))
+                    .spawn(move || job.run(runner))
+                    .map_err(|e| {
+                        ImpalaError::Sampler(SamplerError::Spawn {
+                            thread: format!("ma-eval-runner-{runner}"),
+                            reason: e.to_string(),
                         })
                     })
-                    .collect()
-            }),
-        };
-        let (mut episodes, mut returns, mut env_steps) = (Vec::new(), Vec::new(), 0);
-        for part in parts {
-            let (part_episodes, part_returns, part_steps) = part?;
-            episodes.extend(part_episodes);
-            returns.extend(part_returns);
-            env_steps += part_steps;
-        }
-        if c.evaluation_duration_unit == DurationUnit::Episodes {
-            episodes.truncate(c.evaluation_duration);
-            returns.truncate(c.evaluation_duration);
-        }
-        let mut window = EpisodeWindow::new(episodes.len());
-        window.extend(&episodes);
-        let summary = window.summary();
-        let policy_reward_mean = self
-            .policies
-            .iter()
-            .enumerate()
-            .map(|(p, policy)| {
-                let sum: f64 = returns.iter().map(|r| r[p]).sum();
-                (policy.id.clone(), sum / returns.len().max(1) as f64)
             })
-            .collect();
-        Ok(EvaluationResult {
-            episode_return_mean: summary.episode_return_mean,
-            episode_return_min: summary.episode_return_min,
-            episode_return_max: summary.episode_return_max,
-            episode_len_mean: summary.episode_len_mean,
-            num_episodes: episodes.len() as u64,
-            num_env_steps_sampled: env_steps as u64,
-            policy_reward_mean,
-        })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(EvaluationRound { job, threads })
     }
 
     /// Saves a checkpoint `dir/checkpoint_<iteration>` atomically: every policy's weights and
@@ -1025,6 +982,121 @@ impl MultiAgentImpala {
         }
         runners.transpose()?;
         first_error.map_or(Ok(()), Err)
+    }
+}
+
+/// What an evaluation round's runners share: envs, policies with the weights of the round's
+/// start, and how far the round has come (each runner stops once the whole duration is in).
+struct EvaluationJob {
+    envs: MultiAgentEnvFactory,
+    policies: MultiAgentPolicyFactory,
+    weights: Vec<Arc<Weights>>,
+    policy_of_agent: Vec<usize>,
+    policy_ids: Vec<String>,
+    rollout_fragment_length: usize,
+    env_seed: Option<u64>,
+    explore: bool,
+    incarnation: u64,
+    unit: DurationUnit,
+    duration: usize,
+    done_episodes: AtomicUsize,
+    done_steps: AtomicUsize,
+}
+
+/// One evaluation runner's episodes, their per-policy returns and its env steps.
+type EvaluationPart = (Vec<EpisodeStats>, Vec<Vec<f64>>, usize);
+
+impl EvaluationJob {
+    fn finished(&self) -> bool {
+        match self.unit {
+            DurationUnit::Episodes => self.done_episodes.load(Ordering::Acquire) >= self.duration,
+            DurationUnit::Timesteps => self.done_steps.load(Ordering::Acquire) >= self.duration,
+        }
+    }
+
+    /// Evaluation runner `runner` (its envs seeded from `seed + 1000 * runner`, as sampling
+    /// runners' are) plays until the round has its duration.
+    fn run(&self, runner: usize) -> Result<EvaluationPart> {
+        let settings = MultiAgentSettings {
+            policy_of_agent: self.policy_of_agent.clone(),
+            rollout_fragment_length: self.rollout_fragment_length,
+            seed: self.env_seed.map(|s| s.wrapping_add(1000 * runner as u64)),
+            explore: self.explore,
+        };
+        let policies = (self.policies)(runner, self.incarnation, &self.weights)?;
+        let mut env_runner = MultiAgentEnvRunner::new(runner, 1, &self.envs, policies, &settings)?;
+        let (mut episodes, mut returns, mut env_steps) = (Vec::new(), Vec::new(), 0);
+        while !self.finished() {
+            let fragment = env_runner.sample()?;
+            env_steps += fragment.env_steps;
+            self.done_steps.fetch_add(fragment.env_steps, Ordering::AcqRel);
+            self.done_episodes.fetch_add(fragment.episodes.len(), Ordering::AcqRel);
+            episodes.extend(fragment.episodes);
+            returns.extend(fragment.policy_returns);
+        }
+        Ok((episodes, returns, env_steps))
+    }
+}
+
+/// An evaluation round under way.
+struct EvaluationRound {
+    job: Arc<EvaluationJob>,
+    threads: Vec<std::thread::JoinHandle<Result<EvaluationPart>>>,
+}
+
+impl EvaluationRound {
+    /// Whether every runner is done.
+    fn is_finished(&self) -> bool {
+        self.threads.iter().all(std::thread::JoinHandle::is_finished)
+    }
+
+    /// Waits for the runners; the round's result (the first `evaluation_duration` episodes).
+    fn finish(self) -> Result<EvaluationResult> {
+        let parts: Vec<Result<EvaluationPart>> = self
+            .threads
+            .into_iter()
+            .map(|t| {
+                t.join().unwrap_or_else(|payload| {
+                    Err(ImpalaError::Sampler(SamplerError::ThreadPanicked {
+                        thread: "evaluation env runner".into(),
+                        reason: impala_sampler::panic_message(payload.as_ref()),
+                    }))
+                })
+            })
+            .collect();
+        let job = &self.job;
+        let (mut episodes, mut returns, mut env_steps) = (Vec::new(), Vec::new(), 0);
+        for part in parts {
+            let (part_episodes, part_returns, part_steps) = part?;
+            episodes.extend(part_episodes);
+            returns.extend(part_returns);
+            env_steps += part_steps;
+        }
+        if job.unit == DurationUnit::Episodes {
+            episodes.truncate(job.duration);
+            returns.truncate(job.duration);
+        }
+        let mut window = EpisodeWindow::new(episodes.len());
+        window.extend(&episodes);
+        let summary = window.summary();
+        let policy_reward_mean = job
+            .policy_ids
+            .iter()
+            .enumerate()
+            .map(|(p, id)| {
+                let sum: f64 = returns.iter().map(|r| r[p]).sum();
+                (id.clone(), sum / returns.len().max(1) as f64)
+            })
+            .collect();
+        Ok(EvaluationResult {
+            episode_return_mean: summary.episode_return_mean,
+            episode_return_min: summary.episode_return_min,
+            episode_return_max: summary.episode_return_max,
+            episode_len_mean: summary.episode_len_mean,
+            num_episodes: episodes.len() as u64,
+            num_env_steps_sampled: env_steps as u64,
+            policy_reward_mean,
+        })
     }
 }
 

@@ -295,7 +295,7 @@ fn each_trained_policy_mixes_in_its_own_replay() -> TestResult {
 }
 
 #[test]
-fn evaluation_runs_every_policy_on_evaluation_env_runners() -> TestResult {
+fn evaluation_runs_every_policy_on_evaluation_env_runners_or_beside_training() -> TestResult {
     let mut config = half_observed();
     config.policies = vec!["left".into(), "right".into()];
     config.min_time_s_per_iteration = 0.1;
@@ -309,8 +309,13 @@ fn evaluation_runs_every_policy_on_evaluation_env_runners() -> TestResult {
     assert_eq!(evaluation.num_episodes, 12);
     assert_eq!(evaluation.episode_len_mean, 10.0);
     assert_eq!(evaluation.policy_reward_mean.keys().collect::<Vec<_>>(), ["left", "right"]);
+    // Beside training: the iteration waits for the round.
     config.evaluation_parallel_to_training = true;
-    let err = MultiAgentImpala::new(config.validate()?).err().map(|e| e.to_string());
-    assert!(err.is_some_and(|e| e.contains("evaluation_parallel_to_training")));
+    let mut algo = MultiAgentImpala::new(config.validate()?)?;
+    let result = algo.train()?;
+    algo.stop()?;
+    let evaluation = result.evaluation.ok_or("no parallel evaluation")?;
+    assert_eq!(evaluation.num_episodes, 12);
+    assert!(evaluation.policy_reward_mean["right"].is_finite());
     Ok(())
 }
