@@ -243,6 +243,16 @@ fn a_multi_agent_env_trains_with_a_policy_per_agent_then_evaluates_and_resumes()
     ] {
         assert!(header.split(',').any(|k| k == key), "{key} not in {header}");
     }
+    let events: Vec<String> = entries(&dir.path().join("run"))
+        .into_iter()
+        .filter(|n| n.starts_with("events.out"))
+        .collect();
+    let scalars = read_scalars(&dir.path().join("run").join(&events[0]))?;
+    for tag in
+        ["ray/tune/policy_reward_mean/left", "ray/tune/info/learner/right/learner_stats/total_loss"]
+    {
+        assert!(scalars.iter().any(|(_, t, _)| t == tag), "{tag} not in TensorBoard");
+    }
     // Every policy plays its saved weights: greedy, both agents at their best.
     let eval = impala(dir.path(), &["evaluate", "--checkpoint", "run", "--episodes", "10"])?;
     assert!(eval.success, "{}", eval.stderr);

@@ -155,6 +155,11 @@ fn checkpoints_hold_every_policy_and_restore_all_or_one() -> TestResult {
     assert_eq!(one.get_weights("left")?.tensors, left.tensors);
     assert_eq!(one.get_weights("right")?.tensors, fresh_right.tensors);
     assert_eq!(one.iteration(), 0);
+    // The one-policy reader asks for a policy id.
+    let err = impala::TrainedPolicy::from_checkpoint(&checkpoint, impala::Device::Cpu)
+        .err()
+        .map(|e| e.to_string());
+    assert!(err.is_some_and(|e| e.contains("multi-agent checkpoint")));
     let err = one.restore_policy(&checkpoint, "middle").err().map(|e| e.to_string());
     assert!(err.is_some_and(|e| e.contains("no policy `middle`")));
     one.stop()?;
