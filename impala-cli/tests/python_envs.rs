@@ -99,6 +99,10 @@ fn a_pettingzoo_env_trains_a_policy_per_agent() -> TestResult {
         "min_time_s_per_iteration=0.5",
         "--set",
         "num_envs_per_env_runner=4",
+        // Every env ends an episode (150 steps) in the first iteration, however slowly the env
+        // worker starts on a busy machine.
+        "--set",
+        "min_sample_timesteps_per_iteration=1000",
         "--run-dir",
         "rps",
         "--quiet",

@@ -227,7 +227,17 @@ fn a_multi_agent_env_trains_with_a_policy_per_agent_then_evaluates_and_resumes()
     let example = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../examples/half-observed-impala.toml");
     let file = example.to_string_lossy();
-    let args = ["train", &file, "--stop-reward", "19", "--run-dir", "run", "--quiet"];
+    let args = [
+        "train",
+        &file,
+        "--stop-reward",
+        "19",
+        "--stop-time",
+        "120",
+        "--run-dir",
+        "run",
+        "--quiet",
+    ];
     let run = impala(dir.path(), &args)?;
     assert!(run.success, "{}", run.stderr);
     let results = impala::read_results(&dir.path().join("run").join(RESULT_FILE))?;
