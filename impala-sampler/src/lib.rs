@@ -93,7 +93,7 @@ pub use context::{stream_seed, EnvContext, EnvFactory, PolicyFactory};
 pub use error::{panic_message, Result, SamplerError};
 pub use group::{EnvRunnerGroup, EnvRunnerState, SamplerMetrics};
 pub use multi_agent::{
-    MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentFragment, MultiAgentSettings,
+    policy_specs, MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentFragment, MultiAgentSettings,
 };
 pub use multi_agent_group::{
     MultiAgentGroupSettings, MultiAgentPolicyFactory, MultiAgentRunnerGroup,

@@ -15,8 +15,8 @@
 use std::sync::Arc;
 
 use impala_core::{
-    CoreError, EnvSpec, EpisodeStats, MultiAgentEnv, MultiAgentStep, Policy, PolicyInput,
-    PolicyOutput, SampleBatch, Weights,
+    CoreError, EnvSpec, EpisodeStats, MultiAgentEnv, MultiAgentSpec, MultiAgentStep, Policy,
+    PolicyInput, PolicyOutput, SampleBatch, Weights,
 };
 
 use crate::{Result, SamplerError};
@@ -55,6 +55,82 @@ pub struct MultiAgentSettings {
     pub seed: Option<u64>,
     /// Sample actions (`true`) or act greedily.
     pub explore: bool,
+}
+
+/// Per policy of `policy_names`, the single-agent spec its agents act in: `policy_of_agent`
+/// maps each agent of `spec` (in its order) to a policy index. Refused (naming the agent and
+/// the policy): a mapping of another length than the env's agents, an index past the policies,
+/// agents of different spaces under one policy, a policy no agent maps to.
+///
+/// ```
+/// use impala_core::MultiAgentEnv;
+/// use impala_envs::MultiAgentCartPole;
+/// use impala_sampler::policy_specs;
+///
+/// let env = MultiAgentCartPole::new(3)?;
+/// let names = ["first".to_string(), "rest".to_string()];
+/// let specs = policy_specs(env.spec(), &[0, 1, 1], &names)?;
+/// assert_eq!(specs[1].observation_space, env.spec().agents[2].observation_space);
+/// let refused = policy_specs(env.spec(), &[0, 0, 0], &names).err().map(|e| e.to_string());
+/// assert!(refused.is_some_and(|e| e.contains("no agent maps to policy rest")));
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+pub fn policy_specs(
+    spec: &MultiAgentSpec,
+    policy_of_agent: &[usize],
+    policy_names: &[String],
+) -> Result<Vec<EnvSpec>> {
+    let num_agents = spec.num_agents();
+    if policy_of_agent.len() != num_agents {
+        return Err(SamplerError::PolicyMapping {
+            reason: format!(
+                "maps {} agents, but env `{}` has {num_agents}",
+                policy_of_agent.len(),
+                spec.id
+            ),
+        });
+    }
+    let mut policy_specs: Vec<Option<EnvSpec>> = vec![None; policy_names.len()];
+    for (agent, &p) in spec.agents.iter().zip(policy_of_agent) {
+        let slot = policy_specs.get_mut(p).ok_or_else(|| SamplerError::PolicyMapping {
+            reason: format!(
+                "maps agent `{}` to policy {p}, but there are {} policies",
+                agent.id,
+                policy_names.len()
+            ),
+        })?;
+        let agent_spec = spec.agent_env_spec(agent);
+        match slot {
+            Some(first)
+                if first.observation_space != agent_spec.observation_space
+                    || first.action_space != agent_spec.action_space =>
+            {
+                return Err(SamplerError::PolicyMapping {
+                    reason: format!(
+                        "agent `{}` maps to policy {} with spaces {:?} / {:?}, but another \
+                         agent of that policy has {:?} / {:?}",
+                        agent.id,
+                        policy_names[p],
+                        agent_spec.observation_space,
+                        agent_spec.action_space,
+                        first.observation_space,
+                        first.action_space
+                    ),
+                })
+            }
+            Some(_) => {}
+            None => *slot = Some(agent_spec),
+        }
+    }
+    policy_specs
+        .into_iter()
+        .enumerate()
+        .map(|(p, s)| {
+            s.ok_or_else(|| SamplerError::PolicyMapping {
+                reason: format!("no agent maps to policy {}", policy_names[p]),
+            })
+        })
+        .collect()
 }
 
 /// A transition of one lane: opened when its agent acted, closed when it is observed again or
@@ -180,56 +256,9 @@ impl MultiAgentEnvRunner {
             envs.push(env_factory(i)?);
         }
         let spec = envs.first().map(|e| e.spec().clone()).ok_or(SamplerError::NoEnvs)?;
+        let names: Vec<String> = (0..policies.len()).map(|p| p.to_string()).collect();
         let num_agents = spec.num_agents();
-        if settings.policy_of_agent.len() != num_agents {
-            return Err(SamplerError::PolicyMapping {
-                reason: format!(
-                    "maps {} agents, but env `{}` has {num_agents}",
-                    settings.policy_of_agent.len(),
-                    spec.id
-                ),
-            });
-        }
-        let mut policy_specs: Vec<Option<EnvSpec>> = vec![None; policies.len()];
-        for (agent, &p) in spec.agents.iter().zip(&settings.policy_of_agent) {
-            let slot = policy_specs.get_mut(p).ok_or_else(|| SamplerError::PolicyMapping {
-                reason: format!(
-                    "maps agent `{}` to policy {p}, but there are {} policies",
-                    agent.id,
-                    policies.len()
-                ),
-            })?;
-            let agent_spec = spec.agent_env_spec(agent);
-            match slot {
-                Some(first)
-                    if first.observation_space != agent_spec.observation_space
-                        || first.action_space != agent_spec.action_space =>
-                {
-                    return Err(SamplerError::PolicyMapping {
-                        reason: format!(
-                            "agent `{}` maps to policy {p} with spaces {:?} / {:?}, but another \
-                             agent of that policy has {:?} / {:?}",
-                            agent.id,
-                            agent_spec.observation_space,
-                            agent_spec.action_space,
-                            first.observation_space,
-                            first.action_space
-                        ),
-                    })
-                }
-                Some(_) => {}
-                None => *slot = Some(agent_spec),
-            }
-        }
-        let policy_specs: Vec<EnvSpec> = policy_specs
-            .into_iter()
-            .enumerate()
-            .map(|(p, s)| {
-                s.ok_or_else(|| SamplerError::PolicyMapping {
-                    reason: format!("no agent maps to policy {p}"),
-                })
-            })
-            .collect::<Result<_>>()?;
+        let policy_specs = policy_specs(&spec, &settings.policy_of_agent, &names)?;
         let mut lanes = Vec::with_capacity(num_envs * num_agents);
         for _ in 0..num_envs {
             for &p in &settings.policy_of_agent {

@@ -15,7 +15,7 @@ use impala_sampler::{EnvContext, EnvFactory, EnvRunnerGroup};
 use crate::builder::{env_spec, python_envs, run_envs, stream_seed, PolicySource, Streams};
 use crate::checkpoint::{find_checkpoint, put_saved_filter, read_checkpoint, LEARNER_DIR};
 use crate::settings;
-use crate::{EpisodeWindow, EvaluationResult, ImpalaError, Result};
+use crate::{EvaluationResult, ImpalaError, Result};
 
 /// Evaluation env seeds start this far from the sampling runners' (whose envs are seeded
 /// `seed + 1000 * runner + env`), and each round this much further, so evaluation episodes
@@ -98,18 +98,7 @@ impl Evaluator {
         if self.config.config().evaluation_duration_unit == DurationUnit::Episodes {
             round.episodes.truncate(duration);
         }
-        let mut window = EpisodeWindow::new(round.episodes.len().max(1));
-        window.extend(&round.episodes);
-        let s = window.summary();
-        Ok(Some(EvaluationResult {
-            episode_return_mean: s.episode_return_mean,
-            episode_return_min: s.episode_return_min,
-            episode_return_max: s.episode_return_max,
-            episode_len_mean: s.episode_len_mean,
-            num_episodes: round.episodes.len() as u64,
-            num_env_steps_sampled: round.steps,
-            policy_reward_mean: Default::default(),
-        }))
+        Ok(Some(EvaluationResult::of_episodes(&round.episodes, round.steps)))
     }
 
     /// Runs the round under way to its end.

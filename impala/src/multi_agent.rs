@@ -232,36 +232,14 @@ fn policy_model(
 }
 
 /// Per policy of `map`, the spaces of the agents that map to it (the same for all of them, or
-/// the mapping is refused naming the agents).
+/// the mapping is refused naming the agent and the policy).
 fn policy_specs(spec: &MultiAgentSpec, map: &PolicyMap) -> Result<Vec<EnvSpec>> {
-    let mut specs: Vec<Option<(EnvSpec, &str)>> = vec![None; map.policy_ids.len()];
-    for (agent, &p) in spec.agents.iter().zip(&map.policy_of_agent) {
-        let agent_spec = spec.agent_env_spec(agent);
-        match &specs[p] {
-            Some((first, other))
-                if first.observation_space != agent_spec.observation_space
-                    || first.action_space != agent_spec.action_space =>
-            {
-                return Err(ImpalaError::MultiAgentOption {
-                    key: "policy_mapping",
-                    reason: format!(
-                        "agents `{other}` ({:?}, {:?}) and `{}` ({:?}, {:?}) map to policy `{}`, \
-                         but one policy acts in one observation and action space; map them to \
-                         different policies",
-                        first.observation_space,
-                        first.action_space,
-                        agent.id,
-                        agent_spec.observation_space,
-                        agent_spec.action_space,
-                        map.policy_ids[p]
-                    ),
-                })
-            }
-            Some(_) => {}
-            None => specs[p] = Some((agent_spec, agent.id.as_str())),
+    impala_sampler::policy_specs(spec, &map.policy_of_agent, &map.policy_ids).map_err(|e| match e {
+        SamplerError::PolicyMapping { reason } => {
+            ImpalaError::MultiAgentOption { key: "policy_mapping", reason }
         }
-    }
-    Ok(specs.into_iter().flatten().map(|(s, _)| s).collect())
+        other => other.into(),
+    })
 }
 
 impl MultiAgentImpala {
@@ -1076,9 +1054,6 @@ impl EvaluationRound {
             episodes.truncate(job.duration);
             returns.truncate(job.duration);
         }
-        let mut window = EpisodeWindow::new(episodes.len());
-        window.extend(&episodes);
-        let summary = window.summary();
         let policy_reward_mean = job
             .policy_ids
             .iter()
@@ -1089,13 +1064,8 @@ impl EvaluationRound {
             })
             .collect();
         Ok(EvaluationResult {
-            episode_return_mean: summary.episode_return_mean,
-            episode_return_min: summary.episode_return_min,
-            episode_return_max: summary.episode_return_max,
-            episode_len_mean: summary.episode_len_mean,
-            num_episodes: episodes.len() as u64,
-            num_env_steps_sampled: env_steps as u64,
             policy_reward_mean,
+            ..EvaluationResult::of_episodes(&episodes, env_steps as u64)
         })
     }
 }

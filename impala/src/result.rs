@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::{Counters, EpisodeSummary};
+use impala_core::EpisodeStats;
+
+use crate::{Counters, EpisodeSummary, EpisodeWindow};
 
 /// RLlib's policy id for the single policy.
 pub const DEFAULT_POLICY_ID: &str = "default_policy";
@@ -181,6 +183,24 @@ pub struct Perf {
     /// Peak resident memory of the process so far, MiB.
     #[serde(deserialize_with = "null_is_nan::number")]
     pub peak_rss_mib: f64,
+}
+
+impl EvaluationResult {
+    /// The result of evaluation `episodes`, which took `env_steps` (no per-policy returns).
+    pub(crate) fn of_episodes(episodes: &[EpisodeStats], env_steps: u64) -> Self {
+        let mut window = EpisodeWindow::new(episodes.len());
+        window.extend(episodes);
+        let s = window.summary();
+        EvaluationResult {
+            episode_return_mean: s.episode_return_mean,
+            episode_return_min: s.episode_return_min,
+            episode_return_max: s.episode_return_max,
+            episode_len_mean: s.episode_len_mean,
+            num_episodes: episodes.len() as u64,
+            num_env_steps_sampled: env_steps,
+            policy_reward_mean: BTreeMap::new(),
+        }
+    }
 }
 
 impl IterationResult {
