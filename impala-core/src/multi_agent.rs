@@ -69,6 +69,23 @@ impl MultiAgentSpec {
         Ok(MultiAgentSpec { id, agents, max_episode_steps })
     }
 
+    /// The agents' ids in order (what a policy mapping maps).
+    ///
+    /// ```
+    /// use impala_core::{AgentSpec, MultiAgentSpec, Space};
+    /// let agent = |id: &str| AgentSpec {
+    ///     id: id.into(),
+    ///     observation_space: Space::Discrete(2),
+    ///     action_space: Space::Discrete(2),
+    /// };
+    /// let spec = MultiAgentSpec::new("Pair", vec![agent("left"), agent("right")], None)?;
+    /// assert_eq!(spec.agent_ids(), ["left", "right"]);
+    /// # Ok::<(), impala_core::CoreError>(())
+    /// ```
+    pub fn agent_ids(&self) -> Vec<String> {
+        self.agents.iter().map(|a| a.id.clone()).collect()
+    }
+
     /// How many agents may take part.
     pub fn num_agents(&self) -> usize {
         self.agents.len()

@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use crossbeam_channel::{
-    bounded, select, unbounded, Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError,
+    bounded, unbounded, Receiver, RecvTimeoutError, Select, Sender, TryRecvError, TrySendError,
 };
 use impala_core::{SampleBatch, Weights};
 
@@ -145,7 +145,9 @@ enum Source {
 
 /// Why no batch came.
 enum Interrupt {
-    Timeout,
+    /// None is waiting now.
+    Empty,
+    /// The handle is gone (its queue closed).
     Stop,
     Failed(LearnerError),
 }
@@ -252,8 +254,38 @@ pub struct LearnerHandle {
     new_weights: Arc<Mutex<Option<Arc<Weights>>>>,
     weights_requested: Arc<AtomicBool>,
     metrics: Arc<Mutex<Metrics>>,
-    learner_thread: Option<JoinHandle<Learner>>,
+    /// The learner, once the thread let go of it (stopped, or after a failure).
+    returned: Receiver<Learner>,
+    /// Whether the thread still serves this learner.
+    serving: Arc<AtomicBool>,
+    /// The learner thread, shared by the handles of every learner it serves.
+    thread: Arc<LearnerThread>,
     loader_threads: Vec<JoinHandle<()>>,
+    stopped: bool,
+}
+
+/// The learner thread, joined when the last handle of a learner it served is gone (it ends as
+/// soon as it serves none).
+#[derive(Debug)]
+struct LearnerThread(Mutex<Option<JoinHandle<()>>>);
+
+impl LearnerThread {
+    fn is_finished(&self) -> bool {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .is_none_or(JoinHandle::is_finished)
+    }
+}
+
+impl Drop for LearnerThread {
+    fn drop(&mut self) {
+        let thread = self.0.get_mut().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(thread) = thread {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl LearnerHandle {
@@ -263,82 +295,70 @@ impl LearnerHandle {
     /// `multi_gpu_thread == false` (RLlib's `simple_optimizer`) this is a
     /// [`LearnerError::Config`] (validation refuses such a config first).
     pub fn spawn(settings: &LearnerThreadSettings, learner: Learner) -> Result<Self> {
-        if learner.num_towers() > 1 && !settings.multi_gpu_thread {
-            return Err(LearnerError::Config {
-                reason: format!(
-                    "the learner has {} towers but multi_gpu_thread is false \
-                     (simple_optimizer): the single-device LearnerThread trains one tower",
-                    learner.num_towers()
-                ),
-            });
-        }
-        let timeout = settings.learner_queue_timeout;
-        let (in_tx, in_rx) = bounded::<SampleBatch>(settings.learner_queue_size.get());
-        let (out_tx, out_rx) = unbounded();
-        let (control_tx, control_rx) = unbounded();
-        let new_weights = Arc::new(Mutex::new(None));
-        let weights_requested = Arc::new(AtomicBool::new(false));
-        let metrics = Arc::new(Mutex::new(Metrics::default()));
-        let shared = Shared {
-            outqueue: out_tx,
-            new_weights: Arc::clone(&new_weights),
-            weights_requested: Arc::clone(&weights_requested),
-            metrics: Arc::clone(&metrics),
-            inqueue_len: in_rx.clone(),
-        };
-        let passes = settings.num_sgd_iter.get();
-        let mut loader_threads = Vec::new();
-        let (source, buffer) = if settings.multi_gpu_thread {
-            let stacks = settings.num_multi_gpu_tower_stacks.get();
-            let (idle_tx, idle_rx) = bounded(stacks);
-            let (ready_tx, ready_rx) = bounded(stacks);
-            for i in 0..stacks {
-                // The channel holds `stacks` items, so this cannot block or fail.
-                let _ = idle_tx.send(i);
-            }
-            for i in 0..settings.num_gpu_loader_threads.get().min(stacks) {
-                let (inqueue, idle, ready, loader) =
-                    (in_rx.clone(), idle_rx.clone(), ready_tx.clone(), learner.loader());
-                let metrics = Arc::clone(&metrics);
-                let handle = std::thread::Builder::new()
-                    .name(format!("impala-loader-{i}"))
-                    .spawn(move || loader_loop(&inqueue, &idle, &ready, &loader, &metrics))
-                    .map_err(|e| LearnerError::ThreadDied {
-                        reason: format!("cannot spawn a loader thread: {e}"),
-                    })?;
-                loader_threads.push(handle);
-            }
-            // RLlib's ready_tower_stacks_buffer: one slot per stack, passes ramp up from 1.
-            (
-                Source::Stacks { ready: ready_rx, idle: idle_tx },
-                MinibatchBuffer::new(stacks, passes, 1),
-            )
-        } else {
-            let source = Source::Inqueue { inqueue: in_rx, loader: learner.loader() };
-            (source, MinibatchBuffer::new(settings.minibatch_buffer_size.get(), passes, passes))
-        };
+        let mut handles = Self::spawn_shared(vec![(settings.clone(), learner)])?;
+        handles.pop().ok_or_else(|| LearnerError::ThreadDied {
+            reason: "the learner thread was started for no learner".into(),
+        })
+    }
+
+    /// Starts one learner thread serving every learner of `learners` (RLlib's multi-agent
+    /// learner thread, which trains each policy's batch in turn): a handle per learner, in
+    /// order, each with its own inqueue, minibatch buffer, outqueue and weights, as if it had
+    /// the thread to itself. The thread steps the learners whose batches are ready in turn, so
+    /// one whose batches come faster is not held back by the others' empty queues. It takes
+    /// the largest `num_learner_threads` of them for libtorch; loader threads stay per learner.
+    ///
+    /// ```
+    /// use impala_core::{EnvSpec, SampleBatch, Space};
+    /// use impala_learner::{Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings};
+    ///
+    /// let spec = EnvSpec {
+    ///     id: "Toy".into(),
+    ///     observation_space: Space::continuous(vec![-1.0; 4], vec![1.0; 4])?,
+    ///     action_space: Space::Discrete(2),
+    ///     max_episode_steps: None,
+    /// };
+    /// let mut settings = LearnerSettings::default();
+    /// settings.model.fcnet_hiddens = vec![8];
+    /// let thread = LearnerThreadSettings::default();
+    /// let learners = vec![
+    ///     (thread.clone(), Learner::new(&settings, &spec, tch::Device::Cpu)?),
+    ///     (thread, Learner::new(&settings, &spec, tch::Device::Cpu)?),
+    /// ];
+    /// let [left, right] = <[LearnerHandle; 2]>::try_from(LearnerHandle::spawn_shared(learners)?)
+    ///     .map_err(|_| "two handles")?;
+    /// let batch = SampleBatch::zeros(4, 2, &spec.observation_space, &spec.action_space, 0);
+    /// assert!(right.try_enqueue(batch).is_ok());
+    /// assert_eq!(right.drain_wait(std::time::Duration::from_secs(60))?.len(), 1);
+    /// // Only the learner that had a batch stepped.
+    /// assert_eq!((left.current_weights()?.version, right.current_weights()?.version), (0, 1));
+    /// assert_eq!(left.stop()?.version(), 0);
+    /// assert_eq!(right.stop()?.version(), 1);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn spawn_shared(learners: Vec<(LearnerThreadSettings, Learner)>) -> Result<Vec<Self>> {
+        let thread = Arc::new(LearnerThread(Mutex::new(None)));
+        let threads = learners.iter().map(|(s, _)| s.num_learner_threads.get()).max().unwrap_or(1);
         // tch takes an i32; more threads than that do not exist.
-        let threads = i32::try_from(settings.num_learner_threads.get()).unwrap_or(i32::MAX);
-        let snapshots = Snapshots { pending: false, published: learner.version(), last: None };
-        let learner_thread = std::thread::Builder::new()
+        let threads = i32::try_from(threads).unwrap_or(i32::MAX);
+        let mut lanes = Vec::with_capacity(learners.len());
+        let mut handles = Vec::with_capacity(learners.len());
+        for (settings, learner) in learners {
+            let (lane, handle) = Lane::new(&settings, learner, &thread)?;
+            lanes.push(lane);
+            handles.push(handle);
+        }
+        let joined = std::thread::Builder::new()
             .name("impala-learner".into())
             .spawn(move || {
                 tch::set_num_threads(threads);
-                learner_loop(learner, &source, buffer, &control_rx, timeout, snapshots, &shared)
+                learner_loop(lanes);
             })
             .map_err(|e| LearnerError::ThreadDied {
                 reason: format!("cannot spawn the learner thread: {e}"),
             })?;
-        Ok(LearnerHandle {
-            inqueue: Some(in_tx),
-            outqueue: out_rx,
-            control: control_tx,
-            new_weights,
-            weights_requested,
-            metrics,
-            learner_thread: Some(learner_thread),
-            loader_threads,
-        })
+        *thread.0.lock().unwrap_or_else(|e| e.into_inner()) = Some(joined);
+        Ok(handles)
     }
 
     /// Non-blocking put (RLlib's `inqueue.put` without blocking): gives the batch back when the
@@ -353,17 +373,19 @@ impl LearnerHandle {
         }
     }
 
-    /// Drains finished SGD steps (RLlib's outqueue). A failed learner thread surfaces its error
-    /// here (once; later calls report the thread as dead).
+    /// Drains finished SGD steps (RLlib's outqueue). A failed learner surfaces its error here
+    /// (once; later calls report the learner as gone).
     pub fn drain(&self) -> Result<Vec<LearnerOutput>> {
         let mut outputs = Vec::new();
         loop {
             match self.outqueue.try_recv() {
                 Ok(Ok(o)) => outputs.push(o),
                 Ok(Err(e)) => return Err(e),
-                Err(TryRecvError::Empty) => return Ok(outputs),
+                Err(TryRecvError::Empty) if self.is_running() || !outputs.is_empty() => {
+                    return Ok(outputs)
+                }
                 Err(TryRecvError::Disconnected) if !outputs.is_empty() => return Ok(outputs),
-                Err(TryRecvError::Disconnected) => {
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => {
                     return Err(LearnerError::ThreadDied {
                         reason: "the learner thread is gone (it failed earlier or panicked)".into(),
                     })
@@ -414,20 +436,26 @@ impl LearnerHandle {
     /// learner has not stepped since; publishes nothing for
     /// [`LearnerHandle::take_new_weights`].
     pub fn current_weights(&self) -> Result<Arc<Weights>> {
-        let (tx, rx) = bounded(1);
-        let dead =
-            || LearnerError::ThreadDied { reason: "the learner thread is not running".into() };
-        self.control.send(Control::Weights(tx)).map_err(|_| dead())?;
-        rx.recv().map_err(|_| dead())?
+        self.ask(Control::Weights)
     }
 
     /// Replaces the learner's weights between two SGD steps ([`Learner::set_weights`]); the
     /// next [`LearnerHandle::current_weights`] returns them.
     pub fn set_weights(&self, weights: Arc<Weights>) -> Result<()> {
+        self.ask(|reply| Control::SetWeights(weights, reply))
+    }
+
+    /// Checkpoints the learner between two SGD steps (the thread pauses while it writes).
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        self.ask(|reply| Control::Save(dir.to_path_buf(), reply))
+    }
+
+    /// Sends the thread a request and waits for its answer.
+    fn ask<T>(&self, request: impl FnOnce(Sender<Result<T>>) -> Control) -> Result<T> {
         let (tx, rx) = bounded(1);
         let dead =
             || LearnerError::ThreadDied { reason: "the learner thread is not running".into() };
-        self.control.send(Control::SetWeights(weights, tx)).map_err(|_| dead())?;
+        self.control.send(request(tx)).map_err(|_| dead())?;
         rx.recv().map_err(|_| dead())?
     }
 
@@ -470,17 +498,8 @@ impl LearnerHandle {
         }
     }
 
-    /// Checkpoints the learner between two SGD steps (the thread pauses while it writes).
-    pub fn save(&self, dir: &Path) -> Result<()> {
-        let (tx, rx) = bounded(1);
-        let dead =
-            || LearnerError::ThreadDied { reason: "the learner thread is not running".into() };
-        self.control.send(Control::Save(dir.to_path_buf(), tx)).map_err(|_| dead())?;
-        rx.recv().map_err(|_| dead())?
-    }
-
-    /// Stops the threads and returns the [`Learner`] (for checkpointing), or the failure that
-    /// stopped the thread if [`LearnerHandle::drain`] has not reported it yet (see
+    /// Stops serving the learner and returns it (for checkpointing), or the failure that
+    /// stopped it if [`LearnerHandle::drain`] has not reported it yet (see
     /// [`LearnerHandle::finish`] to get the learner back in that case too).
     pub fn stop(self) -> Result<Learner> {
         let (learner, failure) = self.finish();
@@ -490,89 +509,270 @@ impl LearnerHandle {
         })
     }
 
-    /// Stops the threads and hands back the [`Learner`] whatever stopped its thread (`None`
-    /// only when the thread panicked), with the failure that stopped it if
-    /// [`LearnerHandle::drain`] has not reported it yet. After a failure (a non-finite loss or
-    /// weights, a libtorch error) the learner holds its last good weights and optimizer state:
-    /// the failing step was not applied, so it can still be saved.
+    /// Stops serving the learner and hands it back whatever stopped it (`None` only when the
+    /// thread panicked), with the failure that stopped it if [`LearnerHandle::drain`] has not
+    /// reported it yet. After a failure (a non-finite loss or weights, a libtorch error) the
+    /// learner holds its last good weights and optimizer state: the failing step was not
+    /// applied, so it can still be saved. The thread ends once it serves no learner.
     pub fn finish(mut self) -> (Option<Learner>, Result<()>) {
-        let joined = self.shutdown();
+        let returned = self.shutdown();
         let failure = self.outqueue.try_iter().find_map(std::result::Result::err);
-        match (joined, failure) {
+        match (returned, failure) {
             (Ok(learner), None) => (Some(learner), Ok(())),
             (Ok(learner), Some(e)) => (Some(learner), Err(e)),
             (Err(e), failure) => (None, Err(failure.unwrap_or(e))),
         }
     }
 
-    /// Whether the learner thread is still running (it ends after a failure, reported by
-    /// [`LearnerHandle::drain`]).
+    /// Whether the thread still serves the learner (it stops after the learner's failure,
+    /// reported by [`LearnerHandle::drain`]).
     pub fn is_running(&self) -> bool {
-        self.learner_thread.as_ref().is_some_and(|t| !t.is_finished())
+        self.serving.load(Ordering::Acquire) && !self.thread.is_finished()
     }
 
     fn shutdown(&mut self) -> Result<Learner> {
+        self.stopped = true;
         let _ = self.control.send(Control::Stop);
         self.inqueue = None;
-        let joined = match self.learner_thread.take() {
-            Some(t) => t.join().map_err(|_| LearnerError::ThreadDied {
-                reason: "the learner thread panicked".into(),
-            }),
-            None => Err(LearnerError::ThreadDied { reason: "already stopped".into() }),
-        };
+        let returned = self
+            .returned
+            .recv()
+            .map_err(|_| LearnerError::ThreadDied { reason: "the learner thread panicked".into() });
         for t in self.loader_threads.drain(..) {
             let _ = t.join();
         }
-        joined
+        returned
     }
 }
 
 impl Drop for LearnerHandle {
     fn drop(&mut self) {
-        if self.learner_thread.is_some() {
+        if !self.stopped {
             let _ = self.shutdown();
         }
     }
 }
 
-/// Waits for the next batch, serving control messages (checkpoints, weights) meanwhile.
-fn fetch(
-    source: &Source,
-    control: &Receiver<Control>,
+/// One learner the thread serves, with what its handle talks to.
+struct Lane {
+    learner: Learner,
+    source: Source,
+    buffer: MinibatchBuffer<Slot>,
+    control: Receiver<Control>,
+    snapshots: Snapshots,
+    shared: Shared,
+    /// `learner_queue_timeout`: waiting this long for data counts a stall.
     timeout: Duration,
-    learner: &mut Learner,
-    snapshots: &mut Snapshots,
-    shared: &Shared,
-) -> std::result::Result<Slot, Interrupt> {
-    let _waiting = span(Activity::LearnerWait);
-    loop {
-        let handled = match source {
-            Source::Inqueue { inqueue, loader } => select! {
-                recv(control) -> msg => serve(msg.ok(), learner, snapshots, shared),
-                recv(inqueue) -> msg => {
-                    let Ok(batch) = msg else { return Err(Interrupt::Stop) };
-                    let start = Instant::now();
-                    let loaded = loader.load(&batch).map_err(Interrupt::Failed)?;
-                    lock(&shared.metrics).load_ms.push(millis(start));
-                    return Ok(Slot { stack: None, batch: loaded });
-                },
-                default(timeout) => return Err(Interrupt::Timeout),
-            },
-            Source::Stacks { ready, .. } => select! {
-                recv(control) -> msg => serve(msg.ok(), learner, snapshots, shared),
-                recv(ready) -> msg => match msg {
-                    Ok(Ok(slot)) => return Ok(slot),
-                    Ok(Err(e)) => return Err(Interrupt::Failed(e)),
-                    Err(_) => return Err(Interrupt::Stop),
-                },
-                default(timeout) => return Err(Interrupt::Timeout),
-            },
+    /// Since when the lane has had no data (`None` while it has).
+    waiting_since: Option<Instant>,
+    serving: Arc<AtomicBool>,
+    returned: Sender<Learner>,
+}
+
+/// What became of a lane's turn.
+enum Turn {
+    Stepped,
+    /// No batch was ready.
+    Idle,
+    /// The lane ends: its handle stopped it, or it failed.
+    End(Option<LearnerError>),
+}
+
+impl Lane {
+    /// The lane for `learner` (with its loader threads on the multi-GPU path) and its handle.
+    fn new(
+        settings: &LearnerThreadSettings,
+        learner: Learner,
+        thread: &Arc<LearnerThread>,
+    ) -> Result<(Lane, LearnerHandle)> {
+        if learner.num_towers() > 1 && !settings.multi_gpu_thread {
+            return Err(LearnerError::Config {
+                reason: format!(
+                    "the learner has {} towers but multi_gpu_thread is false \
+                     (simple_optimizer): the single-device LearnerThread trains one tower",
+                    learner.num_towers()
+                ),
+            });
+        }
+        let (in_tx, in_rx) = bounded::<SampleBatch>(settings.learner_queue_size.get());
+        let (out_tx, out_rx) = unbounded();
+        let (control_tx, control_rx) = unbounded();
+        let (returned_tx, returned_rx) = bounded(1);
+        let new_weights = Arc::new(Mutex::new(None));
+        let weights_requested = Arc::new(AtomicBool::new(false));
+        let metrics = Arc::new(Mutex::new(Metrics::default()));
+        let serving = Arc::new(AtomicBool::new(true));
+        let shared = Shared {
+            outqueue: out_tx,
+            new_weights: Arc::clone(&new_weights),
+            weights_requested: Arc::clone(&weights_requested),
+            metrics: Arc::clone(&metrics),
+            inqueue_len: in_rx.clone(),
         };
-        handled?;
+        let passes = settings.num_sgd_iter.get();
+        let mut loader_threads = Vec::new();
+        let (source, buffer) = if settings.multi_gpu_thread {
+            let stacks = settings.num_multi_gpu_tower_stacks.get();
+            let (idle_tx, idle_rx) = bounded(stacks);
+            let (ready_tx, ready_rx) = bounded(stacks);
+            for i in 0..stacks {
+                // The channel holds `stacks` items, so this cannot block or fail.
+                let _ = idle_tx.send(i);
+            }
+            for i in 0..settings.num_gpu_loader_threads.get().min(stacks) {
+                let (inqueue, idle, ready, loader) =
+                    (in_rx.clone(), idle_rx.clone(), ready_tx.clone(), learner.loader());
+                let metrics = Arc::clone(&metrics);
+                let handle = std::thread::Builder::new()
+                    .name(format!("impala-loader-{i}"))
+                    .spawn(move || loader_loop(&inqueue, &idle, &ready, &loader, &metrics))
+                    .map_err(|e| LearnerError::ThreadDied {
+                        reason: format!("cannot spawn a loader thread: {e}"),
+                    })?;
+                loader_threads.push(handle);
+            }
+            // RLlib's ready_tower_stacks_buffer: one slot per stack, passes ramp up from 1.
+            (
+                Source::Stacks { ready: ready_rx, idle: idle_tx },
+                MinibatchBuffer::new(stacks, passes, 1),
+            )
+        } else {
+            let source = Source::Inqueue { inqueue: in_rx, loader: learner.loader() };
+            (source, MinibatchBuffer::new(settings.minibatch_buffer_size.get(), passes, passes))
+        };
+        let snapshots = Snapshots { pending: false, published: learner.version(), last: None };
+        let lane = Lane {
+            learner,
+            source,
+            buffer,
+            control: control_rx,
+            snapshots,
+            shared,
+            timeout: settings.learner_queue_timeout,
+            waiting_since: None,
+            serving: Arc::clone(&serving),
+            returned: returned_tx,
+        };
+        let handle = LearnerHandle {
+            inqueue: Some(in_tx),
+            outqueue: out_rx,
+            control: control_tx,
+            new_weights,
+            weights_requested,
+            metrics,
+            returned: returned_rx,
+            serving,
+            thread: Arc::clone(thread),
+            loader_threads,
+            stopped: false,
+        };
+        Ok((lane, handle))
+    }
+
+    /// Serves the control messages waiting (checkpoints, weights); `Err` when the lane ends.
+    fn serve_control(&mut self) -> std::result::Result<(), Option<LearnerError>> {
+        loop {
+            let msg = match self.control.try_recv() {
+                Ok(msg) => Some(msg),
+                Err(TryRecvError::Empty) => return Ok(()),
+                Err(TryRecvError::Disconnected) => None,
+            };
+            match serve(msg, &mut self.learner, &mut self.snapshots, &self.shared) {
+                Ok(()) => {}
+                Err(Interrupt::Failed(e)) => return Err(Some(e)),
+                Err(Interrupt::Stop | Interrupt::Empty) => return Err(None),
+            }
+        }
+    }
+
+    /// One SGD step if a minibatch is ready (a kept one, or a new batch).
+    fn turn(&mut self) -> Turn {
+        let Lane { learner, source, buffer, shared, .. } = self;
+        let minibatch = match buffer.get(|| source.try_next(&shared.metrics)) {
+            Ok(minibatch) => minibatch,
+            Err(Interrupt::Empty) => {
+                let since = *self.waiting_since.get_or_insert_with(Instant::now);
+                if since.elapsed() >= self.timeout {
+                    lock(&self.shared.metrics).timeouts += 1;
+                    self.waiting_since = Some(Instant::now());
+                }
+                return Turn::Idle;
+            }
+            Err(Interrupt::Stop) => return Turn::End(None),
+            Err(Interrupt::Failed(e)) => return Turn::End(Some(e)),
+        };
+        let dequeue_ms = self.waiting_since.take().map_or(0.0, millis);
+        let start = Instant::now();
+        let timestep = learner.agent_steps_trained();
+        let slot = minibatch.item();
+        let (env_steps, agent_steps) = (slot.batch.env_steps, slot.batch.agent_steps);
+        let result = learner.update_loaded(&slot.batch, timestep);
+        if let (Minibatch::Released(Slot { stack: Some(i), .. }), Source::Stacks { idle, .. }) =
+            (minibatch, &*source)
+        {
+            let _ = idle.send(i);
+        }
+        let stats = match result {
+            Ok(stats) => stats,
+            Err(e) => return Turn::End(Some(e)),
+        };
+        {
+            let mut m = lock(&shared.metrics);
+            m.dequeue_ms.push(dequeue_ms);
+            m.grad_ms.push(millis(start));
+            m.size.push(shared.inqueue_len.len() as f64);
+            m.steps += 1;
+        }
+        // Published before the step's output, so a driver that drained it sees the snapshot.
+        if let Err(e) = self.snapshots.publish_if_requested(learner, shared) {
+            return Turn::End(Some(e));
+        }
+        match shared.outqueue.send(Ok(LearnerOutput { env_steps, agent_steps, stats })) {
+            Ok(()) => Turn::Stepped,
+            Err(_) => Turn::End(None),
+        }
+    }
+
+    /// When waiting for data next counts a stall.
+    fn deadline(&self) -> Instant {
+        self.waiting_since.unwrap_or_else(Instant::now) + self.timeout
+    }
+
+    /// Hands the learner back to its handle, after the failure that ended the lane if any.
+    fn end(self, failure: Option<LearnerError>) {
+        if let Some(e) = failure {
+            let _ = self.shared.outqueue.send(Err(e));
+        }
+        self.serving.store(false, Ordering::Release);
+        let _ = self.returned.send(self.learner);
     }
 }
 
-/// Handles a control message between two SGD steps; `Err(Stop)` when the thread should end,
+impl Source {
+    /// The next loaded batch if one is ready, without waiting.
+    fn try_next(&self, metrics: &Mutex<Metrics>) -> std::result::Result<Slot, Interrupt> {
+        match self {
+            Source::Inqueue { inqueue, loader } => match inqueue.try_recv() {
+                Ok(batch) => {
+                    let start = Instant::now();
+                    let loaded = loader.load(&batch).map_err(Interrupt::Failed)?;
+                    lock(metrics).load_ms.push(millis(start));
+                    Ok(Slot { stack: None, batch: loaded })
+                }
+                Err(TryRecvError::Empty) => Err(Interrupt::Empty),
+                Err(TryRecvError::Disconnected) => Err(Interrupt::Stop),
+            },
+            Source::Stacks { ready, .. } => match ready.try_recv() {
+                Ok(Ok(slot)) => Ok(slot),
+                Ok(Err(e)) => Err(Interrupt::Failed(e)),
+                Err(TryRecvError::Empty) => Err(Interrupt::Empty),
+                Err(TryRecvError::Disconnected) => Err(Interrupt::Stop),
+            },
+        }
+    }
+}
+
+/// Handles a control message between two SGD steps; `Err(Stop)` when the lane should end,
 /// `Err(Failed)` when publishing a snapshot failed.
 fn serve(
     msg: Option<Control>,
@@ -606,78 +806,56 @@ fn serve(
     }
 }
 
-fn learner_loop(
-    mut learner: Learner,
-    source: &Source,
-    mut buffer: MinibatchBuffer<Slot>,
-    control: &Receiver<Control>,
-    timeout: Duration,
-    mut snapshots: Snapshots,
-    shared: &Shared,
-) -> Learner {
-    loop {
-        match control.try_recv() {
-            Ok(msg) => match serve(Some(msg), &mut learner, &mut snapshots, shared) {
-                Ok(()) => continue,
-                Err(Interrupt::Failed(e)) => {
-                    let _ = shared.outqueue.send(Err(e));
+/// The learner thread: serves each lane's control messages, then gives the lanes with a
+/// minibatch ready one SGD step each, in turn; when none has one, sleeps until a message or a
+/// batch arrives or a lane's wait counts a stall. Ends when it serves no lane.
+fn learner_loop(mut lanes: Vec<Lane>) {
+    let mut next = 0;
+    while !lanes.is_empty() {
+        let mut i = 0;
+        while i < lanes.len() {
+            match lanes[i].serve_control() {
+                Ok(()) => i += 1,
+                Err(failure) => lanes.remove(i).end(failure),
+            }
+        }
+        let mut stepped = false;
+        for _ in 0..lanes.len() {
+            next %= lanes.len();
+            match lanes[next].turn() {
+                Turn::Stepped => {
+                    stepped = true;
+                    next += 1;
                     break;
                 }
-                Err(Interrupt::Stop | Interrupt::Timeout) => break,
-            },
-            Err(TryRecvError::Disconnected) => break,
-            Err(TryRecvError::Empty) => {}
-        }
-        let start = Instant::now();
-        let fetched =
-            buffer.get(|| fetch(source, control, timeout, &mut learner, &mut snapshots, shared));
-        let minibatch = match fetched {
-            Ok(m) => m,
-            Err(Interrupt::Timeout) => {
-                lock(&shared.metrics).timeouts += 1;
-                continue;
+                Turn::Idle => next += 1,
+                Turn::End(failure) => {
+                    lanes.remove(next).end(failure);
+                    if lanes.is_empty() {
+                        break;
+                    }
+                }
             }
-            Err(Interrupt::Stop) => break,
-            Err(Interrupt::Failed(e)) => {
-                let _ = shared.outqueue.send(Err(e));
-                break;
-            }
-        };
-        let dequeue_ms = millis(start);
-        let start = Instant::now();
-        let timestep = learner.agent_steps_trained();
-        let slot = minibatch.item();
-        let (env_steps, agent_steps) = (slot.batch.env_steps, slot.batch.agent_steps);
-        let result = learner.update_loaded(&slot.batch, timestep);
-        if let (Minibatch::Released(Slot { stack: Some(i), .. }), Source::Stacks { idle, .. }) =
-            (minibatch, source)
-        {
-            let _ = idle.send(i);
         }
-        let stats = match result {
-            Ok(stats) => stats,
-            Err(e) => {
-                let _ = shared.outqueue.send(Err(e));
-                break;
-            }
-        };
-        {
-            let mut m = lock(&shared.metrics);
-            m.dequeue_ms.push(dequeue_ms);
-            m.grad_ms.push(millis(start));
-            m.size.push(shared.inqueue_len.len() as f64);
-            m.steps += 1;
-        }
-        // Published before the step's output, so a driver that drained it sees the snapshot.
-        if let Err(e) = snapshots.publish_if_requested(&learner, shared) {
-            let _ = shared.outqueue.send(Err(e));
-            break;
-        }
-        if shared.outqueue.send(Ok(LearnerOutput { env_steps, agent_steps, stats })).is_err() {
-            break;
+        if !stepped && !lanes.is_empty() {
+            wait_for_work(&lanes);
         }
     }
-    learner
+}
+
+/// Sleeps until a lane has a control message or a batch, or the earliest stall deadline.
+fn wait_for_work(lanes: &[Lane]) {
+    let _waiting = span(Activity::LearnerWait);
+    let mut select = Select::new();
+    for lane in lanes {
+        select.recv(&lane.control);
+        match &lane.source {
+            Source::Inqueue { inqueue, .. } => select.recv(inqueue),
+            Source::Stacks { ready, .. } => select.recv(ready),
+        };
+    }
+    let deadline = lanes.iter().map(Lane::deadline).min().unwrap_or_else(Instant::now);
+    let _ = select.ready_deadline(deadline);
 }
 
 /// RLlib's `_MultiGPULoaderThread`: batch from the inqueue -> free tower stack -> load -> ready.

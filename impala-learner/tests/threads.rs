@@ -400,3 +400,45 @@ fn a_dead_learner_thread_hands_back_its_last_good_learner() -> TestResult {
     assert_eq!(restored.weights()?, weights);
     Ok(())
 }
+
+#[test]
+fn one_thread_serves_several_learners_each_with_its_own_batches() -> TestResult {
+    let c = Setup::new(vec![8]);
+    let s = spec(4, Space::Discrete(2));
+    let mut learners = Vec::new();
+    for _ in 0..3 {
+        learners.push((c.thread.clone(), Learner::new(&c.learner, &s, Device::Cpu)?));
+    }
+    let [first, middle, last] =
+        <[LearnerHandle; 3]>::try_from(LearnerHandle::spawn_shared(learners)?)
+            .map_err(|_| "three handles")?;
+    // Batches for the first and the last only: the middle one never steps.
+    for seed in 0..3 {
+        assert!(first.try_enqueue(random_batch(&s, 5, 2, 0, seed)).is_ok());
+        assert!(last.try_enqueue(random_batch(&s, 5, 2, 0, seed + 10)).is_ok());
+    }
+    assert_eq!((drain_n(&first, 3)?.len(), drain_n(&last, 3)?.len()), (3, 3));
+    let versions = |h: &LearnerHandle| h.current_weights().map(|w| w.version);
+    assert_eq!((versions(&first)?, versions(&middle)?, versions(&last)?), (3, 0, 3));
+    assert!(middle.drain()?.is_empty());
+
+    // A failing batch stops only its learner; the others go on being served.
+    let mut bad = random_batch(&s, 5, 2, 0, 99);
+    bad.rewards[3] = f32::NAN;
+    assert!(first.try_enqueue(bad).is_ok());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while first.drain().is_ok() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert!(!first.is_running() && middle.is_running() && last.is_running());
+    assert!(last.try_enqueue(random_batch(&s, 5, 2, 0, 20)).is_ok());
+    assert_eq!(drain_n(&last, 1)?.len(), 1);
+
+    // Each stops on its own, handing back its learner; the thread ends with the last.
+    assert_eq!(first.finish().0.ok_or("no learner back")?.version(), 3);
+    assert_eq!(middle.stop()?.version(), 0);
+    assert!(last.try_enqueue(random_batch(&s, 5, 2, 0, 21)).is_ok());
+    assert_eq!(drain_n(&last, 1)?.len(), 1);
+    assert_eq!(last.stop()?.version(), 5);
+    Ok(())
+}

@@ -433,8 +433,7 @@ pub fn check_environment(config: &ValidatedConfig) -> Result<Vec<String>> {
     let c = config.config();
     if impala_envs::is_multi_agent(&c.env) {
         let env = impala_envs::make_multi_agent(&c.env, &c.env_config)?;
-        let agents: Vec<String> = env.spec().agents.iter().map(|a| a.id.clone()).collect();
-        c.policy_map(&agents)?;
+        c.policy_map(&env.spec().agent_ids())?;
     } else {
         match default_env(config) {
             Ok(_) => check_single_agent(config)?,
@@ -442,8 +441,7 @@ pub fn check_environment(config: &ValidatedConfig) -> Result<Vec<String>> {
                 // A Python multi-agent env: its agents against the mapping.
                 let pool = impala_gym::GymEnvPool::new(settings::python_envs(config));
                 if let impala_gym::EnvKind::Multi(spec) = pool.probe_kind()? {
-                    let agents: Vec<String> = spec.agents.iter().map(|a| a.id.clone()).collect();
-                    c.policy_map(&agents)?;
+                    c.policy_map(&spec.agent_ids())?;
                 }
             }
             Err(e) => return Err(e),

@@ -5,9 +5,9 @@
 //! when it changed. Policies left out of `policies_to_train` act with the weights they start
 //! with (or restore) and never change.
 //!
-//! Each trained policy's learner runs on its own thread, where RLlib's old stack has one
-//! thread loading each policy's batch in turn: the policies' SGD steps then overlap where cores
-//! allow, and a policy whose batches come faster is not held back by another's.
+//! As in RLlib's old stack, one learner thread serves every policy to train
+//! ([`LearnerHandle::spawn_shared`]): each policy keeps its own queue, minibatch buffer, model,
+//! optimizer and schedules, and the thread steps the policies whose batches are ready in turn.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::path::{Path, PathBuf};
@@ -44,11 +44,12 @@ use crate::{
 /// How long the driver waits for a fragment when a training step found nothing to do.
 const FRAGMENT_WAIT: Duration = Duration::from_millis(1);
 
-/// A policy's learner: on its thread while it trains, held here when it does not.
+/// A policy's learner: on the learner thread while it trains, held here when it does not
+/// (a policy not to train, or a trained one between two learner threads).
 enum PolicyLearner {
     Training(LearnerHandle),
-    Frozen(Learner),
-    /// After `stop()`, or while a trained policy's learner is off its thread.
+    Held(Learner),
+    /// After `stop()`.
     Stopped,
 }
 
@@ -60,6 +61,8 @@ struct PolicyState {
     config: ValidatedConfig,
     model: Arc<dyn ModelFactory>,
     learner: PolicyLearner,
+    /// Whether it is one of `policies_to_train`.
+    trains: bool,
     /// Mix-in replay and concatenation into train batches (trained policies only).
     batching: Option<TrainBatchBuilder>,
     /// Train batches its learner queue had no room for, oldest first.
@@ -78,7 +81,7 @@ impl PolicyState {
     fn weights(&self) -> Result<Arc<Weights>> {
         Ok(match &self.learner {
             PolicyLearner::Training(handle) => handle.current_weights()?,
-            PolicyLearner::Frozen(learner) => learner.weights()?,
+            PolicyLearner::Held(learner) => learner.weights()?,
             PolicyLearner::Stopped => return Err(ImpalaError::Stopped),
         })
     }
@@ -87,7 +90,7 @@ impl PolicyState {
         let cause = |e| ImpalaError::LearnerCheckpoint { path: dir.to_path_buf(), cause: e };
         match &self.learner {
             PolicyLearner::Training(handle) => handle.save(dir).map_err(cause),
-            PolicyLearner::Frozen(learner) => learner.save(dir).map_err(cause),
+            PolicyLearner::Held(learner) => learner.save(dir).map_err(cause),
             PolicyLearner::Stopped => Err(ImpalaError::Stopped),
         }
     }
@@ -242,6 +245,32 @@ fn policy_specs(spec: &MultiAgentSpec, map: &PolicyMap) -> Result<Vec<EnvSpec>> 
     })
 }
 
+/// Puts the learners of the policies to train on one learner thread (RLlib's old stack: one
+/// thread trains each policy's batches in turn); the others stay held, never changing.
+fn start_learners(policies: &mut [PolicyState]) -> Result<()> {
+    let mut trained = Vec::new();
+    let mut learners = Vec::new();
+    for (p, policy) in policies.iter_mut().enumerate() {
+        if !policy.trains {
+            continue;
+        }
+        if let PolicyLearner::Held(learner) =
+            std::mem::replace(&mut policy.learner, PolicyLearner::Stopped)
+        {
+            trained.push(p);
+            learners.push((settings::learner_thread(&policy.config), learner));
+        }
+    }
+    if learners.is_empty() {
+        return Ok(());
+    }
+    let handles = LearnerHandle::spawn_shared(learners)?;
+    for (p, handle) in trained.into_iter().zip(handles) {
+        policies[p].learner = PolicyLearner::Training(handle);
+    }
+    Ok(())
+}
+
 impl MultiAgentImpala {
     /// Builds the run for `config`, whose `env` is a multi-agent env (a native one, or a Python
     /// one: PettingZoo's parallel or AEC API, or RLlib's `MultiAgentEnv`, by id or entry
@@ -260,8 +289,7 @@ impl MultiAgentImpala {
     fn build(config: ValidatedConfig, creator: Option<PathBuf>) -> Result<Self> {
         check_options(&config)?;
         let (envs, spec, python_pool) = multi_agent_envs(&config, creator)?;
-        let agents: Vec<String> = spec.agents.iter().map(|a| a.id.clone()).collect();
-        let map = config.config().policy_map(&agents)?;
+        let map = config.config().policy_map(&spec.agent_ids())?;
         let specs = policy_specs(&spec, &map)?;
         tch::set_num_threads(1);
         impala_learner::check_precision(config.config().precision, tch::Device::Cpu)?;
@@ -273,20 +301,16 @@ impl MultiAgentImpala {
             let (policy_config, model) = policy_model(&config, &map.policy_ids[p])?;
             let seed = impala_sampler::stream_seed(base_seed, p as u64);
             let learner = new_learner(&policy_config, model.as_ref(), &spec, seed)?;
-            let (learner, batching) = if map.trains[p] {
-                let thread = settings::learner_thread(&policy_config);
-                let handle = LearnerHandle::spawn(&thread, learner)?;
-                // None with `_env_runners_only`: the samples are discarded.
-                (PolicyLearner::Training(handle), batching_stage(&policy_config, &streams)?)
-            } else {
-                (PolicyLearner::Frozen(learner), None)
-            };
+            // None with `_env_runners_only`: the samples are discarded.
+            let batching =
+                if map.trains[p] { batching_stage(&policy_config, &streams)? } else { None };
             policies.push(PolicyState {
                 id: map.policy_ids[p].clone(),
                 spec,
                 config: policy_config,
                 model,
-                learner,
+                learner: PolicyLearner::Held(learner),
+                trains: map.trains[p],
                 batching,
                 to_place: VecDeque::new(),
                 stats: StatsMean::default(),
@@ -316,6 +340,7 @@ impl MultiAgentImpala {
             steps_since_broadcast: 0,
             stopped: false,
         };
+        start_learners(&mut algo.policies)?;
         algo.start_runners()?;
         Ok(algo)
     }
@@ -870,26 +895,34 @@ impl MultiAgentImpala {
         Ok(dir)
     }
 
-    /// Loads the learners of `ids` from checkpoint `dir`: trained ones between SGD steps (off
-    /// their threads and back), frozen ones in place.
+    /// Loads the learners of `ids` from checkpoint `dir`: the trained ones come off the
+    /// learner thread (between SGD steps) and go back on a new one with the others.
     fn load_policies(&mut self, dir: &Path, ids: &[String]) -> Result<()> {
+        self.hold_learners()?;
+        let mut loaded = Ok(());
         for policy in self.policies.iter_mut().filter(|p| ids.contains(&p.id)) {
+            policy.to_place.clear();
+            let PolicyLearner::Held(learner) = &mut policy.learner else { continue };
             let from = dir.join(policy_learner_dir(&policy.id));
-            let corrupt = |e: impala_learner::LearnerError| {
-                ImpalaError::corrupt_checkpoint(
+            if let Err(e) = learner.load(&from) {
+                loaded = Err(ImpalaError::corrupt_checkpoint(
                     dir,
                     format!("policy `{}`'s learner state does not load ({e})", policy.id),
-                )
-            };
+                ));
+                break;
+            }
+        }
+        start_learners(&mut self.policies)?;
+        loaded
+    }
+
+    /// Takes the trained policies' learners off the learner thread (what they had queued is
+    /// dropped); a learner lost to a panic is rebuilt, for a checkpoint to replace its state.
+    fn hold_learners(&mut self) -> Result<()> {
+        for policy in &mut self.policies {
             match std::mem::replace(&mut policy.learner, PolicyLearner::Stopped) {
-                PolicyLearner::Frozen(mut learner) => {
-                    let loaded = learner.load(&from);
-                    policy.learner = PolicyLearner::Frozen(learner);
-                    loaded.map_err(corrupt)?;
-                }
                 PolicyLearner::Training(handle) => {
-                    // A learner lost to a panic is rebuilt: the checkpoint replaces its state.
-                    let mut learner = match handle.finish().0 {
+                    let learner = match handle.finish().0 {
                         Some(learner) => learner,
                         None => new_learner(
                             &policy.config,
@@ -898,15 +931,11 @@ impl MultiAgentImpala {
                             self.base_seed,
                         )?,
                     };
-                    let loaded = learner.load(&from);
-                    let thread = settings::learner_thread(&policy.config);
-                    policy.learner =
-                        PolicyLearner::Training(LearnerHandle::spawn(&thread, learner)?);
-                    loaded.map_err(corrupt)?;
+                    policy.learner = PolicyLearner::Held(learner);
                 }
+                PolicyLearner::Held(learner) => policy.learner = PolicyLearner::Held(learner),
                 PolicyLearner::Stopped => return Err(ImpalaError::Stopped),
             }
-            policy.to_place.clear();
         }
         Ok(())
     }

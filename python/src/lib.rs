@@ -764,7 +764,7 @@ fn multi_agent_ids(env: &str, env_config: &Bound<'_, PyDict>) -> PyResult<Option
     };
     let made = impala::envs::make_multi_agent(env, &env_config)
         .map_err(|e| impala_err(RustImpalaError::from(e)))?;
-    Ok(Some(made.spec().agents.iter().map(|a| a.id.clone()).collect()))
+    Ok(Some(made.spec().agent_ids()))
 }
 
 /// The native module.
