@@ -117,6 +117,32 @@ fn a_pettingzoo_env_trains_a_policy_per_agent() -> TestResult {
 }
 
 #[test]
+fn a_python_envs_kind_and_agents_are_checked_at_start_up() -> TestResult {
+    let dir = workdir()?;
+    // A mapping to a policy that does not exist names the agent (one entry set with `--set`).
+    let args = [
+        "train",
+        "--env",
+        "impala_test_envs:HalfObservedParallel",
+        "--set",
+        "policies=[\"left\",\"right\"]",
+        "--set",
+        "policy_mapping.right=nobody",
+    ];
+    let run = impala(dir.path(), &args)?;
+    assert!(
+        !run.success && run.stderr.contains("maps `right` to policy `nobody`"),
+        "{}",
+        run.stderr
+    );
+    // Multi-agent options on a single-agent Python env.
+    let args = ["train", "--env", "impala_test_envs:MatchBit", "--set", "policies=[\"a\"]"];
+    let run = impala(dir.path(), &args)?;
+    assert!(!run.success && run.stderr.contains("is a single-agent env"), "{}", run.stderr);
+    Ok(())
+}
+
+#[test]
 fn a_uint8_image_env_trains_with_the_default_cnn() -> TestResult {
     let dir = workdir()?;
     // 42x42x1 uint8 frames in Gymnasium's HWC layout, no wrappers (RLlib 2.60's default CNN

@@ -278,6 +278,40 @@ impl ImpalaConfig {
                     self.env_config.insert(rest.into(), value);
                     Ok(warnings)
                 }
+                "policy_mapping" => {
+                    let policy = serde_json::from_value::<String>(value)
+                        .map_err(|e| wrong_type(key, e.to_string(), origin, None))?;
+                    self.policy_mapping.insert(rest.into(), policy);
+                    Ok(warnings)
+                }
+                "policy_config" => {
+                    // `policy_config.<policy>` takes a table, `policy_config.<policy>.<key>` a
+                    // value; `for_policy` checks the keys as the run's config.
+                    let (policy, option) = match rest.split_once('.') {
+                        Some((policy, option)) => (policy, Some(option)),
+                        None => (rest, None),
+                    };
+                    let entry = self.policy_config.entry(policy.into()).or_default();
+                    match option.map(|o| (o, o.strip_prefix("model."))) {
+                        Some((_, Some(model_key))) => {
+                            let model = entry.entry("model".into()).or_insert(Value::Null);
+                            if !model.is_object() {
+                                *model = Value::Object(serde_json::Map::new());
+                            }
+                            if let Value::Object(model) = model {
+                                model.insert(model_key.into(), value);
+                            }
+                        }
+                        Some((option, None)) => {
+                            entry.insert(option.into(), value);
+                        }
+                        None => {
+                            *entry = serde_json::from_value(value)
+                                .map_err(|e| wrong_type(key, e.to_string(), origin, None))?;
+                        }
+                    }
+                    Ok(warnings)
+                }
                 "custom_resources_per_env_runner" => {
                     let amount = serde_json::from_value::<f64>(value)
                         .map_err(|e| wrong_type(key, e.to_string(), origin, None))?;

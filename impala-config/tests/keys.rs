@@ -284,6 +284,12 @@ fn overrides_parse_values_and_check_groups() -> TestResult {
         " num_gpus = 2 ",
         "evaluation.evaluation_interval=10",
         "env_config={ frameskip = 4 }",
+        "policies=[\"left\", \"right\"]",
+        "multi_agent.policy_mapping.player_1=left",
+        "policy_mapping.player_*=\"right\"",
+        "policy_config.right={ lr = 0.01 }",
+        "policy_config.left.entropy_coeff=0.02",
+        "policy_config.left.model.fcnet_hiddens=[32]",
     ] {
         config.apply_override(text).map_err(|e| format!("{text}: {e}"))?;
     }
@@ -298,6 +304,12 @@ fn overrides_parse_values_and_check_groups() -> TestResult {
     assert!(config.fake_gpus);
     assert_eq!(config.num_gpus, 2.0);
     assert_eq!(config.evaluation_interval, Some(10));
+    assert_eq!(config.policy_mapping["player_1"], "left");
+    assert_eq!(config.policy_mapping["player_*"], "right");
+    assert_eq!(config.for_policy("right")?.lr, 0.01);
+    assert_eq!(config.for_policy("left")?.entropy_coeff, 0.02);
+    assert_eq!(config.for_policy("left")?.model.fcnet_hiddens, [32]);
+    assert!(config.apply_override("policy_mapping.player_2=[1]").is_err());
     // The whole table replaced the single entry set before.
     assert_eq!(config.env_config.get("frameskip"), Some(&json!(4)));
     assert_eq!(config.env_config.get("max_episode_steps"), None);

@@ -11,7 +11,6 @@ use std::time::Duration;
 use impala_config::{EnvBackend, ValidatedConfig};
 use impala_core::{CoreError, Env, EnvSpec, Policy, Precision, Weights};
 use impala_envs::SharedMeanStdFilter;
-use impala_gym::GymError;
 use impala_learner::{learner_devices, Learner, LearnerHandle, ModelFactory, TorchPolicy};
 use impala_runner_pool::RunnerTransport;
 use impala_sampler::{
@@ -434,18 +433,18 @@ pub fn check_environment(config: &ValidatedConfig) -> Result<Vec<String>> {
     if impala_envs::is_multi_agent(&c.env) {
         let env = impala_envs::make_multi_agent(&c.env, &c.env_config)?;
         c.policy_map(&env.spec().agent_ids())?;
-    } else {
-        match default_env(config) {
-            Ok(_) => check_single_agent(config)?,
-            Err(ImpalaError::Gym(GymError::WrongKind { .. })) => {
-                // A Python multi-agent env: its agents against the mapping.
-                let pool = impala_gym::GymEnvPool::new(settings::python_envs(config));
-                if let impala_gym::EnvKind::Multi(spec) = pool.probe_kind()? {
-                    c.policy_map(&spec.agent_ids())?;
-                }
+    } else if uses_python(config)? {
+        // One probe tells a Python env's kind; a multi-agent one's agents meet the mapping.
+        let pool = impala_gym::GymEnvPool::new(settings::python_envs(config));
+        match pool.probe_kind()? {
+            impala_gym::EnvKind::Single(_) => check_single_agent(config)?,
+            impala_gym::EnvKind::Multi(spec) => {
+                c.policy_map(&spec.agent_ids())?;
             }
-            Err(e) => return Err(e),
         }
+    } else {
+        default_env(config)?;
+        check_single_agent(config)?;
     }
     check_devices(config)?;
     let cpus = std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get);
