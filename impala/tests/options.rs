@@ -179,10 +179,16 @@ fn weights_are_snapshotted_only_for_broadcasts() -> TestResult {
     let result = algo.train()?;
     let updates = result.info.learner["default_policy"].num_grad_updates_lifetime;
     assert!(updates > 5, "{updates} updates");
+    // One for the runners' first weights, then at most one per broadcast that came due (an
+    // iteration of 0.3 s makes a few hundred training steps, more on a machine busy elsewhere,
+    // whose runners start late and whose driver then idles through more steps).
+    // (A snapshot is asked for one training step before the broadcast it is for.)
+    let due = (result.info.num_training_step_calls + 1) / 1000;
     assert!(
-        result.info.num_weight_snapshots <= 1,
-        "{} snapshots",
-        result.info.num_weight_snapshots
+        result.info.num_weight_snapshots <= 1 + due,
+        "{} snapshots, {} training steps, {updates} updates",
+        result.info.num_weight_snapshots,
+        result.info.num_training_step_calls
     );
     algo.stop()?;
     // With RLlib's default of 1, every broadcast gets fresh weights.
