@@ -59,6 +59,31 @@ pub enum SamplerError {
         reason: String,
     },
 
+    /// A multi-agent env returned NaN or an infinity for an agent: a failure of that env (its
+    /// runner fails and is restarted per `restart_failed_env_runners`), caught where the value
+    /// enters rather than later in the learner's loss.
+    #[error(
+        "env `{env}` (env {index} of its runner) returned a non-finite {field} for agent \
+         `{agent}` ({value} at value {position}) at step {episode_step} of its episode; envs \
+         must return finite numbers"
+    )]
+    NonFinite {
+        /// The environment id.
+        env: String,
+        /// The env's index in its runner.
+        index: usize,
+        /// The agent's id.
+        agent: String,
+        /// `observation`, `reset observation` or `reward`.
+        field: &'static str,
+        /// The offending value's index in the agent's flat observation (0 for a reward).
+        position: usize,
+        /// The value.
+        value: f64,
+        /// Steps into the episode (0: the reset).
+        episode_step: u64,
+    },
+
     /// A runner was asked to build no envs.
     #[error("an env runner needs at least one env")]
     NoEnvs,

@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use impala_core::{
     CoreError, EnvSpec, EpisodeStats, MultiAgentEnv, MultiAgentSpec, MultiAgentStep, Policy,
-    PolicyInput, PolicyOutput, SampleBatch, Weights,
+    PolicyInput, PolicyOutput, SampleBatch, Space, Weights,
 };
 
 use crate::{Result, SamplerError};
@@ -227,6 +227,8 @@ pub struct MultiAgentEnvRunner {
     /// Complete rows per policy, waiting for the fragment.
     rows: Vec<Vec<Row>>,
     out: PolicyOutput,
+    /// Per agent, whether its observations can hold non-finite values (not bytes).
+    check_obs: Vec<bool>,
 }
 
 impl std::fmt::Debug for MultiAgentEnvRunner {
@@ -283,6 +285,11 @@ impl MultiAgentEnvRunner {
             lanes,
             started: false,
             out: PolicyOutput::default(),
+            check_obs: spec
+                .agents
+                .iter()
+                .map(|a| !matches!(a.observation_space, Space::Bytes { .. }))
+                .collect(),
         })
     }
 
@@ -325,6 +332,7 @@ impl MultiAgentEnvRunner {
                     self.envs[e].step(&self.actions[e], &mut self.obs[e], &mut self.outs[e])?;
                 }
                 self.episode_len[e] += 1;
+                self.check_finite(e, "observation")?;
                 self.record(e)?;
                 if self.outs[e].episode_done() {
                     episodes.push(EpisodeStats {
@@ -352,14 +360,47 @@ impl MultiAgentEnvRunner {
     /// Resets env `e` and makes its observed agents' lanes ready to act.
     fn reset_env(&mut self, e: usize, seed: Option<u64>) -> Result<()> {
         self.envs[e].reset(seed, &mut self.obs[e], &mut self.outs[e])?;
+        self.episode_len[e] = 0;
+        self.check_finite(e, "reset observation")?;
         self.episode_return[e] = 0.0;
         self.episode_policy_returns[e].fill(0.0);
-        self.episode_len[e] = 0;
         for a in 0..self.num_agents {
             let lane = &mut self.lanes[e * self.num_agents + a];
             lane.next_obs = self.outs[e].agents[a].observed.then(|| self.obs[e][a].clone());
         }
         Ok(())
+    }
+
+    /// Fails at env `e`'s first NaN or infinity: an observed agent's `field`, or any agent's
+    /// reward.
+    fn check_finite(&self, e: usize, field: &'static str) -> Result<()> {
+        let out = &self.outs[e];
+        let non_finite = |v: f64| !v.is_finite();
+        let found = (0..self.num_agents).find_map(|a| {
+            let agent = out.agents[a];
+            if non_finite(agent.reward) {
+                return Some((a, "reward", 0, agent.reward));
+            }
+            let obs = &self.obs[e][a];
+            let check = agent.observed && self.check_obs[a];
+            let bad = check.then(|| obs.iter().position(|&v| non_finite(f64::from(v)))).flatten();
+            bad.map(|position| (a, field, position, f64::from(obs[position])))
+        });
+        match found {
+            None => Ok(()),
+            Some((a, field, position, value)) => {
+                let spec = self.envs[e].spec();
+                Err(SamplerError::NonFinite {
+                    env: spec.id.clone(),
+                    index: e,
+                    agent: spec.agents[a].id.clone(),
+                    field,
+                    position,
+                    value,
+                    episode_step: self.episode_len[e],
+                })
+            }
+        }
     }
 
     /// Every policy infers for the lanes ready to act; opens their transitions and writes the

@@ -1,14 +1,17 @@
 //! The multi-agent runner: per-policy rows from lanes, agents joining and leaving mid-episode,
-//! per-policy returns, and mappings that do not fit.
+//! per-policy returns, mappings that do not fit, and non-finite values from envs.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use impala_core::{
     AgentSpec, CoreError, EnvSpec, MultiAgentEnv, MultiAgentSpec, MultiAgentStep, Policy, Space,
 };
 use impala_envs::{HalfObserved, MultiAgentCartPole};
 use impala_sampler::{
-    MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentSettings, RandomPolicy, SamplerError,
+    MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentGroupSettings, MultiAgentPolicyFactory,
+    MultiAgentRunnerGroup, MultiAgentSettings, RandomPolicy, SamplerError,
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -237,6 +240,123 @@ fn mappings_that_do_not_fit_are_refused_naming_the_agent() -> TestResult {
             assert!(reason.contains("agent `b` maps to policy 0"), "{reason}")
         }
         other => panic!("accepted: {other:?}"),
+    }
+    Ok(())
+}
+
+/// What [`Poisoned`] spoils at the third step of its episodes.
+#[derive(Clone, Copy)]
+enum Poison {
+    /// Agent `a`'s observation holds a NaN.
+    Observation,
+    /// Agent `b` gets an infinite reward.
+    Reward,
+}
+
+/// [`Staggered`], spoiled at step 3 of each episode when `poison` says so.
+struct Poisoned {
+    inner: Staggered,
+    poison: Option<Poison>,
+    t: usize,
+}
+
+impl MultiAgentEnv for Poisoned {
+    fn spec(&self) -> &MultiAgentSpec {
+        &self.inner.spec
+    }
+    fn reset(
+        &mut self,
+        seed: Option<u64>,
+        obs: &mut [Vec<f32>],
+        out: &mut MultiAgentStep,
+    ) -> Result<(), CoreError> {
+        self.t = 0;
+        self.inner.reset(seed, obs, out)
+    }
+    fn step(
+        &mut self,
+        actions: &[Vec<f32>],
+        obs: &mut [Vec<f32>],
+        out: &mut MultiAgentStep,
+    ) -> Result<(), CoreError> {
+        self.inner.step(actions, obs, out)?;
+        self.t += 1;
+        match self.poison.filter(|_| self.t == 3) {
+            Some(Poison::Observation) => obs[0][0] = f32::NAN,
+            Some(Poison::Reward) => out.agents[1].reward = f64::INFINITY,
+            None => {}
+        }
+        Ok(())
+    }
+}
+
+fn poisoned(poison: Option<Poison>) -> Result<Box<dyn MultiAgentEnv>, CoreError> {
+    Ok(Box::new(Poisoned { inner: Staggered::new()?, poison, t: 0 }))
+}
+
+#[test]
+fn a_non_finite_value_from_an_env_fails_its_runner_naming_the_agent() -> TestResult {
+    let agents = Staggered::new()?.spec.agents;
+    for (poison, expected) in [
+        (Poison::Observation, "non-finite observation for agent `a` (NaN at value 0) at step 3"),
+        (Poison::Reward, "non-finite reward for agent `b` (inf at value 0) at step 3"),
+    ] {
+        let envs: MultiAgentEnvFactory = Arc::new(move |_| poisoned(Some(poison)));
+        let policies = vec![policy_for(&agents[0], 1), policy_for(&agents[1], 2)];
+        let mut runner = MultiAgentEnvRunner::new(0, 1, &envs, policies, &settings(vec![0, 1], 5))?;
+        let error = runner.sample().err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(error.contains(expected) && error.contains("env `Staggered`"), "{error}");
+    }
+    Ok(())
+}
+
+#[test]
+fn a_runner_failed_by_a_non_finite_value_is_restarted() -> TestResult {
+    let agents = Staggered::new()?.spec.agents;
+    let spec = EnvSpec {
+        id: "a".into(),
+        observation_space: agents[0].observation_space.clone(),
+        action_space: agents[0].action_space.clone(),
+        max_episode_steps: None,
+    };
+    let policies: MultiAgentPolicyFactory = Arc::new(move |runner, incarnation, _| {
+        Ok(vec![Box::new(RandomPolicy::new(&spec, runner as u64 + incarnation)) as Box<dyn Policy>])
+    });
+    for restart in [true, false] {
+        // Only the first env built (the first incarnation's) is spoiled.
+        let built = Arc::new(AtomicUsize::new(0));
+        let envs: MultiAgentEnvFactory = Arc::new(move |_| {
+            let first = built.fetch_add(1, Ordering::SeqCst) == 0;
+            poisoned(first.then_some(Poison::Observation))
+        });
+        let settings = MultiAgentGroupSettings {
+            num_env_runners: 1,
+            num_envs_per_env_runner: 1,
+            max_requests_in_flight: 2,
+            runner: settings(vec![0, 0], 5),
+            restart_failed_env_runners: restart,
+            max_num_env_runner_restarts: 1,
+        };
+        let mut group = MultiAgentRunnerGroup::new(settings, envs, Arc::clone(&policies), vec![])?;
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut fragments = 0;
+        let outcome = loop {
+            match group.wait(Duration::from_millis(100)) {
+                Ok(got) => fragments += got.len(),
+                Err(e) => break Err(e.to_string()),
+            }
+            if fragments >= 4 || Instant::now() > deadline {
+                break Ok(fragments);
+            }
+        };
+        if restart {
+            assert!(matches!(outcome, Ok(n) if n >= 4), "the restarted runner samples on");
+            assert_eq!(group.num_restarts(), 1);
+        } else {
+            let error = outcome.err().unwrap_or_default();
+            assert!(error.contains("non-finite observation for agent `a`"), "{error}");
+        }
+        let _ = group.shutdown();
     }
     Ok(())
 }
