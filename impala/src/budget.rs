@@ -17,43 +17,77 @@ fn step_bytes(spec: &EnvSpec) -> u64 {
     obs + 4 * (action + 4) + 2
 }
 
-/// Checks what `config` makes the run hold for `spec` and a model of `model_params`
-/// parameters: fragments being sampled and in flight, train batches queued, replayed and
-/// trained, and every env runner's policy copy.
-pub(crate) fn check_memory(
-    config: &ValidatedConfig,
-    spec: &EnvSpec,
-    model_params: u64,
-) -> Result<()> {
+/// What one policy adds to a run: its data and its copies on the env runners. A single-agent
+/// run is one share of one agent per env.
+pub(crate) struct PolicyShare<'a> {
+    /// The config the policy trains with (its `policy_config` applied).
+    pub config: &'a ValidatedConfig,
+    /// Its agents' spaces.
+    pub spec: &'a EnvSpec,
+    /// Agents per env that map to it: each adds its steps to every fragment.
+    pub agents_per_env: u64,
+    /// Its model's parameters.
+    pub params: u64,
+    /// Whether its batches are queued and trained (`policies_to_train`).
+    pub trained: bool,
+}
+
+/// Checks what `config` makes the run hold for its policies' `shares`: fragments being sampled
+/// and in flight, train batches queued, replayed and trained, and every env runner's policy
+/// copies.
+pub(crate) fn check_memory(config: &ValidatedConfig, shares: &[PolicyShare<'_>]) -> Result<()> {
     warn_of_many_envs(config);
     let c = config.config();
     let Some(memory) = machine_memory_bytes() else {
         return Ok(());
     };
-    let step = step_bytes(spec);
     let runners = c.num_env_runners.max(1) as u64;
     // In flight per runner, plus the fragment it is building.
     let fragments = runners.saturating_mul(c.max_requests_in_flight_per_sampler_worker as u64 + 1);
     let fragment_steps = c.sample_batch_size() as u64;
-    let sampling = fragments.saturating_mul(fragment_steps).saturating_mul(step);
-    // Queued, replayed, and the one being built, loaded and trained.
-    let batches = (c.learner_queue_size + c.replay_buffer_num_slots) as u64 + 3;
-    // A train batch holds whole sample batches (at least one).
-    let batch_steps = c.total_train_batch_size().max(c.sample_batch_size()) as u64;
-    let training = batches.saturating_mul(batch_steps).saturating_mul(step);
-    // Each runner's policy: its weights and the snapshot it loads them from.
-    let policies = runners.saturating_mul(model_params).saturating_mul(8);
+    let (mut sampling, mut training, mut params) = (0u64, 0u64, 0u64);
+    let (mut batches, mut batch_steps, mut steps) = (0u64, 0u64, Vec::new());
+    for share in shares {
+        let p = share.config.config();
+        let step = step_bytes(share.spec);
+        steps.push(step);
+        let fragment = fragment_steps.saturating_mul(share.agents_per_env);
+        sampling = sampling.saturating_add(fragments.saturating_mul(fragment).saturating_mul(step));
+        params = params.saturating_add(share.params);
+        if share.trained {
+            // Queued, replayed, and the one being built, loaded and trained.
+            let queued = (p.learner_queue_size + p.replay_buffer_num_slots) as u64 + 3;
+            // A train batch holds whole sample batches (at least one).
+            let steps = p.total_train_batch_size().max(p.sample_batch_size()) as u64;
+            let bytes = queued.saturating_mul(steps).saturating_mul(step);
+            training = training.saturating_add(bytes);
+            batches = batches.max(queued);
+            batch_steps = batch_steps.max(steps);
+        }
+    }
+    // Each runner's policies: their weights and the snapshots they load them from.
+    let policies = runners.saturating_mul(params).saturating_mul(8);
     let total = sampling.saturating_add(training).saturating_add(policies);
     if total <= memory / 2 {
         return Ok(());
     }
+    let (each, step) = match &steps[..] {
+        [one] => (String::new(), format!("{one} bytes a step")),
+        _ => (
+            format!(" per policy ({} policies)", shares.len()),
+            format!(
+                "bytes a step per policy: {}",
+                steps.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
+            ),
+        ),
+    };
     let detail = format!(
         "{fragments} fragments ({runners} env runners x (max_requests_in_flight_per_env_runner \
-         {} + 1)) of {fragment_steps} steps (rollout_fragment_length x \
-         num_envs_per_env_runner) = {:.1} GiB; {batches} train batches (learner_queue_size + \
-         replay_buffer_num_slots + 3) of {batch_steps} steps (train_batch_size, at least one \
-         sample batch) = {:.1} GiB; \
-         {runners} policy copies of {model_params} parameters = {:.1} GiB; {step} bytes a step",
+         {} + 1)) of {fragment_steps} steps{each} (rollout_fragment_length x \
+         num_envs_per_env_runner) = {:.1} GiB; {batches} train batches{each} \
+         (learner_queue_size + replay_buffer_num_slots + 3) of {batch_steps} steps \
+         (train_batch_size, at least one sample batch) = {:.1} GiB; \
+         {runners} policy copies of {params} parameters = {:.1} GiB; {step}",
         c.max_requests_in_flight_per_sampler_worker,
         gib(sampling),
         gib(training),

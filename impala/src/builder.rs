@@ -18,6 +18,7 @@ use impala_sampler::{
     WeightBroadcaster,
 };
 
+use crate::budget::PolicyShare;
 use crate::evaluation::Evaluator;
 use crate::settings;
 use crate::torchscript::ScriptedModel;
@@ -152,7 +153,14 @@ impl ImpalaBuilder {
         // The learner seeds its initial weights from `seed`; runs without one get a fresh seed.
         let base_seed = config.config().seed.unwrap_or_else(random_seed);
         let learner = new_learner(&config, model.as_ref(), &spec, base_seed)?;
-        crate::budget::check_memory(&config, &spec, learner.num_parameters())?;
+        let share = PolicyShare {
+            config: &config,
+            spec: &spec,
+            agents_per_env: 1,
+            params: learner.num_parameters(),
+            trained: true,
+        };
+        crate::budget::check_memory(&config, &[share])?;
         let learner = LearnerHandle::spawn(&settings::learner_thread(&config), learner)?;
         let precision = config.config().precision;
         let policies = PolicySource { model, spec: spec.clone(), base_seed, precision };

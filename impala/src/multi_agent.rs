@@ -28,6 +28,7 @@ use impala_sampler::{
 };
 
 use crate::algorithm::StatsMean;
+use crate::budget::PolicyShare;
 use crate::builder::{
     batching_stage, new_learner, random_seed, runner_sample_seed, PolicySource, Streams,
 };
@@ -321,6 +322,22 @@ impl MultiAgentImpala {
                 episodes: EpisodeWindow::new(smoothing),
             });
         }
+        let shares: Vec<PolicyShare<'_>> = policies
+            .iter()
+            .enumerate()
+            .map(|(p, policy)| PolicyShare {
+                config: &policy.config,
+                spec: &policy.spec,
+                agents_per_env: map.policy_of_agent.iter().filter(|&&a| a == p).count() as u64,
+                params: match &policy.learner {
+                    PolicyLearner::Held(learner) => learner.num_parameters(),
+                    _ => 0,
+                },
+                trained: policy.trains,
+            })
+            .collect();
+        crate::budget::check_memory(&config, &shares)?;
+        drop(shares);
         let mut algo = MultiAgentImpala {
             episodes: EpisodeWindow::new(smoothing),
             config,

@@ -1,6 +1,7 @@
 //! Multi-agent training end to end: a coordination game learned with two policies and with
 //! one shared policy, a policy left out of `policies_to_train` unchanged to the bit, agents
-//! joining and leaving, checkpoints of every policy, and every start-up error.
+//! joining and leaving, checkpoints of every policy, and every start-up error (a run too
+//! large for the machine too).
 
 use std::time::{Duration, Instant};
 
@@ -227,6 +228,27 @@ fn every_start_up_error_names_the_agent_and_the_policy() -> TestResult {
     let e = Impala::new(single.validate()?).err().map(|e| e.to_string());
     assert!(e.is_some_and(|e| e.contains("single-agent env")));
     Ok(())
+}
+
+#[test]
+fn a_run_too_large_for_the_machine_is_refused_with_the_policies_shares() -> TestResult {
+    let mut config = half_observed();
+    config.policies = vec!["left".into(), "right".into()];
+    config.policy_mapping.insert("left".into(), "left".into());
+    config.policy_mapping.insert("right".into(), "right".into());
+    config.train_batch_size = 1_000_000_000_000;
+    match MultiAgentImpala::new(config.validate()?) {
+        Ok(mut algo) => {
+            algo.stop()?;
+            Err("train batches of 10^12 agent steps per policy were accepted".into())
+        }
+        Err(e) => {
+            assert!(matches!(e, ImpalaError::MemoryBudget { .. }), "{e}");
+            let e = e.to_string();
+            assert!(e.contains("per policy (2 policies)") && e.contains("train_batch_size"), "{e}");
+            Ok(())
+        }
+    }
 }
 
 #[test]
