@@ -120,6 +120,7 @@ pub(crate) fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     let never = if never { " (Ctrl-C or SIGTERM saves and stops)" } else { "" };
     let (env, path) = (&run.config().config().env, dir.path().display());
     say(&format_args!("training {env} in {path} (from {from}); stop: {stop}{never}"));
+    say(&format_args!("learner: {}", run.config().config().learner_plan()));
     let Trained { mut summary, run_dir, stop, seed, profile, .. } = run.run(|e| say(&e))?;
     if let Some(profile) = profile.as_ref().filter(|_| !args.quiet) {
         print!("{}", profile.table());

@@ -25,84 +25,34 @@
 //!
 //! Plus `Learner::update` of RLlib's default 84x84x4 Atari conv net on byte observations (what
 //! Pong trains) at 1 and 2 libtorch threads, in float32 and bf16-mixed, each beside a bare tch
-//! step of the same net (`atari_cnn_train_batch_500`), `TorchPolicy` inference for 1, 8 and 32 envs, and
-//! on a CUDA machine the learner step on the GPU for the CartPole MLP and the Atari conv net.
+//! step of the same net (`atari_cnn_train_batch_500`), and `TorchPolicy` inference for 1, 8 and
+//! 32 envs. The GPU's learner steps are `benches/cuda.rs`.
 //!
 //! `cargo bench -p impala-learner --bench learner -- --measurement-time 3 --warm-up-time 1`
 
 #![allow(missing_docs, reason = "criterion_group! generates an undocumented function")]
 
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::Path;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use impala_core::{
     CustomModel, EnvSpec, Policy, PolicyInput, PolicyOutput, Precision, ResNetSettings,
-    SampleBatch, Space,
 };
 use impala_learner::{
     Autocast, Learner, LearnerHandle, LearnerSettings, LearnerThreadSettings, ModelSettings,
     TorchPolicy,
 };
-use rand::rngs::SmallRng;
-use rand::{Rng, SeedableRng};
 use tch::nn::{self, Module, OptimizerConfig};
 use tch::{Device, IValue, Kind, TchError, Tensor, TrainableCModule};
 
-const T: usize = 50;
+mod common;
+use common::{atari, batch, cartpole, scripted_cartpole_mlp, T};
+
 const B: usize = 10;
 /// RLlib's tuned CartPole train batch: 2 fragments of 8 envs x 50 steps.
 const CARTPOLE_B: usize = 16;
-
-fn cartpole() -> EnvSpec {
-    EnvSpec {
-        id: "CartPole-v1".into(),
-        observation_space: Space::Box {
-            low: vec![-4.8, -5.0, -0.42, -5.0],
-            high: vec![4.8, 5.0, 0.42, 5.0],
-            shape: vec![4],
-        },
-        action_space: Space::Discrete(2),
-        max_episode_steps: Some(500),
-    }
-}
-
-fn atari() -> EnvSpec {
-    EnvSpec {
-        id: "ALE/Pong-v5".into(),
-        observation_space: Space::Bytes { shape: vec![84, 84, 4] },
-        action_space: Space::Discrete(6),
-        max_episode_steps: None,
-    }
-}
-
-fn batch(spec: &EnvSpec, rows: usize, seed: u64) -> SampleBatch {
-    let mut rng = SmallRng::seed_from_u64(seed);
-    let mut b = SampleBatch::zeros(T, rows, &spec.observation_space, &spec.action_space, 0);
-    let n_actions = spec.action_space.dist_inputs_dim();
-    let bytes = matches!(spec.observation_space, Space::Bytes { .. });
-    for obs in [&mut b.obs, &mut b.bootstrap_obs] {
-        let values: Vec<f32> = (0..obs.len())
-            .map(|_| {
-                if bytes {
-                    rng.random_range(0..=255u8).into()
-                } else {
-                    rng.random_range(-0.5..0.5)
-                }
-            })
-            .collect();
-        obs.write(0, &values);
-    }
-    for i in 0..T * rows {
-        b.actions[i] = rng.random_range(0..n_actions) as f32;
-        b.action_logp[i] = -(n_actions as f32).ln() + rng.random_range(-0.1..0.1);
-        b.rewards[i] = 1.0;
-        b.terminateds[i] = rng.random::<f32>() < 0.02;
-    }
-    b
-}
 
 /// The bare steps' loss: RLlib's terms, summed, on fixed advantages and value targets
 /// (`-sum(logp(a) * adv) - 0.01 * entropy + 0.5 * 0.5 * sum((v - target)^2)`).
@@ -313,29 +263,6 @@ fn atari_train_batch(c: &mut Criterion) {
     group.finish();
 }
 
-/// `benches/cartpole_mlp.py` run with the venv's Python (or `IMPALA_PYTHON`): the embedded
-/// CartPole config's network as TorchScript. `None`, saying why, where that Python cannot run.
-fn scripted_cartpole_mlp() -> Option<PathBuf> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let python = std::env::var_os("IMPALA_PYTHON")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root.join("../.venv/bin/python"));
-    let out =
-        std::env::temp_dir().join(format!("impala-bench-cartpole-mlp-{}.pt", std::process::id()));
-    let run = Command::new(&python).arg(root.join("benches/cartpole_mlp.py")).arg(&out).output();
-    match run {
-        Ok(done) if done.status.success() => Some(out),
-        Ok(done) => {
-            println!("skipping the TorchScript benches: {}", String::from_utf8_lossy(&done.stderr));
-            None
-        }
-        Err(e) => {
-            println!("skipping the TorchScript benches: {}: {e}", python.display());
-            None
-        }
-    }
-}
-
 /// A hand-written tch training step on a TorchScript module returning `(logits, value)`:
 /// forward, the learner's loss terms, backward, libtorch's Adam with global-norm clipping.
 struct BareScripted {
@@ -505,35 +432,12 @@ fn bench_inference(
     group.finish();
 }
 
-/// GPU learner steps (only where libtorch sees CUDA; `Learner::update` reads its stats back,
-/// which synchronises the device before the clock stops).
-fn cuda_train_batch(c: &mut Criterion) {
-    let devices = tch::Cuda::device_count();
-    println!("tch::Cuda::device_count() = {devices}");
-    if devices == 0 {
-        return;
-    }
-    let mut group = c.benchmark_group("cuda_train_batch_500");
-    group.throughput(Throughput::Elements((T * B) as u64));
-    let (settings, _) = default_settings();
-    for (name, spec) in [("cartpole_mlp", cartpole()), ("atari_84x84x4_conv", atari())] {
-        let train = batch(&spec, B, 1);
-        if let Ok(mut learner) = Learner::new(&settings, &spec, Device::Cuda(0)) {
-            group.bench_function(name, |b| {
-                b.iter(|| black_box(learner.update(&train, 0).map(|s| s.total_loss)))
-            });
-        }
-    }
-    group.finish();
-}
-
 criterion_group!(
     benches,
     cartpole_train_batch,
     cartpole_custom_model_train_batch,
     atari_train_batch,
     impala_resnet_train_batch,
-    policy_inference,
-    cuda_train_batch
+    policy_inference
 );
 criterion_main!(benches);

@@ -46,3 +46,21 @@ fn cuda_learner_thread_failure_reaches_the_driver() -> TestResult {
     let c = Setup::new(vec![8]).with_towers(learner_devices(LearnerDeviceKind::Cuda, 1)?);
     crate::threads::failure_reaches_the_driver(&c)
 }
+
+/// Loader threads filling 1 and 2 tower stacks on the GPU take the same SGD steps as on CPU
+/// towers.
+#[test]
+fn cuda_tower_stacks_take_the_cpu_towers_steps() -> TestResult {
+    let d = cuda();
+    for stacks in [1, 2] {
+        let mut on_cpu = Setup::new(vec![8]).with_towers(vec![Device::Cpu]);
+        on_cpu.thread.num_multi_gpu_tower_stacks = crate::common::nz(stacks);
+        let on_gpu = Setup { devices: vec![d], ..on_cpu.clone() };
+        assert_eq!(
+            crate::threads::steps_over_four_batches(&on_gpu)?,
+            crate::threads::steps_over_four_batches(&on_cpu)?,
+            "{stacks} tower stacks"
+        );
+    }
+    Ok(())
+}
