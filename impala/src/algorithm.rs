@@ -414,7 +414,9 @@ impl Impala {
     /// [`STALE_POLICY_LAG`] updates old at their SGD step: the learner is the bottleneck and
     /// its queue holds batches from old weights. (Measured on pixel Catch: a full queue of
     /// 16 made batches about 21 updates stale and the policy never learned in 206k env steps;
-    /// `learner_queue_size = 2` kept them 3-7 updates old and solved it in 109k.)
+    /// `learner_queue_size = 2` kept them 3-7 updates old and solved it in 109k. Not every task
+    /// suffers: the embedded CartPole config trains on batches 17-19 updates old and stayed
+    /// solved on 30 of 30 seeds, against 29 of 30 with a queue of 2.)
     fn report_staleness(&mut self) {
         let lag = self.last_learner_stats.get("policy_lag").copied().unwrap_or(0.0);
         if lag > STALE_POLICY_LAG && !self.staleness_reported {
@@ -423,8 +425,8 @@ impl Impala {
                 learner_queue_size = self.config.config().learner_queue_size,
                 "train batches are {lag:.0} updates old when trained (learner_stats/policy_lag): \
                  the learner is slower than sampling and its queue holds old batches, which \
-                 V-trace corrects only partly; lower learner_queue_size (2 keeps batches a few \
-                 updates old) or give the learner more threads"
+                 V-trace corrects only partly; if learning stalls, lower learner_queue_size (2 \
+                 keeps batches a few updates old) or give the learner more threads"
             );
             self.staleness_reported = true;
         }
