@@ -84,7 +84,7 @@ run() {
     # The CUDA builds link libtorch_cuda.so with --no-as-needed; it must resolve here.
     ldd "$dir/$tests_bin" | grep -E 'libtorch(_cuda|_cpu)?\.so|not found' || true
     phase cuda_tests "$dir/$tests_bin" --test-threads=1 --nocapture cuda::
-    phase all_tests "$dir/$tests_bin" --test-threads=8
+    phase all_tests env IMPALA_PYTHON="$python" "$dir/$tests_bin" --test-threads=8
     phase bench_impala env IMPALA_PYTHON="$python" "$dir/$bench_bin" --seconds 1
     phase bench_pytorch "$python" "$root/impala-learner/benches/cuda_pytorch.py" --seconds 1
     phase cartpole "$dir/impala" train --set num_gpus=1 --stop-reward 450 --stop-time 120 \
