@@ -113,13 +113,12 @@ impl BatchLoader {
     fn shard(&self, batch: &SampleBatch, device: Device) -> Result<Shard> {
         let (t, b) = (batch.fragment_len, batch.num_rows);
         let n = t * b;
-        let upload = |v: &[f32], shape: &[i64]| upload(v, shape, device);
         // Bytes travel to the device as bytes: a quarter of the copy.
         let upload_obs = |obs: &Observations, rows: usize| -> Result<Tensor> {
             let shape = [rows as i64, self.obs_dim as i64];
             match obs {
-                Observations::F32(v) => upload(v, &shape),
-                Observations::Bytes(v) => self::upload(v, &shape, device),
+                Observations::F32(v) => upload(v, &shape, device),
+                Observations::Bytes(v) => upload(v, &shape, device),
             }
         };
         let gamma = self.gamma;
@@ -138,7 +137,7 @@ impl BatchLoader {
             let nd: Vec<f32> = (0..n)
                 .map(|i| if batch.terminateds[i] || batch.truncateds[i] { 0.0 } else { 1.0 })
                 .collect();
-            Some(upload(&nd, &[t as i64, b as i64, 1])?)
+            Some(upload(&nd, &[t as i64, b as i64, 1], device)?)
         } else {
             None
         };
@@ -146,9 +145,9 @@ impl BatchLoader {
             steps: t,
             rows: b,
             obs: upload_obs(&batch.obs, n)?,
-            actions: upload(&batch.actions, &[n as i64, self.action_dim as i64])?,
+            actions: upload(&batch.actions, &[n as i64, self.action_dim as i64], device)?,
             bootstrap_obs: upload_obs(&batch.bootstrap_obs, b)?,
-            state_in: upload(&batch.state_in, &[b as i64, self.state_dim as i64])?,
+            state_in: upload(&batch.state_in, &[b as i64, self.state_dim as i64], device)?,
             not_done,
             behaviour_logp: batch.action_logp.clone(),
             rewards,

@@ -46,11 +46,13 @@ pub(crate) fn check_memory(config: &ValidatedConfig, shares: &[PolicyShare<'_>])
     let fragments = runners.saturating_mul(c.max_requests_in_flight_per_sampler_worker as u64 + 1);
     let fragment_steps = c.sample_batch_size() as u64;
     let (mut sampling, mut training, mut params) = (0u64, 0u64, 0u64);
-    let (mut batches, mut batch_steps, mut steps) = (0u64, 0u64, Vec::new());
+    let (mut batches, mut batch_steps, mut agents, mut trained) = (0u64, 0u64, 0u64, 0usize);
+    let mut step_sizes = Vec::with_capacity(shares.len());
     for share in shares {
         let p = share.config.config();
         let step = step_bytes(share.spec);
-        steps.push(step);
+        step_sizes.push(step.to_string());
+        agents = agents.saturating_add(share.agents_per_env);
         let fragment = fragment_steps.saturating_mul(share.agents_per_env);
         sampling = sampling.saturating_add(fragments.saturating_mul(fragment).saturating_mul(step));
         params = params.saturating_add(share.params);
@@ -59,10 +61,10 @@ pub(crate) fn check_memory(config: &ValidatedConfig, shares: &[PolicyShare<'_>])
             let queued = (p.learner_queue_size + p.replay_buffer_num_slots) as u64 + 3;
             // A train batch holds whole sample batches (at least one).
             let steps = p.total_train_batch_size().max(p.sample_batch_size()) as u64;
-            let bytes = queued.saturating_mul(steps).saturating_mul(step);
-            training = training.saturating_add(bytes);
+            training = training.saturating_add(queued.saturating_mul(steps).saturating_mul(step));
             batches = batches.max(queued);
             batch_steps = batch_steps.max(steps);
+            trained += 1;
         }
     }
     // Each runner's policies: their weights and the snapshots they load them from.
@@ -71,22 +73,23 @@ pub(crate) fn check_memory(config: &ValidatedConfig, shares: &[PolicyShare<'_>])
     if total <= memory / 2 {
         return Ok(());
     }
-    let (each, step) = match &steps[..] {
-        [one] => (String::new(), format!("{one} bytes a step")),
+    // Several policies: fragments hold every agent's steps, and the batch counts and sizes are
+    // the largest of any trained policy's.
+    let (each_agent, each_policy, most, step) = match &step_sizes[..] {
+        [one] => (String::new(), String::new(), "", format!("{one} bytes a step")),
         _ => (
-            format!(" per policy ({} policies)", shares.len()),
-            format!(
-                "bytes a step per policy: {}",
-                steps.iter().map(u64::to_string).collect::<Vec<_>>().join(", ")
-            ),
+            format!(" for each of {agents} agents"),
+            format!(" per policy ({trained} policies)"),
+            ", the most of any policy",
+            format!("bytes a step per policy: {}", step_sizes.join(", ")),
         ),
     };
     let detail = format!(
         "{fragments} fragments ({runners} env runners x (max_requests_in_flight_per_env_runner \
-         {} + 1)) of {fragment_steps} steps{each} (rollout_fragment_length x \
-         num_envs_per_env_runner) = {:.1} GiB; {batches} train batches{each} \
-         (learner_queue_size + replay_buffer_num_slots + 3) of {batch_steps} steps \
-         (train_batch_size, at least one sample batch) = {:.1} GiB; \
+         {} + 1)) of {fragment_steps} steps{each_agent} (rollout_fragment_length x \
+         num_envs_per_env_runner) = {:.1} GiB; {batches} train batches{each_policy} \
+         (learner_queue_size + replay_buffer_num_slots + 3{most}) of {batch_steps} steps \
+         (train_batch_size, at least one sample batch{most}) = {:.1} GiB; \
          {runners} policy copies of {params} parameters = {:.1} GiB; {step}",
         c.max_requests_in_flight_per_sampler_worker,
         gib(sampling),
