@@ -210,6 +210,37 @@ fn two_runner_processes_train_cartpole_to_450_and_exit_when_the_run_is_over() ->
 }
 
 #[test]
+fn runner_processes_sample_a_multi_agent_env_with_a_policy_per_agent_to_its_optimum() -> TestResult
+{
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let example =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/half-observed-impala.toml");
+    let example = example.to_string_lossy();
+    let mut d = driver(
+        dir.path(),
+        port,
+        &[&example, "--set", "num_env_runners=2", "--stop-reward", "19", "--stop-time", "120"],
+    )?;
+    let mut runners = [runner(dir.path(), "r1", port, &[])?, runner(dir.path(), "r2", port, &[])?];
+    let status = wait(&mut d, Duration::from_secs(180))?;
+    let out = output(dir.path(), "driver");
+    assert!(status.success() && out.contains(">= 19"), "{out}");
+    let last = last_result(dir.path())?;
+    assert_eq!(last["env_runners"]["num_healthy_env_runners"].as_f64(), Some(2.0), "{last}");
+    for policy in ["left", "right"] {
+        let mean = last["policy_reward_mean"][policy].as_f64();
+        assert!(mean.is_some_and(|m| m >= 9.0), "{policy} did not learn: {last}");
+    }
+    for (i, r) in runners.iter_mut().enumerate() {
+        let status = wait(r, Duration::from_secs(10))?;
+        let log = output(dir.path(), &format!("r{}", i + 1));
+        assert!(status.success() && log.contains("run is over"), "{log}");
+    }
+    Ok(())
+}
+
+#[test]
 fn a_runner_killed_mid_run_is_replaced_by_a_new_process_and_training_goes_on() -> TestResult {
     let dir = tempfile::tempdir()?;
     let port = free_port()?;
@@ -327,12 +358,22 @@ fn a_driver_that_no_runner_reaches_says_how_to_start_them() -> TestResult {
         ],
     )?;
     run.assert_one_line_error(&["normalize_observations", "remote env runners"]);
-    // Multi-agent envs sample on runner threads only.
+    // A multi-agent run waits for its remote runners as a single-agent one does.
     let run = impala(
         dir.path(),
-        &["train", "--env", "HalfObserved", "--listen", &listen, "--token-file", &token],
+        &[
+            "train",
+            "--env",
+            "HalfObserved",
+            "--listen",
+            &listen,
+            "--token-file",
+            &token,
+            "--set",
+            "env_runner_connect_timeout_s=0.5",
+        ],
     )?;
-    run.assert_one_line_error(&["multi-agent env", "remote env runners"]);
+    run.assert_one_line_error(&["0 of 1 env runners connected", "impala env-runner --connect"]);
     let run = impala(dir.path(), &["train", "--set", "compress_observations=true"])?;
     run.assert_one_line_error(&["compress_observations", "--listen"]);
     Ok(())

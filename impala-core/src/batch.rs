@@ -58,6 +58,21 @@ pub struct SampleBatch {
 }
 
 impl SampleBatch {
+    /// The shape one observation of `observation_space` has in a batch: its space's shape, and
+    /// `[1]` for a `Discrete` space (the index as one value).
+    ///
+    /// ```
+    /// use impala_core::{SampleBatch, Space};
+    /// assert_eq!(SampleBatch::obs_shape_of(&Space::Discrete(5)), vec![1]);
+    /// assert_eq!(SampleBatch::obs_shape_of(&Space::MultiDiscrete(vec![2, 3])), vec![2]);
+    /// ```
+    pub fn obs_shape_of(observation_space: &Space) -> Vec<usize> {
+        match observation_space {
+            Space::Discrete(_) => vec![1],
+            other => other.shape(),
+        }
+    }
+
     /// A zero-filled batch of `fragment_len` steps by `num_rows` rows for these spaces.
     pub fn zeros(
         fragment_len: usize,
@@ -67,10 +82,7 @@ impl SampleBatch {
         state_dim: usize,
     ) -> Self {
         let n = fragment_len * num_rows;
-        let obs_shape = match observation_space {
-            Space::Discrete(_) => vec![1],
-            other => other.shape(),
-        };
+        let obs_shape = Self::obs_shape_of(observation_space);
         let obs_dim: usize = obs_shape.iter().product();
         let action_dim = action_space.flat_dim();
         let dist_inputs_dim = action_space.dist_inputs_dim();

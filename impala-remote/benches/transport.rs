@@ -11,7 +11,8 @@ use std::time::{Duration, Instant};
 
 use impala_core::{CoreError, Env, EnvSpec, Policy, Space, StepOutcome, Weights};
 use impala_remote::{
-    run_env_runner, BuildRunner, ClientSettings, RunSession, RunnerServer, ServerSettings, Token,
+    run_env_runner, BuildRunner, BuiltRunner, ClientSettings, RunEnv, RunSession, RunnerServer,
+    ServerSettings, Token,
 };
 use impala_sampler::{
     EnvFactory, EnvRunner, EnvRunnerGroup, EnvRunnerGroupSettings, EnvRunnerSettings, RandomPolicy,
@@ -60,8 +61,8 @@ fn measure(
         sample_timeout: Some(Duration::from_millis(5)),
         ..Default::default()
     };
-    let session =
-        RunSession { spec: spec.clone(), session: Vec::new(), compress_observations: compress };
+    let env = RunEnv::Single(spec.clone());
+    let session = RunSession { env, session: Vec::new(), compress_observations: compress };
     let mut group = EnvRunnerGroup::with_launcher(
         &group_settings,
         Box::new(server.launcher(session)),
@@ -69,7 +70,7 @@ fn measure(
     )?;
     group.sync_weights(Arc::new(Weights::new(1, vec![])), &[1]);
     let build: BuildRunner = Arc::new(move |a, _weights| {
-        let (spec, frame) = (spec.clone(), frame.clone());
+        let (spec, frame, policy_spec) = (spec.clone(), frame.clone(), spec.clone());
         let envs: EnvFactory = Arc::new(move |_| {
             Ok(Box::new(Still { spec: spec.clone(), frame: frame.clone() }) as Box<dyn Env>)
         });
@@ -78,10 +79,10 @@ fn measure(
             rollout_fragment_length: NonZeroUsize::new(steps).ok_or("zero")?,
             ..EnvRunnerSettings::default()
         };
-        let spec = a.spec.clone();
         EnvRunner::build(&settings, a.runner_id, a.incarnation, &envs, |_| {
-            Ok(Box::new(RandomPolicy::new(&spec, 0)) as Box<dyn Policy>)
+            Ok(Box::new(RandomPolicy::new(&policy_spec, 0)) as Box<dyn Policy>)
         })
+        .map(|runner| BuiltRunner::Single(Box::new(runner)))
         .map_err(|e| e.to_string())
     });
     let client = ClientSettings::new(server.local_addr().to_string(), token);

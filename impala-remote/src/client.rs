@@ -8,13 +8,17 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use impala_runner_pool::{Assignment, BuildRunner};
+use impala_core::Weights;
+use impala_runner_pool::{Assignment, BuildRunner, RunEnv};
 use impala_sampler::{serve_on_thread, ReplySender, RunnerMessage, RunnerReply, RunnerRequest};
 use tokio::sync::{mpsc, Notify};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 
-use crate::codec::{fragment_to_proto, spec_from_proto, weights_from_proto};
+use crate::codec::{
+    fragment_to_proto, multi_agent_fragment_to_proto, multi_agent_spec_from_proto, spec_from_proto,
+    weights_from_proto,
+};
 use crate::proto::{
     self, driver_message, env_runner_service_client::EnvRunnerServiceClient, runner_message,
 };
@@ -304,25 +308,42 @@ async fn serve_welcome(
     let driver = settings.connect.clone();
     let rejected =
         |reason: String| Fail::Fatal(RemoteError::Rejected { addr: driver.clone(), reason });
-    let spec = spec_from_proto(welcome.spec.as_ref()).map_err(|e| rejected(e.to_string()))?;
+    let run_env = match welcome.multi_agent.as_ref() {
+        Some(multi) => multi_agent_spec_from_proto(Some(multi))
+            .map(|(spec, policies)| RunEnv::Multi { spec, policies }),
+        None => spec_from_proto(welcome.spec.as_ref()).map(RunEnv::Single),
+    }
+    .map_err(|e| rejected(e.to_string()))?;
     let runner_id = usize::try_from(welcome.runner_id).map_err(|e| rejected(e.to_string()))?;
     let incarnation = welcome.incarnation;
-    let weights = match next(inbound).await? {
-        driver_message::Kind::SetWeights(w) => {
-            weights_from_proto(w).map_err(|e| rejected(e.to_string()))?
-        }
-        driver_message::Kind::Stop(_) => return Ok(End::Stopped),
-        driver_message::Kind::Shutdown(s) => return Ok(End::Shutdown(s.reason)),
-        _ => {
-            return Err(rejected(
-                "the driver broke the protocol (no weights after the welcome)".into(),
-            ))
-        }
-    };
-    let env = spec.id.clone();
-    let assignment = Assignment { runner_id, incarnation, spec, session: welcome.session };
+    // Every policy's weights come before the runner is built.
+    let mut weights: Vec<Option<Arc<Weights>>> = vec![None; run_env.num_policies()];
+    while weights.iter().any(Option::is_none) {
+        let w = match next(inbound).await? {
+            driver_message::Kind::SetWeights(w) => w,
+            driver_message::Kind::Stop(_) => return Ok(End::Stopped),
+            driver_message::Kind::Shutdown(s) => return Ok(End::Shutdown(s.reason)),
+            _ => {
+                return Err(rejected(
+                    "the driver broke the protocol (no weights after the welcome)".into(),
+                ))
+            }
+        };
+        let policies = weights.len();
+        let slot = usize::try_from(w.policy).ok().and_then(|p| weights.get_mut(p));
+        let Some(slot) = slot else {
+            return Err(rejected(format!(
+                "the driver sent weights of policy {}, but its run has {policies} policies",
+                w.policy
+            )));
+        };
+        *slot = Some(Arc::new(weights_from_proto(w).map_err(|e| rejected(e.to_string()))?));
+    }
+    let weights: Vec<Arc<Weights>> = weights.into_iter().flatten().collect();
+    let env = run_env.id().to_string();
+    let assignment = Assignment { runner_id, incarnation, env: run_env, session: welcome.session };
     let builder = Arc::clone(build);
-    let built = tokio::task::spawn_blocking(move || assignment.build(&builder, Arc::new(weights)))
+    let built = tokio::task::spawn_blocking(move || assignment.build(&builder, weights))
         .await
         .unwrap_or_else(|e| Err(format!("building the env runner panicked: {e}")));
     let runner = match built {
@@ -350,14 +371,15 @@ async fn serve_welcome(
     let end = loop {
         tokio::select! {
             msg = next(inbound) => match msg {
-                Ok(driver_message::Kind::SetWeights(w)) => match weights_from_proto(w) {
-                    Ok(weights) => {
+                Ok(driver_message::Kind::SetWeights(w)) => match (w.policy, weights_from_proto(w)) {
+                    (policy, Ok(weights)) => {
                         serving.send(RunnerRequest::SetWeights {
+                            policy: usize::try_from(policy).unwrap_or(usize::MAX),
                             weights: Arc::new(weights),
                             sent: Instant::now(),
                         });
                     }
-                    Err(e) => break Err(rejected(e.to_string())),
+                    (_, Err(e)) => break Err(rejected(e.to_string())),
                 },
                 Ok(driver_message::Kind::Sample(s)) => {
                     for _ in 0..s.count {
@@ -395,8 +417,13 @@ fn wire_replies(
             RunnerReply::Fragment(f) => {
                 (runner_message::Kind::Fragment(fragment_to_proto(*f, compress)), false)
             }
-            RunnerReply::WeightsApplied { latency } => {
-                let applied = proto::WeightsApplied { latency_s: latency.as_secs_f64() };
+            RunnerReply::MultiAgentFragment(f) => {
+                let wire = multi_agent_fragment_to_proto(*f, compress);
+                (runner_message::Kind::MultiAgentFragment(wire), false)
+            }
+            RunnerReply::WeightsApplied { policy, latency } => {
+                let policy = u32::try_from(policy).unwrap_or(u32::MAX);
+                let applied = proto::WeightsApplied { policy, latency_s: latency.as_secs_f64() };
                 (runner_message::Kind::WeightsApplied(applied), false)
             }
             RunnerReply::Failed(reason) => {

@@ -7,8 +7,10 @@
 //! envs and policy for the driver's run and then samples fragments on request. On the driver
 //! each session is a [`Claim`](impala_runner_pool::Claim) on the server's
 //! [`RunnerPool`](impala_runner_pool::RunnerPool), whose slots are ordinary members of an
-//! [`impala_sampler::EnvRunnerGroup`], so in-flight caps, weight broadcast (sent once per
-//! broadcast per runner), restarts and counting stay the group's; the server is a
+//! [`impala_sampler::EnvRunnerGroup`] (or, for a multi-agent env, of an
+//! [`impala_sampler::MultiAgentRunnerGroup`], whose runners send a batch per policy and get
+//! weights per policy), so in-flight caps, weight broadcast (sent once per broadcast per
+//! runner), restarts and counting stay the group's; the server is a
 //! [`RunnerTransport`](impala_runner_pool::RunnerTransport). A lost, silent or misbehaving
 //! runner is a failed runner; a runner process that reconnects (or a new one) takes the slot
 //! the group relaunched and gets the current weights.
@@ -33,7 +35,7 @@ use std::path::Path;
 
 pub use client::{run_env_runner, ClientSettings, ClientTls};
 pub use error::RemoteError;
-pub use impala_runner_pool::{Assignment, BuildRunner, RunSession};
+pub use impala_runner_pool::{Assignment, BuildRunner, BuiltRunner, RunEnv, RunSession};
 pub use server::{RunnerServer, ServerSettings, ServerTls, RUN_CERTIFICATE_NAME};
 
 /// The generated protocol types and gRPC stubs (for tools and tests that speak the protocol

@@ -8,12 +8,15 @@ use std::sync::atomic::Ordering::SeqCst;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use impala_runner_pool::{Claim, Lost, RunSession, Wakeup};
+use impala_runner_pool::{Claim, Lost, RunEnv, RunSession, Wakeup};
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use crate::codec::{fragment_from_proto, spec_to_proto, weights_to_proto};
+use crate::codec::{
+    fragment_from_proto, multi_agent_fragment_from_proto, multi_agent_spec_to_proto, spec_to_proto,
+    weights_to_proto,
+};
 use crate::proto::env_runner_service_server::EnvRunnerService;
 use crate::proto::{self, driver_message, runner_message};
 use crate::server::{Closing, ServerSettings, Shared};
@@ -63,10 +66,15 @@ pub(crate) fn welcome_message(
     incarnation: u64,
     settings: &ServerSettings,
 ) -> proto::Welcome {
+    let (spec, multi_agent) = match &run.env {
+        RunEnv::Single(spec) => (Some(spec_to_proto(spec)), None),
+        RunEnv::Multi { spec, policies } => (None, Some(multi_agent_spec_to_proto(spec, policies))),
+    };
     proto::Welcome {
         runner_id,
         incarnation,
-        spec: Some(spec_to_proto(&run.spec)),
+        spec,
+        multi_agent,
         session: run.session.clone(),
         compress_observations: run.compress_observations,
         max_message_bytes: settings.max_message_bytes as u64,
@@ -318,9 +326,10 @@ impl Session {
             return Ok(false);
         };
         let lost = || End::Lost("connection lost".into());
-        if let Some(weights) = work.weights {
-            let msg = driver_message::Kind::SetWeights(weights_to_proto(&weights));
-            if !self.send(msg).await {
+        for (policy, weights) in work.weights {
+            let mut msg = weights_to_proto(&weights);
+            msg.policy = u32::try_from(policy).unwrap_or(u32::MAX);
+            if !self.send(driver_message::Kind::SetWeights(msg)).await {
                 return Err(lost());
             }
         }
@@ -351,14 +360,29 @@ impl Session {
                 return Err(End::Rejected);
             }
             Kind::Fragment(f) if ready => {
-                let newest = claim.newest_weights_version();
-                let fragment = fragment_from_proto(f, claim.runner_id(), &claim.run().spec, newest)
+                let RunEnv::Single(spec) = &claim.run().env else {
+                    return Err(broke("a single-agent fragment in a multi-agent run"));
+                };
+                let newest = claim.newest_weights_version(0);
+                let fragment = fragment_from_proto(f, claim.runner_id(), spec, newest)
                     .map_err(|e| End::Failed(format!("sent a {e}")))?;
                 claim.deliver(fragment);
             }
+            Kind::MultiAgentFragment(f) if ready => {
+                let RunEnv::Multi { policies, .. } = &claim.run().env else {
+                    return Err(broke("a multi-agent fragment in a single-agent run"));
+                };
+                let newest: Vec<Option<u64>> =
+                    (0..policies.len()).map(|p| claim.newest_weights_version(p)).collect();
+                let fragment =
+                    multi_agent_fragment_from_proto(f, claim.runner_id(), policies, &newest)
+                        .map_err(|e| End::Failed(format!("sent a {e}")))?;
+                claim.deliver_multi_agent(fragment);
+            }
             Kind::WeightsApplied(w) if ready => {
                 let latency = Duration::try_from_secs_f64(w.latency_s).unwrap_or(Duration::ZERO);
-                claim.weights_applied(latency);
+                let policy = usize::try_from(w.policy).unwrap_or(usize::MAX);
+                claim.weights_applied(policy, latency);
             }
             Kind::Failed(f) => return Err(End::Failed(f.reason)),
             other => {
@@ -368,9 +392,14 @@ impl Session {
                     Kind::Rejected(_) => "a rejection after it was ready",
                     _ => "a reply before it was ready",
                 };
-                return Err(End::Failed(format!("broke the protocol: {what}")));
+                return Err(broke(what));
             }
         }
         Ok(())
     }
+}
+
+/// A runner that broke the protocol with `what`: a failed runner.
+fn broke(what: &str) -> End {
+    End::Failed(format!("broke the protocol: {what}"))
 }

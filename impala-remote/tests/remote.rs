@@ -7,15 +7,16 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use impala_core::{CoreError, Env, EnvSpec, Policy, Space, StepOutcome, Weights};
+use impala_core::{CoreError, Env, EnvSpec, MultiAgentEnv, Policy, Space, StepOutcome, Weights};
 use impala_remote::proto::{self, env_runner_service_client::EnvRunnerServiceClient};
 use impala_remote::{
-    run_env_runner, Assignment, BuildRunner, ClientSettings, RemoteError, RunSession, RunnerServer,
-    ServerSettings, Token, PROTOCOL_VERSION,
+    run_env_runner, Assignment, BuildRunner, BuiltRunner, ClientSettings, RemoteError, RunEnv,
+    RunSession, RunnerServer, ServerSettings, Token, PROTOCOL_VERSION,
 };
 use impala_sampler::{
     EnvFactory, EnvRunner, EnvRunnerGroup, EnvRunnerGroupSettings, EnvRunnerSettings, Fragment,
-    RandomPolicy,
+    MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentFragment, MultiAgentGroupSettings,
+    MultiAgentRunnerGroup, MultiAgentSettings, RandomPolicy,
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -56,7 +57,7 @@ impl Env for Walk {
 
 /// Builds runners of `Walk` with `width` observations and random policies.
 fn builder(width: usize) -> BuildRunner {
-    Arc::new(move |a: &Assignment, weights: Arc<Weights>| {
+    Arc::new(move |a: &Assignment, weights: Vec<Arc<Weights>>| {
         let spec = walk_spec(width);
         let envs: EnvFactory = {
             let spec = spec.clone();
@@ -69,9 +70,12 @@ fn builder(width: usize) -> BuildRunner {
         };
         EnvRunner::build(&settings, a.runner_id, a.incarnation, &envs, |_| {
             let mut policy = RandomPolicy::new(&spec, a.runner_id as u64);
-            policy.set_weights(&weights)?;
+            for w in &weights {
+                policy.set_weights(w)?;
+            }
             Ok(Box::new(policy) as Box<dyn Policy>)
         })
+        .map(|runner| BuiltRunner::Single(Box::new(runner)))
         .map_err(|e| e.to_string())
     })
 }
@@ -93,8 +97,8 @@ fn group(
         sample_timeout: Some(Duration::from_millis(50)),
         ..EnvRunnerGroupSettings::default()
     };
-    let session =
-        RunSession { spec: walk_spec(1), session: b"{}".to_vec(), compress_observations: false };
+    let env = RunEnv::Single(walk_spec(1));
+    let session = RunSession { env, session: b"{}".to_vec(), compress_observations: false };
     let mut group =
         EnvRunnerGroup::with_launcher(&settings, Box::new(server.launcher(session)), walk_spec(1))?;
     let ids: Vec<usize> = (1..=runners).collect();
@@ -424,7 +428,7 @@ fn a_session_that_would_not_fit_the_welcome_message_is_refused_before_runners_wa
     let server = server(Duration::from_secs(5))?;
     let limit = 1 << 20;
     let run = |session_bytes: usize| RunSession {
-        spec: walk_spec(1),
+        env: RunEnv::Single(walk_spec(1)),
         session: vec![b'x'; session_bytes],
         compress_observations: false,
     };
@@ -435,6 +439,159 @@ fn a_session_that_would_not_fit_the_welcome_message_is_refused_before_runners_wa
             assert!(bytes > limit && l == limit, "{bytes} {l}");
         }
         other => return Err(format!("a session of the whole limit fit: {other:?}").into()),
+    }
+    Ok(())
+}
+
+/// Two agents of CartPole, one policy each; weights of policy `p` are version `10 * p + v`.
+fn cartpoles() -> Result<(impala_core::MultiAgentSpec, Vec<EnvSpec>), CoreError> {
+    let spec = impala_envs::MultiAgentCartPole::new(2)?.spec().clone();
+    let policies = spec
+        .agents
+        .iter()
+        .map(|a| EnvSpec {
+            id: a.id.clone(),
+            observation_space: a.observation_space.clone(),
+            action_space: a.action_space.clone(),
+            max_episode_steps: None,
+        })
+        .collect();
+    Ok((spec, policies))
+}
+
+/// Builds multi-agent runners of two CartPoles with a random policy per agent.
+fn multi_agent_builder() -> BuildRunner {
+    Arc::new(move |a: &Assignment, weights: Vec<Arc<Weights>>| {
+        let RunEnv::Multi { policies, .. } = &a.env else {
+            return Err("not a multi-agent run".into());
+        };
+        let envs: MultiAgentEnvFactory = Arc::new(|_| {
+            Ok(Box::new(impala_envs::MultiAgentCartPole::new(2)?) as Box<dyn MultiAgentEnv>)
+        });
+        let mut acting = Vec::new();
+        for (spec, w) in policies.iter().zip(&weights) {
+            let mut policy = RandomPolicy::new(spec, a.runner_id as u64);
+            policy.set_weights(w).map_err(|e| e.to_string())?;
+            acting.push(Box::new(policy) as Box<dyn Policy>);
+        }
+        let settings = MultiAgentSettings {
+            policy_of_agent: vec![0, 1],
+            rollout_fragment_length: 5,
+            seed: Some(a.incarnation),
+            explore: true,
+        };
+        MultiAgentEnvRunner::new(a.runner_id, 2, &envs, acting, &settings)
+            .map(|runner| BuiltRunner::Multi(Box::new(runner)))
+            .map_err(|e| e.to_string())
+    })
+}
+
+/// Waits on `group` until `done` holds for the fragments so far, or fails after 10 s.
+fn wait_until(
+    group: &mut MultiAgentRunnerGroup,
+    mut done: impl FnMut(&[MultiAgentFragment]) -> bool,
+) -> Result<Vec<MultiAgentFragment>, Box<dyn std::error::Error>> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut all = Vec::new();
+    while !done(&all) {
+        if Instant::now() > deadline {
+            return Err(format!("gave up after {} fragments: {group:?}", all.len()).into());
+        }
+        all.extend(group.wait(Duration::from_millis(50))?);
+    }
+    Ok(all)
+}
+
+#[test]
+fn remote_runners_of_a_multi_agent_env_send_a_batch_per_policy_and_take_weights_per_policy(
+) -> TestResult {
+    let server = server(Duration::from_secs(10))?;
+    let (spec, policies) = cartpoles()?;
+    let env = RunEnv::Multi { spec, policies };
+    let session = RunSession { env, session: b"{}".to_vec(), compress_observations: false };
+    let settings = MultiAgentGroupSettings {
+        num_env_runners: 2,
+        num_envs_per_env_runner: 2,
+        max_requests_in_flight: 2,
+        runner: MultiAgentSettings {
+            policy_of_agent: vec![0, 1],
+            rollout_fragment_length: 5,
+            seed: Some(0),
+            explore: true,
+        },
+        restart_failed_env_runners: false,
+        max_num_env_runner_restarts: 0,
+    };
+    let weights = vec![Arc::new(Weights::new(1, vec![])), Arc::new(Weights::new(11, vec![]))];
+    let launcher = Box::new(server.launcher(session));
+    let mut group = MultiAgentRunnerGroup::with_launcher(settings, launcher, weights)?;
+    let runners: Vec<_> = (0..2)
+        .map(|_| {
+            client(&server, TOKEN)
+                .map(|c| std::thread::spawn(move || run_env_runner(&c, multi_agent_builder())))
+        })
+        .collect::<Result<_, _>>()?;
+    assert_eq!(server.wait_for_runners(2, Duration::from_secs(10))?, 2);
+    let first =
+        wait_until(&mut group, |f| [1, 2].iter().all(|id| f.iter().any(|x| x.runner_id == *id)))?;
+    for f in &first {
+        assert_eq!((f.batches.len(), f.env_steps), (2, 10), "2 envs x 5 steps, a batch per policy");
+        assert!(f.batches[0].weights_version.iter().all(|&v| v == 1));
+        assert!(f.batches[1].weights_version.iter().all(|&v| v == 11));
+        // Rows hold complete fragments of an agent; an agent whose pole fell left its row.
+        let in_rows: usize = f.batches.iter().map(|b| b.env_steps()).sum();
+        assert!(in_rows <= f.agent_steps && f.agent_steps <= 2 * f.env_steps, "{in_rows} {f:?}");
+    }
+    // Only policy 1 changes: its runners act with 12 from then on, policy 0 stays at 1.
+    group.set_weights(1, Arc::new(Weights::new(12, vec![])));
+    let later = wait_until(&mut group, |f| {
+        [1, 2].iter().all(|id| {
+            f.iter().any(|x| x.runner_id == *id && x.batches[1].weights_version.contains(&12))
+        })
+    })?;
+    assert!(later.iter().all(|f| f.batches[0].weights_version.iter().all(|&v| v == 1)));
+    assert_eq!(group.num_failures(), 0);
+    server.finish("the test is over");
+    for runner in runners {
+        assert_eq!(runner.join().map_err(|_| "runner panicked")??, "the test is over");
+    }
+    group.shutdown()?;
+    Ok(())
+}
+
+#[test]
+fn a_runner_that_builds_a_single_agent_env_for_a_multi_agent_run_is_rejected() -> TestResult {
+    let server = server(Duration::from_secs(10))?;
+    let (spec, policies) = cartpoles()?;
+    let env = RunEnv::Multi { spec, policies };
+    let session = RunSession { env, session: b"{}".to_vec(), compress_observations: false };
+    let settings = MultiAgentGroupSettings {
+        num_env_runners: 1,
+        num_envs_per_env_runner: 1,
+        max_requests_in_flight: 1,
+        runner: MultiAgentSettings {
+            policy_of_agent: vec![0, 1],
+            rollout_fragment_length: 5,
+            seed: None,
+            explore: true,
+        },
+        restart_failed_env_runners: false,
+        max_num_env_runner_restarts: 0,
+    };
+    let weights = vec![Arc::new(Weights::new(1, vec![])), Arc::new(Weights::new(1, vec![]))];
+    let _group = MultiAgentRunnerGroup::with_launcher(
+        settings,
+        Box::new(server.launcher(session)),
+        weights,
+    )?;
+    let refused = spawn_runner(client(&server, TOKEN)?, 1).join().map_err(|_| "panicked")?;
+    match refused {
+        Err(RemoteError::Rejected { reason, .. }) => {
+            assert!(reason.contains("the runner built a single-agent env"), "{reason}");
+        }
+        other => {
+            return Err(format!("a single-agent runner served a multi-agent run: {other:?}").into())
+        }
     }
     Ok(())
 }

@@ -14,7 +14,7 @@
 //! use std::num::NonZeroUsize;
 //! use std::sync::Arc;
 //! use impala_core::{CoreError, Env, EnvSpec, Policy, Space, StepOutcome, Weights};
-//! use impala_runner_pool::{BuildRunner, RunSession, RunnerPool, Wakeup};
+//! use impala_runner_pool::{BuildRunner, BuiltRunner, RunEnv, RunSession, RunnerPool, Wakeup};
 //! use impala_sampler::{
 //!     EnvFactory, EnvRunner, EnvRunnerGroup, EnvRunnerGroupSettings, EnvRunnerSettings,
 //!     RandomPolicy,
@@ -44,7 +44,8 @@
 //!
 //! // The driver: a runner group whose one member is a slot of the pool.
 //! let pool = RunnerPool::new();
-//! let run = RunSession { spec: spec.clone(), session: Vec::new(), compress_observations: false };
+//! let env = RunEnv::Single(spec.clone());
+//! let run = RunSession { env, session: Vec::new(), compress_observations: false };
 //! let settings = EnvRunnerGroupSettings { num_env_runners: 1, ..Default::default() };
 //! let launcher = Box::new(pool.launcher(run));
 //! let mut group = EnvRunnerGroup::with_launcher(&settings, launcher, spec.clone())?;
@@ -53,23 +54,28 @@
 //! // A transport's session claims the slot and hands its runner the assignment and weights...
 //! let nothing_waits: Wakeup = Arc::new(|| {});
 //! let mut claim = pool.claim(None, &nothing_waits)?.ok_or("no free slot")?;
-//! let weights = claim.take_work().and_then(|work| work.weights).ok_or("no weights")?;
+//! let weights: Vec<_> = claim.take_work().map(|work| work.weights).unwrap_or_default();
+//! let weights = weights.into_iter().map(|(_policy, w)| w).collect();
 //! // ... the runner (here in this process) builds its env runner and is ready ...
+//! let walk = spec.clone();
 //! let build: BuildRunner = Arc::new(move |assignment, _weights| {
-//!     let walk = assignment.spec.clone();
+//!     let (walk, policy_spec) = (walk.clone(), walk.clone());
 //!     let envs: EnvFactory =
 //!         Arc::new(move |_| Ok(Box::new(Walk { spec: walk.clone(), t: 0 }) as Box<dyn Env>));
 //!     let settings = EnvRunnerSettings {
 //!         rollout_fragment_length: NonZeroUsize::new(10).ok_or("zero")?,
 //!         ..Default::default()
 //!     };
-//!     let policy = RandomPolicy::new(&assignment.spec, 0);
+//!     let policy = RandomPolicy::new(&policy_spec, 0);
 //!     EnvRunner::build(&settings, assignment.runner_id, assignment.incarnation, &envs, |_| {
 //!         Ok(Box::new(policy) as Box<dyn Policy>)
 //!     })
+//!     .map(|runner| BuiltRunner::Single(Box::new(runner)))
 //!     .map_err(|e| e.to_string())
 //! });
-//! let mut runner = claim.assignment().build(&build, weights)?;
+//! let BuiltRunner::Single(mut runner) = claim.assignment().build(&build, weights)? else {
+//!     return Err("a single-agent run builds a single-agent runner".into());
+//! };
 //! claim.ready();
 //! // ... and samples what the group asked for; its fragments reach the group.
 //! let asked = claim.take_work().map_or(0, |work| work.samples);
@@ -91,7 +97,7 @@ mod transport;
 
 pub use error::{PoolError, Result};
 pub use pool::{Claim, Lost, PoolLauncher, RunSession, RunnerPool, Wakeup, Work};
-pub use runner::{Assignment, BuildRunner};
+pub use runner::{Assignment, BuildRunner, BuiltRunner, RunEnv};
 pub use transport::RunnerTransport;
 
 /// The README's snippet, compiled and run as a doctest.

@@ -9,24 +9,25 @@
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use impala_core::{EnvSpec, Weights};
+use impala_core::Weights;
 use impala_sampler::{
-    EnvRunnerHandle, EnvRunnerLauncher, Fragment, ReplySender, RunnerReply, RunnerRequest,
+    EnvRunnerHandle, EnvRunnerLauncher, Fragment, MultiAgentFragment, ReplySender, RunnerReply,
+    RunnerRequest,
 };
 
-use crate::{Assignment, PoolError, Result};
+use crate::{Assignment, PoolError, Result, RunEnv};
 
 /// What a transport calls to wake the one waiting for a slot or for work: it only signals (a
 /// `Notify`, a channel send) and never calls into the pool.
 pub type Wakeup = Arc<dyn Fn() + Send + Sync>;
 
-/// What one runner group's slots hand every runner that takes them: the env's spec (checked by
-/// the runner and used to validate its fragments), the application's session data (impala-rs:
+/// What one runner group's slots hand every runner that takes them: the env (checked by the
+/// runner and used to validate its fragments), the application's session data (impala-rs:
 /// the config, seeds and TorchScript module) and whether to LZ4-compress uint8 observations on the wire.
 #[derive(Debug, Clone)]
 pub struct RunSession {
-    /// The spec of the driver's env.
-    pub spec: EnvSpec,
+    /// The driver's env: a single-agent spec, or a multi-agent one with its policies'.
+    pub env: RunEnv,
     /// Opaque to the pool and the transport; handed to the runner's
     /// [`BuildRunner`](crate::BuildRunner).
     pub session: Vec<u8>,
@@ -35,11 +36,11 @@ pub struct RunSession {
 }
 
 /// What the group asked of a slot: samples its claim has not taken yet, and the newest weights
-/// (each claim takes them once, so a runner that takes the slot later gets them).
+/// of each policy (each claim takes them once, so a runner that takes the slot later gets them).
 #[derive(Default)]
 struct Pending {
     samples: u32,
-    weights: Option<Arc<Weights>>,
+    weights: Vec<Option<Arc<Weights>>>,
 }
 
 enum Holder {
@@ -204,10 +205,10 @@ impl RunnerPool {
             }
             return Ok(None);
         };
-        if let Some(expects) = expect_env.filter(|e| !e.is_empty() && *e != slot.run.spec.id) {
+        if let Some(expects) = expect_env.filter(|e| !e.is_empty() && *e != slot.run.env.id()) {
             return Err(PoolError::OtherEnv {
                 expects: expects.to_string(),
-                trains: slot.run.spec.id.clone(),
+                trains: slot.run.env.id().to_string(),
             });
         }
         slot.holder = Holder::Held { id, ready: false };
@@ -220,7 +221,7 @@ impl RunnerPool {
             run: Arc::clone(&slot.run),
             replies: slot.replies.clone(),
             ready: false,
-            weights: WeightsHanded::default(),
+            weights: Vec::new(),
         }))
     }
 }
@@ -233,7 +234,7 @@ pub struct PoolLauncher {
 
 impl std::fmt::Debug for PoolLauncher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PoolLauncher").field("env", &self.run.spec.id).finish_non_exhaustive()
+        f.debug_struct("PoolLauncher").field("env", &self.run.env.id()).finish_non_exhaustive()
     }
 }
 
@@ -279,7 +280,13 @@ impl EnvRunnerHandle for SlotHandle {
             }
             match request {
                 RunnerRequest::Sample => slot.pending.samples += 1,
-                RunnerRequest::SetWeights { weights, .. } => slot.pending.weights = Some(weights),
+                RunnerRequest::SetWeights { policy, weights, .. } => {
+                    let pending = &mut slot.pending.weights;
+                    if pending.len() <= policy {
+                        pending.resize(policy + 1, None);
+                    }
+                    pending[policy] = Some(weights);
+                }
                 // The slot ends when the group joins it.
                 RunnerRequest::Stop => return true,
             }
@@ -307,9 +314,10 @@ impl EnvRunnerHandle for SlotHandle {
     }
 }
 
-/// The weights a claim handed its runner. At most one weights message is on its way at a time
-/// (the runner acts only with the newest before each fragment, so the ones in between would be
-/// sent for nothing); the newest version bounds the versions its fragments may carry.
+/// The weights of one policy a claim handed its runner. At most one weights message per policy
+/// is on its way at a time (the runner acts only with the newest before each fragment, so the
+/// ones in between would be sent for nothing); the newest version bounds the versions its
+/// fragments may carry.
 #[derive(Default)]
 struct WeightsHanded {
     last: Option<u64>,
@@ -320,8 +328,9 @@ struct WeightsHanded {
 /// What the group asked of a slot since its claim last looked: send these to the runner.
 #[derive(Debug)]
 pub struct Work {
-    /// Weights to act with (the newest, once; none while the last ones are on their way).
-    pub weights: Option<Arc<Weights>>,
+    /// Weights to act with, as (policy index, weights): the newest of each policy, once; none
+    /// for a policy while its last ones are on their way.
+    pub weights: Vec<(usize, Arc<Weights>)>,
     /// More fragments to sample (none before the runner is ready).
     pub samples: u32,
 }
@@ -346,7 +355,8 @@ pub struct Claim {
     run: Arc<RunSession>,
     replies: ReplySender,
     ready: bool,
-    weights: WeightsHanded,
+    /// Per policy, what was handed.
+    weights: Vec<WeightsHanded>,
 }
 
 impl std::fmt::Debug for Claim {
@@ -380,7 +390,7 @@ impl Claim {
         Assignment {
             runner_id: self.runner_id,
             incarnation: self.incarnation,
-            spec: self.run.spec.clone(),
+            env: self.run.env.clone(),
             session: self.run.session.clone(),
         }
     }
@@ -390,10 +400,10 @@ impl Claim {
         self.ready
     }
 
-    /// The newest weights version handed to the runner: none of its fragments may carry a
-    /// newer one.
-    pub fn newest_weights_version(&self) -> Option<u64> {
-        self.weights.newest
+    /// The newest weights version of policy `policy` handed to the runner: none of its
+    /// fragments may carry a newer one.
+    pub fn newest_weights_version(&self, policy: usize) -> Option<u64> {
+        self.weights.get(policy).and_then(|handed| handed.newest)
     }
 
     /// Whether the group still has the slot (it has not joined it).
@@ -401,22 +411,28 @@ impl Claim {
         self.shared.lock().slot_mut(self.runner_id, self.incarnation).is_some()
     }
 
-    /// Takes what the group asked since the last call: the newest weights unless the runner has
-    /// not taken the last ones yet, samples once the runner is ready. `None` when the slot is
-    /// gone: tell the runner to stop.
+    /// Takes what the group asked since the last call: the newest weights of each policy
+    /// unless the runner has not taken that policy's last ones yet, samples once the runner is
+    /// ready. `None` when the slot is gone: tell the runner to stop.
     pub fn take_work(&mut self) -> Option<Work> {
-        let (weights, samples) = {
+        let (pending, samples) = {
             let mut state = self.shared.lock();
             let slot = state.slot_mut(self.runner_id, self.incarnation)?;
             let samples = if self.ready { std::mem::take(&mut slot.pending.samples) } else { 0 };
             (slot.pending.weights.clone(), samples)
         };
-        let handed = &mut self.weights;
-        let weights = weights.filter(|w| handed.last != Some(w.version) && !handed.in_flight);
-        if let Some(w) = &weights {
+        if self.weights.len() < pending.len() {
+            self.weights.resize_with(pending.len(), WeightsHanded::default);
+        }
+        let mut weights = Vec::new();
+        for (policy, (w, handed)) in pending.into_iter().zip(&mut self.weights).enumerate() {
+            let Some(w) = w.filter(|w| handed.last != Some(w.version) && !handed.in_flight) else {
+                continue;
+            };
             handed.last = Some(w.version);
             handed.newest = handed.newest.max(Some(w.version));
             handed.in_flight = true;
+            weights.push((policy, w));
         }
         Some(Work { weights, samples })
     }
@@ -427,7 +443,9 @@ impl Claim {
             return;
         }
         self.ready = true;
-        self.weights.in_flight = false;
+        for handed in &mut self.weights {
+            handed.in_flight = false;
+        }
         let wake = {
             let mut state = self.shared.lock();
             state.held_mut(self.runner_id, self.incarnation, self.id).and_then(|slot| {
@@ -449,12 +467,22 @@ impl Claim {
         }
     }
 
-    /// The runner acts with the weights handed last, `latency` after they were sent: newer ones
-    /// can go.
-    pub fn weights_applied(&mut self, latency: Duration) {
+    /// A multi-agent runner's fragment (a batch per policy), for the group (dropped once the
+    /// group joined the slot).
+    pub fn deliver_multi_agent(&self, fragment: MultiAgentFragment) {
         if self.is_open() {
-            self.replies.send(RunnerReply::WeightsApplied { latency });
-            self.weights.in_flight = false;
+            self.replies.send(RunnerReply::MultiAgentFragment(Box::new(fragment)));
+        }
+    }
+
+    /// The runner acts with policy `policy`'s weights handed last, `latency` after they were
+    /// sent: newer ones of that policy can go.
+    pub fn weights_applied(&mut self, policy: usize, latency: Duration) {
+        if self.is_open() {
+            self.replies.send(RunnerReply::WeightsApplied { policy, latency });
+            if let Some(handed) = self.weights.get_mut(policy) {
+                handed.in_flight = false;
+            }
         }
     }
 

@@ -6,7 +6,9 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use impala_core::{EnvSpec, Space, Weights};
-use impala_runner_pool::{Lost, PoolError, RunSession, RunnerPool, RunnerTransport, Wakeup};
+use impala_runner_pool::{
+    Lost, PoolError, RunEnv, RunSession, RunnerPool, RunnerTransport, Wakeup, Work,
+};
 use impala_sampler::{
     EnvRunnerHandle, EnvRunnerLauncher, ReplySender, RunnerMessage, RunnerReply, RunnerRequest,
 };
@@ -20,7 +22,8 @@ fn run() -> Result<RunSession, impala_core::CoreError> {
         action_space: Space::Discrete(2),
         max_episode_steps: Some(10),
     };
-    Ok(RunSession { spec, session: b"{}".to_vec(), compress_observations: false })
+    let env = RunEnv::Single(spec);
+    Ok(RunSession { env, session: b"{}".to_vec(), compress_observations: false })
 }
 
 /// A wakeup that counts on a channel.
@@ -47,10 +50,20 @@ fn launch(
 }
 
 fn weights(version: u64) -> RunnerRequest {
+    policy_weights(0, version)
+}
+
+fn policy_weights(policy: usize, version: u64) -> RunnerRequest {
     RunnerRequest::SetWeights {
+        policy,
         weights: Arc::new(Weights::new(version, vec![])),
         sent: Instant::now(),
     }
+}
+
+/// The (policy, version) pairs of the weights in `work`.
+fn versions(work: &Work) -> Vec<(usize, u64)> {
+    work.weights.iter().map(|(policy, w)| (*policy, w.version)).collect()
 }
 
 #[test]
@@ -102,28 +115,56 @@ fn weights_go_once_and_one_at_a_time_and_samples_wait_for_readiness() -> TestRes
     let (wake, woken) = wakeup();
     let mut claim = pool.claim(None, &wake)?.ok_or("no slot")?;
     let work = claim.take_work().ok_or("slot gone")?;
-    assert_eq!((work.weights.map(|w| w.version), work.samples), (Some(1), 0));
+    assert_eq!((versions(&work), work.samples), (vec![(0, 1)], 0));
     assert!(slot.send(weights(2)));
     woken.recv_timeout(Duration::from_secs(10))?;
     let work = claim.take_work().ok_or("slot gone")?;
-    assert_eq!(work.weights.map(|w| w.version), None, "version 1 is still on its way");
+    assert_eq!(versions(&work), vec![], "version 1 is still on its way");
     claim.ready();
     assert_eq!(pool.num_ready(), 1);
     let work = claim.take_work().ok_or("slot gone")?;
-    assert_eq!((work.weights.map(|w| w.version), work.samples), (Some(2), 1));
-    assert_eq!(claim.newest_weights_version(), Some(2));
+    assert_eq!((versions(&work), work.samples), (vec![(0, 2)], 1));
+    assert_eq!(claim.newest_weights_version(0), Some(2));
     assert!(slot.send(RunnerRequest::Sample) && slot.send(RunnerRequest::Sample));
     let work = claim.take_work().ok_or("slot gone")?;
-    assert_eq!((work.weights.map(|w| w.version), work.samples), (None, 2));
-    claim.weights_applied(Duration::from_millis(3));
+    assert_eq!((versions(&work), work.samples), (vec![], 2));
+    claim.weights_applied(0, Duration::from_millis(3));
     let applied = group.try_recv()?;
     assert!(matches!(applied.reply, RunnerReply::WeightsApplied { .. }));
     assert!(slot.send(weights(3)));
     let work = claim.take_work().ok_or("slot gone")?;
-    assert_eq!(work.weights.map(|w| w.version), Some(3), "applied: the next can go");
+    assert_eq!(versions(&work), vec![(0, 3)], "applied: the next can go");
     // Joined by the group: the claim is told to stop its runner.
     slot.join(None)?;
     assert!(claim.take_work().is_none() && !claim.is_open());
+    Ok(())
+}
+
+#[test]
+fn each_policys_weights_go_on_their_own() -> TestResult {
+    let pool = RunnerPool::new();
+    let (replies, group) = crossbeam_channel::unbounded();
+    let mut slot = launch(&pool, 1, 0, &replies)?;
+    assert!(slot.send(policy_weights(0, 1)) && slot.send(policy_weights(1, 7)));
+    let (wake, _woken) = wakeup();
+    let mut claim = pool.claim(None, &wake)?.ok_or("no slot")?;
+    let work = claim.take_work().ok_or("slot gone")?;
+    assert_eq!(versions(&work), vec![(0, 1), (1, 7)], "every policy's weights before the build");
+    claim.ready();
+    // Policy 1's next weights go while none of policy 0's are asked for; applying policy 1's
+    // lets its next ones go, policy 0's stay as they are.
+    assert!(slot.send(policy_weights(1, 8)));
+    assert_eq!(versions(&claim.take_work().ok_or("slot gone")?), vec![(1, 8)]);
+    assert!(slot.send(policy_weights(0, 2)) && slot.send(policy_weights(1, 9)));
+    assert_eq!(versions(&claim.take_work().ok_or("slot gone")?), vec![(0, 2)]);
+    claim.weights_applied(1, Duration::ZERO);
+    assert!(matches!(group.try_recv()?.reply, RunnerReply::WeightsApplied { policy: 1, .. }));
+    assert_eq!(versions(&claim.take_work().ok_or("slot gone")?), vec![(1, 9)]);
+    assert_eq!(
+        (claim.newest_weights_version(0), claim.newest_weights_version(1)),
+        (Some(2), Some(9))
+    );
+    assert_eq!(claim.newest_weights_version(2), None, "no such policy");
     Ok(())
 }
 

@@ -376,13 +376,20 @@ impl EnvRunnerGroup {
                     self.metrics.num_env_steps_dropped += fragment.batch.env_steps() as u64;
                 }
             }
-            RunnerReply::WeightsApplied { latency } => {
+            RunnerReply::WeightsApplied { latency, .. } => {
                 self.metrics.num_weight_syncs_applied += 1;
                 self.weight_sync_seconds += latency.as_secs_f64();
             }
             RunnerReply::Failed(reason) => {
                 if current {
                     let runner_id = member.id;
+                    self.mark_failed(runner_id, reason, ready);
+                }
+            }
+            RunnerReply::MultiAgentFragment(_) => {
+                if current {
+                    let runner_id = member.id;
+                    let reason = "sent a multi-agent fragment to a single-agent run".to_string();
                     self.mark_failed(runner_id, reason, ready);
                 }
             }
@@ -523,6 +530,7 @@ impl EnvRunnerGroup {
                 self.members.get_mut(id - 1).and_then(|m| m.handle.as_mut())
             {
                 handle.send(RunnerRequest::SetWeights {
+                    policy: 0,
                     weights: Arc::clone(&weights),
                     sent: Instant::now(),
                 });
@@ -617,8 +625,11 @@ fn start_member(
     cap: usize,
 ) {
     if let Some(weights) = latest_weights {
-        handle
-            .send(RunnerRequest::SetWeights { weights: Arc::clone(weights), sent: Instant::now() });
+        handle.send(RunnerRequest::SetWeights {
+            policy: 0,
+            weights: Arc::clone(weights),
+            sent: Instant::now(),
+        });
     }
     // A runner that is already gone reports itself on the replies channel.
     member.in_flight = (0..cap).filter(|_| handle.send(RunnerRequest::Sample)).count();

@@ -97,12 +97,13 @@ pub use multi_agent::{
 };
 pub use multi_agent_group::{
     MultiAgentGroupSettings, MultiAgentPolicyFactory, MultiAgentRunnerGroup,
+    MultiAgentThreadLauncher,
 };
 pub use policies::RandomPolicy;
 pub use runner::{EnvRunner, Fragment};
 pub use seam::{
     serve, serve_on_thread, EnvRunnerHandle, EnvRunnerLauncher, ReplySender, RunnerMessage,
-    RunnerReply, RunnerRequest, ThreadLauncher,
+    RunnerReply, RunnerRequest, ServedRunner, ThreadLauncher,
 };
 pub use settings::{BatchingSettings, EnvRunnerGroupSettings, EnvRunnerSettings};
 pub use weights::{policy_lag, WeightBroadcaster};

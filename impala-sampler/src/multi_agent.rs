@@ -57,6 +57,31 @@ pub struct MultiAgentSettings {
     pub explore: bool,
 }
 
+impl MultiAgentSettings {
+    /// The settings of runner `runner_id`'s incarnation `incarnation` in a group whose base
+    /// settings these are: its envs seeded from `seed + 1000 * runner_id` (RLlib's per-worker
+    /// env seeds), a new stream per incarnation. Runner threads and remote runners alike.
+    ///
+    /// ```
+    /// use impala_sampler::MultiAgentSettings;
+    /// let base = MultiAgentSettings {
+    ///     policy_of_agent: vec![0, 0],
+    ///     rollout_fragment_length: 10,
+    ///     seed: Some(7),
+    ///     explore: true,
+    /// };
+    /// let (first, restarted) = (base.for_runner(1, 0), base.for_runner(1, 1));
+    /// assert!(first.seed.is_some() && first.seed != restarted.seed);
+    /// assert_ne!(first.seed, base.for_runner(2, 0).seed);
+    /// ```
+    pub fn for_runner(&self, runner_id: usize, incarnation: u64) -> MultiAgentSettings {
+        let seed = self
+            .seed
+            .map(|s| crate::stream_seed(s.wrapping_add(1000 * runner_id as u64), incarnation));
+        MultiAgentSettings { seed, ..self.clone() }
+    }
+}
+
 /// Per policy of `policy_names`, the single-agent spec its agents act in: `policy_of_agent`
 /// maps each agent of `spec` (in its order) to a policy index. Refused (naming the agent and
 /// the policy): a mapping of another length than the env's agents, an index past the policies,
@@ -291,6 +316,11 @@ impl MultiAgentEnvRunner {
                 .map(|a| !matches!(a.observation_space, Space::Bytes { .. }))
                 .collect(),
         })
+    }
+
+    /// The spec of its envs (every env a runner builds has the first one's).
+    pub fn spec(&self) -> &MultiAgentSpec {
+        self.envs[0].spec()
     }
 
     /// Acts with `weights` for policy `policy` from the next step on.

@@ -1,23 +1,28 @@
-//! [`MultiAgentRunnerGroup`]: `num_env_runners` threads, each stepping a
-//! [`MultiAgentEnvRunner`] and sending its fragments to the driver, with per-policy weight
-//! updates and restarts of failed runners (RLlib's `EnvRunnerGroup` for multi-agent envs).
+//! [`MultiAgentRunnerGroup`]: `num_env_runners` multi-agent env runners sending their fragments
+//! to the driver, with per-policy weight updates and restarts of failed runners (RLlib's
+//! `EnvRunnerGroup` for multi-agent envs). The runners are threads of this process
+//! ([`MultiAgentRunnerGroup::new`]) or come through any transport's launcher
+//! ([`MultiAgentRunnerGroup::with_launcher`]: runners in other processes or on other hosts),
+//! over the same seam as single-agent runners ([`RunnerRequest`], [`RunnerReply`]).
 //!
-//! Each thread samples ahead of the driver up to its in-flight cap (the channel's room), takes
-//! the newest weights of each policy before every fragment, and ends on its first error, which
-//! the driver sees as that runner's failure: the group restarts it (a fresh runner with the
-//! newest weights of every policy) while `max_num_env_runner_restarts` allows.
+//! Each runner samples ahead of the driver up to its in-flight cap (the sample requests it
+//! holds), takes the newest weights of each policy before every fragment, and ends on its
+//! first error, which the driver sees as that runner's failure: the group relaunches it (a
+//! fresh incarnation with the newest weights of every policy) while
+//! `max_num_env_runner_restarts` allows.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
-use std::time::Duration;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender};
+use crossbeam_channel::{Receiver, Sender};
 use impala_core::{CoreError, Policy, Weights};
 
+use crate::seam::build_and_serve_on_thread;
+use crate::threads::deadline_after;
 use crate::{
-    panic_message, MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentFragment,
-    MultiAgentSettings, Result, SamplerError,
+    EnvRunnerHandle, EnvRunnerLauncher, MultiAgentEnvFactory, MultiAgentEnvRunner,
+    MultiAgentFragment, MultiAgentSettings, ReplySender, Result, RunnerMessage, RunnerReply,
+    RunnerRequest, SamplerError,
 };
 
 /// Builds the policies of runner `runner_id`'s incarnation `incarnation` (one per policy
@@ -28,17 +33,20 @@ pub type MultiAgentPolicyFactory = Arc<
         + Sync,
 >;
 
-/// How a [`MultiAgentRunnerGroup`] runs its threads.
+/// How long a stopping runner may take to finish its fragment before the group stops waiting.
+const STOP_GRACE: Duration = Duration::from_secs(5);
+
+/// How a [`MultiAgentRunnerGroup`] runs its runners.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MultiAgentGroupSettings {
-    /// Runner threads (ids 1..=n).
+    /// Runners (ids 1..=n).
     pub num_env_runners: usize,
     /// Envs per runner.
     pub num_envs_per_env_runner: usize,
-    /// Fragments a runner may have sampled that the driver has not taken yet.
+    /// Fragments a runner may be asked for that the driver has not received yet.
     pub max_requests_in_flight: usize,
     /// Each runner's sampling; `seed` is the group's base: runner `r` seeds its envs from
-    /// `seed + 1000 * r` (RLlib's per-worker env seeds).
+    /// `seed + 1000 * r` (RLlib's per-worker env seeds), a new stream per incarnation.
     pub runner: MultiAgentSettings,
     /// Restart failed runners (`restart_failed_env_runners`), at most this many times in all.
     pub restart_failed_env_runners: bool,
@@ -46,18 +54,59 @@ pub struct MultiAgentGroupSettings {
     pub max_num_env_runner_restarts: usize,
 }
 
-/// What a runner thread sends: its fragment, or why it stopped.
-type Delivery = (usize, Result<MultiAgentFragment>);
+/// Runs each multi-agent env runner on a thread of this process, building it there (its envs'
+/// worker processes are then that thread's own).
+pub struct MultiAgentThreadLauncher {
+    settings: MultiAgentGroupSettings,
+    envs: MultiAgentEnvFactory,
+    policies: MultiAgentPolicyFactory,
+    weights: Vec<Arc<Weights>>,
+}
 
-/// One runner slot: its thread, its weights inbox, its incarnation.
-struct Slot {
-    thread: Option<JoinHandle<()>>,
-    inbox: Arc<Mutex<Vec<Option<Arc<Weights>>>>>,
+impl std::fmt::Debug for MultiAgentThreadLauncher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiAgentThreadLauncher")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MultiAgentThreadLauncher {
+    /// A launcher building each runner's envs from `envs` and its policies from `policies`,
+    /// first acting with `weights` (the group sends the newest right after each launch).
+    pub fn new(
+        settings: MultiAgentGroupSettings,
+        envs: MultiAgentEnvFactory,
+        policies: MultiAgentPolicyFactory,
+        weights: Vec<Arc<Weights>>,
+    ) -> Self {
+        MultiAgentThreadLauncher { settings, envs, policies, weights }
+    }
+}
+
+impl EnvRunnerLauncher for MultiAgentThreadLauncher {
+    fn launch(&mut self, replies: ReplySender) -> Result<Box<dyn EnvRunnerHandle>> {
+        let (runner_id, incarnation) = (replies.runner_id(), replies.incarnation());
+        let runner_settings = self.settings.runner.for_runner(runner_id, incarnation);
+        let (envs, policies, weights) =
+            (Arc::clone(&self.envs), Arc::clone(&self.policies), self.weights.clone());
+        let num_envs = self.settings.num_envs_per_env_runner;
+        let build = move || {
+            let policies = policies(runner_id, incarnation, &weights)?;
+            MultiAgentEnvRunner::new(runner_id, num_envs, &envs, policies, &runner_settings)
+        };
+        build_and_serve_on_thread(build, replies)
+    }
+}
+
+/// One runner: its running incarnation's handle.
+struct Member {
+    handle: Option<Box<dyn EnvRunnerHandle>>,
     incarnation: u64,
     healthy: bool,
 }
 
-/// The multi-agent env runner threads (see the module docs).
+/// The multi-agent env runners (see the module docs).
 ///
 /// ```
 /// use std::sync::Arc;
@@ -100,16 +149,15 @@ struct Slot {
 /// ```
 pub struct MultiAgentRunnerGroup {
     settings: MultiAgentGroupSettings,
-    envs: MultiAgentEnvFactory,
-    policies: MultiAgentPolicyFactory,
+    launcher: Box<dyn EnvRunnerLauncher>,
     /// The newest weights of each policy, for runners that (re)start.
     latest: Vec<Arc<Weights>>,
-    slots: Vec<Slot>,
-    sender: Sender<Delivery>,
-    receiver: Receiver<Delivery>,
-    stop: Arc<AtomicBool>,
+    members: Vec<Member>,
+    replies_tx: Sender<RunnerMessage>,
+    replies_rx: Receiver<RunnerMessage>,
     num_failures: usize,
     num_restarts: usize,
+    shut_down: bool,
 }
 
 impl std::fmt::Debug for MultiAgentRunnerGroup {
@@ -131,126 +179,117 @@ impl MultiAgentRunnerGroup {
         policies: MultiAgentPolicyFactory,
         weights: Vec<Arc<Weights>>,
     ) -> Result<Self> {
+        let launcher =
+            MultiAgentThreadLauncher::new(settings.clone(), envs, policies, weights.clone());
+        Self::with_launcher(settings, Box::new(launcher), weights)
+    }
+
+    /// Starts `settings.num_env_runners` runners with `launcher` (runners in other processes
+    /// or on other hosts), sending each the newest `weights` of every policy before it samples.
+    pub fn with_launcher(
+        settings: MultiAgentGroupSettings,
+        launcher: Box<dyn EnvRunnerLauncher>,
+        weights: Vec<Arc<Weights>>,
+    ) -> Result<Self> {
         if settings.num_env_runners == 0 {
             return Err(SamplerError::InvalidConfig {
                 field: "num_env_runners",
-                reason: "is 0, but a multi-agent run samples on runner threads; set it to 1 or \
-                         more"
+                reason: "is 0, but a multi-agent run samples on env runners; set it to 1 or more"
                     .into(),
             });
         }
-        let (sender, receiver) =
-            bounded(settings.max_requests_in_flight.max(1) * settings.num_env_runners);
+        let (replies_tx, replies_rx) = crossbeam_channel::unbounded();
         let mut group = MultiAgentRunnerGroup {
-            slots: Vec::new(),
+            members: Vec::with_capacity(settings.num_env_runners),
             latest: weights,
             settings,
-            envs,
-            policies,
-            sender,
-            receiver,
-            stop: Arc::new(AtomicBool::new(false)),
+            launcher,
+            replies_tx,
+            replies_rx,
             num_failures: 0,
             num_restarts: 0,
+            shut_down: false,
         };
-        for runner in 1..=group.settings.num_env_runners {
-            let slot = group.spawn(runner, 0)?;
-            group.slots.push(slot);
+        for runner_id in 1..=group.settings.num_env_runners {
+            let handle = group.launcher.launch(group.replies(runner_id, 0))?;
+            let mut member = Member { handle: None, incarnation: 0, healthy: true };
+            group.start(&mut member, handle);
+            group.members.push(member);
         }
         Ok(group)
     }
 
-    fn spawn(&self, runner_id: usize, incarnation: u64) -> Result<Slot> {
-        let inbox = Arc::new(Mutex::new(Vec::new()));
-        let mut runner_settings = self.settings.runner.clone();
-        runner_settings.seed = runner_settings
-            .seed
-            .map(|s| crate::stream_seed(s.wrapping_add(1000 * runner_id as u64), incarnation));
-        let (envs, policies, weights) =
-            (Arc::clone(&self.envs), Arc::clone(&self.policies), self.latest.clone());
-        let (sender, stop, thread_inbox) =
-            (self.sender.clone(), Arc::clone(&self.stop), Arc::clone(&inbox));
-        let num_envs = self.settings.num_envs_per_env_runner;
-        let name = format!("ma-env-runner-{runner_id}");
-        let thread = std::thread::Builder::new()
-            .name(name.clone())
-            .spawn(move || {
-                let run = || -> Result<()> {
-                    let policies = policies(runner_id, incarnation, &weights)?;
-                    let mut runner = MultiAgentEnvRunner::new(
-                        runner_id,
-                        num_envs,
-                        &envs,
-                        policies,
-                        &runner_settings,
-                    )?;
-                    while !stop.load(Ordering::Acquire) {
-                        let updates = std::mem::take(
-                            &mut *thread_inbox.lock().unwrap_or_else(|e| e.into_inner()),
-                        );
-                        for (policy, w) in updates.into_iter().enumerate() {
-                            if let Some(w) = w {
-                                runner.set_weights(policy, &w)?;
-                            }
-                        }
-                        let fragment = runner.sample()?;
-                        if sender.send((runner_id, Ok(fragment))).is_err() {
-                            break;
-                        }
-                    }
-                    Ok(())
-                };
-                let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(run))
-                    .unwrap_or_else(|payload| {
-                        Err(SamplerError::EnvRunnerFailed {
-                            runner_id,
-                            reason: panic_message(payload.as_ref()),
-                        })
-                    });
-                if let Err(e) = outcome {
-                    let _ = sender.send((runner_id, Err(e)));
-                }
-            })
-            .map_err(|e| SamplerError::Spawn { thread: name, reason: e.to_string() })?;
-        Ok(Slot { thread: Some(thread), inbox, incarnation, healthy: true })
+    fn replies(&self, runner_id: usize, incarnation: u64) -> ReplySender {
+        ReplySender::new(runner_id, incarnation, self.replies_tx.clone())
+    }
+
+    /// Makes `handle` the member's running incarnation: the newest weights of every policy
+    /// first, then a full allowance of sample requests.
+    fn start(&self, member: &mut Member, mut handle: Box<dyn EnvRunnerHandle>) {
+        for (policy, weights) in self.latest.iter().enumerate() {
+            let weights = Arc::clone(weights);
+            handle.send(RunnerRequest::SetWeights { policy, weights, sent: Instant::now() });
+        }
+        let cap = self.settings.max_requests_in_flight.max(1);
+        // A runner that is already gone reports itself on the replies channel.
+        for _ in 0..cap {
+            handle.send(RunnerRequest::Sample);
+        }
+        member.handle = Some(handle);
+        member.healthy = true;
     }
 
     /// The fragments ready now, waiting up to `timeout` for the first one. A failed runner is
-    /// restarted (or its failure returned, see [`MultiAgentGroupSettings`]).
+    /// relaunched (or its failure returned, see [`MultiAgentGroupSettings`]).
     pub fn wait(&mut self, timeout: Duration) -> Result<Vec<MultiAgentFragment>> {
         let mut fragments = Vec::new();
-        match self.receiver.recv_timeout(timeout) {
-            Ok(delivery) => self.take(delivery, &mut fragments)?,
-            // The group holds a sender: the channel never disconnects.
-            Err(RecvTimeoutError::Timeout | RecvTimeoutError::Disconnected) => {
-                return Ok(fragments)
-            }
-        }
-        while let Ok(delivery) = self.receiver.try_recv() {
-            self.take(delivery, &mut fragments)?;
+        // The group holds a sender: the channel never disconnects.
+        let Ok(first) = self.replies_rx.recv_timeout(timeout) else {
+            return Ok(fragments);
+        };
+        self.take(first, &mut fragments)?;
+        while let Ok(msg) = self.replies_rx.try_recv() {
+            self.take(msg, &mut fragments)?;
         }
         Ok(fragments)
     }
 
-    fn take(
-        &mut self,
-        (runner_id, outcome): Delivery,
-        out: &mut Vec<MultiAgentFragment>,
-    ) -> Result<()> {
-        let error = match outcome {
-            Ok(fragment) => {
-                out.push(fragment);
+    fn take(&mut self, msg: RunnerMessage, out: &mut Vec<MultiAgentFragment>) -> Result<()> {
+        let runner_id = msg.runner_id;
+        let Some(member) = self.members.get_mut(runner_id.wrapping_sub(1)) else {
+            return Ok(());
+        };
+        if member.incarnation != msg.incarnation || !member.healthy {
+            return Ok(()); // from an incarnation that was replaced
+        }
+        let reason = match msg.reply {
+            RunnerReply::MultiAgentFragment(fragment) => {
+                out.push(*fragment);
+                // One more request for the one answered: the runner keeps sampling ahead.
+                if let Some(handle) = member.handle.as_mut() {
+                    handle.send(RunnerRequest::Sample);
+                }
                 return Ok(());
             }
-            Err(e) => e,
+            RunnerReply::WeightsApplied { .. } => return Ok(()),
+            RunnerReply::Fragment(_) => "sent a single-agent fragment to a multi-agent run".into(),
+            RunnerReply::Failed(reason) => reason,
         };
+        self.fail(runner_id, reason)
+    }
+
+    /// Runner `runner_id` failed: relaunches it, or says why it may not.
+    fn fail(&mut self, runner_id: usize, reason: String) -> Result<()> {
         self.num_failures += 1;
         let index = runner_id - 1;
-        if let Some(thread) = self.slots[index].thread.take() {
-            let _ = thread.join();
+        let member = &mut self.members[index];
+        member.healthy = false;
+        if let Some(mut handle) = member.handle.take() {
+            handle.send(RunnerRequest::Stop);
+            if let Err(e) = handle.join(deadline_after(Some(STOP_GRACE))) {
+                tracing::error!(runner_id, error = %e, "multi-agent env runner did not end cleanly");
+            }
         }
-        self.slots[index].healthy = false;
-        let reason = error.to_string();
         if !self.settings.restart_failed_env_runners {
             return Err(SamplerError::EnvRunnerFailed { runner_id, reason });
         }
@@ -262,9 +301,13 @@ impl MultiAgentRunnerGroup {
             });
         }
         tracing::warn!(runner_id, %reason, "multi-agent env runner failed; restarting it");
-        let incarnation = self.slots[index].incarnation + 1;
-        self.slots[index] = self.spawn(runner_id, incarnation)?;
         self.num_restarts += 1;
+        let incarnation = self.members[index].incarnation + 1;
+        self.members[index].incarnation = incarnation;
+        let handle = self.launcher.launch(self.replies(runner_id, incarnation))?;
+        let mut member = Member { handle: None, incarnation, healthy: true };
+        self.start(&mut member, handle);
+        self.members[index] = member;
         Ok(())
     }
 
@@ -274,18 +317,15 @@ impl MultiAgentRunnerGroup {
         if let Some(latest) = self.latest.get_mut(policy) {
             *latest = Arc::clone(&weights);
         }
-        for slot in &self.slots {
-            let mut inbox = slot.inbox.lock().unwrap_or_else(|e| e.into_inner());
-            if inbox.len() <= policy {
-                inbox.resize(policy + 1, None);
-            }
-            inbox[policy] = Some(Arc::clone(&weights));
+        for handle in self.members.iter_mut().filter_map(|m| m.handle.as_mut()) {
+            let weights = Arc::clone(&weights);
+            handle.send(RunnerRequest::SetWeights { policy, weights, sent: Instant::now() });
         }
     }
 
     /// Runners sampling now.
     pub fn num_healthy(&self) -> usize {
-        self.slots.iter().filter(|s| s.healthy).count()
+        self.members.iter().filter(|m| m.healthy).count()
     }
 
     /// Runner failures so far.
@@ -298,30 +338,40 @@ impl MultiAgentRunnerGroup {
         self.num_restarts
     }
 
-    /// Stops the threads (what they sampled and the driver did not take is dropped) and joins
-    /// them.
+    /// Stops the runners (what they sampled and the driver did not take is dropped) and waits
+    /// for them, each at most a few seconds (a runner stuck in an env step is left to end on
+    /// its own). An error is a failure that escaped a runner.
     pub fn shutdown(mut self) -> Result<()> {
-        self.stop.store(true, Ordering::Release);
-        let threads: Vec<JoinHandle<()>> =
-            self.slots.iter_mut().filter_map(|s| s.thread.take()).collect();
-        // Runners blocked on a full channel go on once it is drained.
-        while threads.iter().any(|t| !t.is_finished()) {
-            while self.receiver.try_recv().is_ok() {}
-            std::thread::sleep(Duration::from_millis(1));
+        self.stop_and_join()
+    }
+
+    fn stop_and_join(&mut self) -> Result<()> {
+        if self.shut_down {
+            return Ok(());
         }
-        for thread in threads {
-            let name = thread.thread().name().unwrap_or("ma-env-runner").to_string();
-            thread.join().map_err(|payload| SamplerError::ThreadPanicked {
-                thread: name,
-                reason: panic_message(payload.as_ref()),
-            })?;
+        self.shut_down = true;
+        let mut handles = Vec::new();
+        for member in &mut self.members {
+            if let Some(mut handle) = member.handle.take() {
+                handle.send(RunnerRequest::Stop);
+                handles.push(handle);
+            }
         }
-        Ok(())
+        let deadline = deadline_after(Some(STOP_GRACE));
+        let mut first_error = None;
+        for handle in handles {
+            if let Err(e) = handle.join(deadline) {
+                first_error.get_or_insert(e);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
     }
 }
 
 impl Drop for MultiAgentRunnerGroup {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
+        if let Err(e) = self.stop_and_join() {
+            tracing::error!(error = %e, "multi-agent env runner group shut down with an error");
+        }
     }
 }

@@ -17,7 +17,10 @@ use impala_core::Weights;
 
 use crate::context::{by_runner_id, ContextPolicyFactory};
 use crate::error::panic_message;
-use crate::{EnvFactory, EnvRunner, EnvRunnerSettings, Fragment, PolicyFactory, Result};
+use crate::{
+    EnvFactory, EnvRunner, EnvRunnerSettings, Fragment, MultiAgentEnvRunner, MultiAgentFragment,
+    PolicyFactory, Result, SamplerError,
+};
 
 /// What the group asks of an env runner (RLlib's remote calls on an `EnvRunner` actor).
 #[derive(Debug, Clone)]
@@ -25,8 +28,12 @@ pub enum RunnerRequest {
     /// Sample one more fragment. The group sends at most `max_requests_in_flight` more of
     /// these than it got fragments back, which is how the in-flight cap works.
     Sample,
-    /// Act with these weights from the next fragment on (the newest request wins).
+    /// Act with these weights for policy `policy` from the next fragment on (the newest
+    /// request per policy wins).
     SetWeights {
+        /// The policy's index: 0 for a single-agent runner, the index of the policy in the
+        /// run's policy order for a multi-agent one.
+        policy: usize,
         /// The weights.
         weights: Arc<Weights>,
         /// When the group sent them, for the weight-sync latency metric.
@@ -41,8 +48,12 @@ pub enum RunnerRequest {
 pub enum RunnerReply {
     /// A finished fragment.
     Fragment(Box<Fragment>),
+    /// A finished fragment of a multi-agent runner: a batch per policy.
+    MultiAgentFragment(Box<MultiAgentFragment>),
     /// Weights from a [`RunnerRequest::SetWeights`] were loaded, `latency` after it was sent.
     WeightsApplied {
+        /// The policy they are for.
+        policy: usize,
         /// From the request's `sent` to loading.
         latency: Duration,
     },
@@ -255,13 +266,66 @@ impl EnvRunnerLauncher for ThreadLauncher {
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 pub fn serve_on_thread(
-    runner: EnvRunner,
+    runner: impl ServedRunner,
+    replies: ReplySender,
+) -> Result<Box<dyn EnvRunnerHandle>> {
+    build_and_serve_on_thread(move || Ok(runner), replies)
+}
+
+/// As [`serve_on_thread`], building the runner on its thread first (a runner whose envs must be
+/// made on the thread that steps them); a failed build is replied as [`RunnerReply::Failed`].
+pub(crate) fn build_and_serve_on_thread<R: ServedRunner>(
+    build: impl FnOnce() -> Result<R> + Send + 'static,
     replies: ReplySender,
 ) -> Result<Box<dyn EnvRunnerHandle>> {
     let name = format!("env-runner-{}", replies.runner_id());
     let (requests, inbox) = crossbeam_channel::unbounded();
-    let thread = crate::threads::spawn(name, move || serve(runner, &inbox, &replies))?;
+    let thread =
+        crate::threads::spawn(name, move || match catch_unwind(AssertUnwindSafe(build)) {
+            Ok(Ok(runner)) => serve(runner, &inbox, &replies),
+            Ok(Err(e)) => {
+                replies.send(RunnerReply::Failed(e.to_string()));
+            }
+            Err(payload) => {
+                replies.send(RunnerReply::Failed(panic_message(payload.as_ref())));
+            }
+        })?;
     Ok(Box::new(ThreadHandle { requests, thread }))
+}
+
+/// An env runner [`serve`] can serve: a single-agent [`EnvRunner`] or a
+/// [`MultiAgentEnvRunner`]. One serving loop, whatever the fragment.
+pub trait ServedRunner: Send + 'static {
+    /// Acts with `weights` for policy `policy` from the next fragment on.
+    fn set_weights(&mut self, policy: usize, weights: &Arc<Weights>) -> Result<()>;
+
+    /// Samples one fragment, as the reply that carries it.
+    fn sample_reply(&mut self) -> Result<RunnerReply>;
+}
+
+impl ServedRunner for EnvRunner {
+    fn set_weights(&mut self, policy: usize, weights: &Arc<Weights>) -> Result<()> {
+        if policy != 0 {
+            return Err(SamplerError::PolicyMapping {
+                reason: format!("a single-agent runner has policy 0 only, not policy {policy}"),
+            });
+        }
+        EnvRunner::set_weights(self, weights)
+    }
+
+    fn sample_reply(&mut self) -> Result<RunnerReply> {
+        Ok(RunnerReply::Fragment(Box::new(self.sample()?)))
+    }
+}
+
+impl ServedRunner for MultiAgentEnvRunner {
+    fn set_weights(&mut self, policy: usize, weights: &Arc<Weights>) -> Result<()> {
+        MultiAgentEnvRunner::set_weights(self, policy, weights)
+    }
+
+    fn sample_reply(&mut self) -> Result<RunnerReply> {
+        Ok(RunnerReply::MultiAgentFragment(Box::new(self.sample()?)))
+    }
 }
 
 struct ThreadHandle {
@@ -302,7 +366,8 @@ impl EnvRunnerHandle for ThreadHandle {
 #[derive(Default)]
 struct Pending {
     samples: usize,
-    weights: Option<(Arc<Weights>, Instant)>,
+    /// Per policy, the newest weights and when they were sent.
+    weights: Vec<Option<(Arc<Weights>, Instant)>>,
     stop: bool,
 }
 
@@ -310,17 +375,26 @@ impl Pending {
     fn take(&mut self, request: RunnerRequest) {
         match request {
             RunnerRequest::Sample => self.samples += 1,
-            RunnerRequest::SetWeights { weights, sent } => self.weights = Some((weights, sent)),
+            RunnerRequest::SetWeights { policy, weights, sent } => {
+                if self.weights.len() <= policy {
+                    self.weights.resize(policy + 1, None);
+                }
+                self.weights[policy] = Some((weights, sent));
+            }
             RunnerRequest::Stop => self.stop = true,
         }
     }
 }
 
 /// Serves one runner's requests: waits when there is nothing to do, reads every queued request
-/// before each fragment (so the newest weights act), and replies with each fragment. An error
-/// or panic is replied as [`RunnerReply::Failed`] and ends the runner. Any transport's runner
-/// side can run this loop over its own channel.
-pub fn serve(mut runner: EnvRunner, inbox: &Receiver<RunnerRequest>, replies: &ReplySender) {
+/// before each fragment (so the newest weights of each policy act), and replies with each
+/// fragment. An error or panic is replied as [`RunnerReply::Failed`] and ends the runner. Any
+/// transport's runner side can run this loop over its own channel.
+pub fn serve(
+    mut runner: impl ServedRunner,
+    inbox: &Receiver<RunnerRequest>,
+    replies: &ReplySender,
+) {
     let mut pending = Pending::default();
     loop {
         if pending.samples == 0 {
@@ -339,16 +413,18 @@ pub fn serve(mut runner: EnvRunner, inbox: &Receiver<RunnerRequest>, replies: &R
         if pending.samples == 0 {
             continue;
         }
-        let step = catch_unwind(AssertUnwindSafe(|| -> Result<Fragment> {
-            if let Some((weights, sent)) = pending.weights.take() {
-                let _applying = span(Activity::WeightApply);
-                runner.set_weights(&weights)?;
-                replies.send(RunnerReply::WeightsApplied { latency: sent.elapsed() });
+        let step = catch_unwind(AssertUnwindSafe(|| -> Result<RunnerReply> {
+            for (policy, update) in pending.weights.iter_mut().enumerate() {
+                if let Some((weights, sent)) = update.take() {
+                    let _applying = span(Activity::WeightApply);
+                    runner.set_weights(policy, &weights)?;
+                    replies.send(RunnerReply::WeightsApplied { policy, latency: sent.elapsed() });
+                }
             }
-            runner.sample()
+            runner.sample_reply()
         }));
         let reply = match step {
-            Ok(Ok(fragment)) => RunnerReply::Fragment(Box::new(fragment)),
+            Ok(Ok(reply)) => reply,
             Ok(Err(e)) => RunnerReply::Failed(e.to_string()),
             Err(payload) => RunnerReply::Failed(panic_message(payload.as_ref())),
         };

@@ -283,7 +283,7 @@ impl Impala {
                     let session = crate::remote::run_session(
                         transport.as_ref(),
                         &self.config,
-                        &self.spec,
+                        impala_runner_pool::RunEnv::Single(self.spec.clone()),
                         streams,
                         self.base_seed,
                         self.script.as_deref(),

@@ -6,7 +6,6 @@
 use std::collections::VecDeque;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use impala_config::{EnvBackend, ValidatedConfig};
 use impala_core::{CoreError, Env, EnvSpec, Policy, Precision, Weights};
@@ -198,22 +197,7 @@ impl ImpalaBuilder {
         };
         algo.env_runner_group()?;
         if let Some(transport) = &algo.remote {
-            let expected = algo.config.config().num_env_runners;
-            let timeout =
-                Duration::try_from_secs_f64(algo.config.config().env_runner_connect_timeout_s)
-                    .unwrap_or(Duration::MAX);
-            tracing::info!(?transport, expected, "waiting for remote env runners");
-            let ready = transport
-                .wait_for_runners(expected, timeout)
-                .map_err(ImpalaError::RunnerTransport)?;
-            if ready < expected {
-                tracing::warn!(
-                    ready,
-                    expected,
-                    "not every remote env runner connected in time; training with those that \
-                     did (the others take their slots when they connect)"
-                );
-            }
+            crate::remote::wait_for_runners(transport.as_ref(), &algo.config)?;
         }
         Ok(algo)
     }

@@ -16,11 +16,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use impala_config::{CountStepsBy, DurationUnit, PolicyMap, ValidatedConfig};
+use impala_core::Precision;
 use impala_core::{
     EnvSpec, EpisodeStats, MultiAgentEnv, MultiAgentSpec, Policy, SampleBatch, Weights,
 };
 use impala_gym::{EnvKind, GymEnvPool};
 use impala_learner::{Learner, LearnerHandle, ModelFactory, TorchPolicy};
+use impala_runner_pool::{RunEnv, RunnerTransport};
 use impala_sampler::{
     MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentFragment, MultiAgentGroupSettings,
     MultiAgentPolicyFactory, MultiAgentRunnerGroup, MultiAgentSettings, SamplerError,
@@ -123,6 +125,8 @@ pub struct MultiAgentImpala {
     envs: MultiAgentEnvFactory,
     policies: Vec<PolicyState>,
     runners: Option<MultiAgentRunnerGroup>,
+    /// The transport of remote env runners, when they sample instead of runner threads.
+    remote: Option<Arc<dyn RunnerTransport>>,
     /// The Python env workers' pool, when the env is Python's: `stop()` kills the workers that
     /// runners stuck in an env step still hold.
     python_pool: Option<Arc<GymEnvPool>>,
@@ -149,13 +153,18 @@ impl std::fmt::Debug for MultiAgentImpala {
     }
 }
 
-/// Refuses the options a multi-agent run does not support, naming what to do instead.
-fn check_options(config: &ValidatedConfig) -> Result<()> {
+/// Refuses the options a multi-agent run does not support, naming what to do instead; those of
+/// runners in this process or of `remote` ones.
+fn check_options(config: &ValidatedConfig, remote: bool) -> Result<()> {
     let c = config.config();
     let refuse = |key: &'static str, reason: &str| {
         Err(ImpalaError::MultiAgentOption { key, reason: reason.to_string() })
     };
-    crate::remote::check_local_config(config)?;
+    if remote {
+        crate::remote::check_remote_config(config)?;
+    } else {
+        crate::remote::check_local_config(config)?;
+    }
     if c.normalize_observations {
         return refuse("normalize_observations", "the observation filter is per env; remove it");
     }
@@ -272,23 +281,130 @@ fn start_learners(policies: &mut [PolicyState]) -> Result<()> {
     Ok(())
 }
 
+/// How a runner of `config` samples: the policy of each agent (`map`), the fragment length,
+/// the group's base env seed (each runner's own from [`MultiAgentSettings::for_runner`]).
+fn runner_settings(
+    config: &ValidatedConfig,
+    map: &PolicyMap,
+    env_seed: Option<u64>,
+) -> MultiAgentSettings {
+    MultiAgentSettings {
+        policy_of_agent: map.policy_of_agent.clone(),
+        rollout_fragment_length: config.config().rollout_fragment_length,
+        seed: env_seed,
+        explore: true,
+    }
+}
+
+/// Builds, per runner and incarnation, CPU policies of `policies` (spec and model, in policy
+/// order) acting with the weights given, each drawing actions from its own stream of
+/// `explore_seed`.
+fn acting_policies(
+    policies: Vec<(EnvSpec, Arc<dyn ModelFactory>)>,
+    base_seed: u64,
+    precision: Precision,
+    explore_seed: u64,
+) -> MultiAgentPolicyFactory {
+    Arc::new(move |runner, incarnation, weights: &[Arc<Weights>]| {
+        let seed = runner_sample_seed(explore_seed, runner, incarnation);
+        policies
+            .iter()
+            .zip(weights)
+            .enumerate()
+            .map(|(p, ((spec, model), w))| {
+                let mut policy = TorchPolicy::new(
+                    model.as_ref(),
+                    spec,
+                    base_seed,
+                    impala_sampler::stream_seed(seed, p as u64),
+                )
+                .and_then(|policy| policy.with_precision(precision))
+                .map_err(impala_core::CoreError::from)?;
+                policy.set_weights(w)?;
+                Ok(Box::new(policy) as Box<dyn Policy>)
+            })
+            .collect()
+    })
+}
+
+/// A remote runner's multi-agent env runner: runner `runner_id`'s incarnation `incarnation`
+/// of the driver's run of `config` (its env built here as the driver builds it, on the envs of
+/// `creator` when this host brings one; the policies mapped from the config), acting with
+/// `weights` (one per policy), its env and action streams from the run's seeds.
+pub(crate) fn remote_runner(
+    config: &ValidatedConfig,
+    creator: Option<PathBuf>,
+    (runner_id, incarnation): (usize, u64),
+    weights: &[Arc<Weights>],
+    streams: Streams,
+    base_seed: u64,
+) -> Result<MultiAgentEnvRunner> {
+    let (envs, spec, _pool) = multi_agent_envs(config, creator)?;
+    let map = config.config().policy_map(&spec.agent_ids())?;
+    let specs = policy_specs(&spec, &map)?;
+    if specs.len() != weights.len() {
+        return Err(ImpalaError::MultiAgentOption {
+            key: "policies",
+            reason: format!(
+                "the driver sent weights of {} policies, but its config maps this env's agents \
+                 to {} ({}); run the same config and env on the driver and the runner",
+                weights.len(),
+                specs.len(),
+                map.policy_ids.join(", ")
+            ),
+        });
+    }
+    let mut policies = Vec::with_capacity(specs.len());
+    for (spec, id) in specs.into_iter().zip(&map.policy_ids) {
+        policies.push((spec, policy_model(config, id)?.1));
+    }
+    let precision = config.config().precision;
+    let acting = acting_policies(policies, base_seed, precision, streams.sample_seed)(
+        runner_id,
+        incarnation,
+        weights,
+    )?;
+    let settings =
+        runner_settings(config, &map, streams.env_seed).for_runner(runner_id, incarnation);
+    let num_envs = config.config().num_envs_per_env_runner;
+    Ok(MultiAgentEnvRunner::new(runner_id, num_envs, &envs, acting, &settings)?)
+}
+
 impl MultiAgentImpala {
     /// Builds the run for `config`, whose `env` is a multi-agent env (a native one, or a Python
     /// one: PettingZoo's parallel or AEC API, or RLlib's `MultiAgentEnv`, by id or entry
     /// point): its policies (mapped, checked against the env's agents), their learners (threads
     /// for the policies to train) and the env runner threads, which start sampling at once.
     pub fn new(config: ValidatedConfig) -> Result<Self> {
-        Self::build(config, None)
+        Self::build(config, None, None)
     }
 
     /// As [`MultiAgentImpala::new`], on the envs a pickled Python env creator builds (RLlib's
     /// `register_env(name, creator)`, as the `impala_rs` Python package writes it).
     pub fn with_python_env_creator(config: ValidatedConfig, creator: PathBuf) -> Result<Self> {
-        Self::build(config, Some(creator))
+        Self::build(config, Some(creator), None)
     }
 
-    fn build(config: ValidatedConfig, creator: Option<PathBuf>) -> Result<Self> {
-        check_options(&config)?;
+    /// As [`MultiAgentImpala::new`] (on the envs of `creator` when given), sampling with the
+    /// env runners `transport` brings instead of runner threads: `impala env-runner` processes
+    /// on other hosts ([`runner_server`](crate::remote::runner_server)), Ray actors, or any
+    /// other transport. Each runner builds the env and every policy from the run's config and
+    /// sends a batch per policy; it gets each policy's weights when that policy changed. Waits
+    /// up to `env_runner_connect_timeout_s` for `num_env_runners` of them.
+    pub fn with_remote_env_runners(
+        config: ValidatedConfig,
+        creator: Option<PathBuf>,
+        transport: Arc<dyn RunnerTransport>,
+    ) -> Result<Self> {
+        Self::build(config, creator, Some(transport))
+    }
+
+    fn build(
+        config: ValidatedConfig,
+        creator: Option<PathBuf>,
+        remote: Option<Arc<dyn RunnerTransport>>,
+    ) -> Result<Self> {
+        check_options(&config, remote.is_some())?;
         let (envs, spec, python_pool) = multi_agent_envs(&config, creator)?;
         let map = config.config().policy_map(&spec.agent_ids())?;
         let specs = policy_specs(&spec, &map)?;
@@ -346,6 +462,7 @@ impl MultiAgentImpala {
             envs,
             policies,
             runners: None,
+            remote,
             python_pool,
             counters: Counters::default(),
             iteration: 0,
@@ -359,6 +476,9 @@ impl MultiAgentImpala {
         };
         start_learners(&mut algo.policies)?;
         algo.start_runners()?;
+        if let Some(transport) = &algo.remote {
+            crate::remote::wait_for_runners(transport.as_ref(), &algo.config)?;
+        }
         Ok(algo)
     }
 
@@ -433,27 +553,7 @@ impl MultiAgentImpala {
     fn policy_factory(&self, explore_seed: u64) -> MultiAgentPolicyFactory {
         let policies: Vec<(EnvSpec, Arc<dyn ModelFactory>)> =
             self.policies.iter().map(|p| (p.spec.clone(), Arc::clone(&p.model))).collect();
-        let (base_seed, precision) = (self.base_seed, self.config.config().precision);
-        Arc::new(move |runner, incarnation, weights: &[Arc<Weights>]| {
-            let seed = runner_sample_seed(explore_seed, runner, incarnation);
-            policies
-                .iter()
-                .zip(weights)
-                .enumerate()
-                .map(|(p, ((spec, model), w))| {
-                    let mut policy = TorchPolicy::new(
-                        model.as_ref(),
-                        spec,
-                        base_seed,
-                        impala_sampler::stream_seed(seed, p as u64),
-                    )
-                    .and_then(|policy| policy.with_precision(precision))
-                    .map_err(impala_core::CoreError::from)?;
-                    policy.set_weights(w)?;
-                    Ok(Box::new(policy) as Box<dyn Policy>)
-                })
-                .collect()
-        })
+        acting_policies(policies, self.base_seed, self.config.config().precision, explore_seed)
     }
 
     fn start_runners(&mut self) -> Result<()> {
@@ -467,18 +567,32 @@ impl MultiAgentImpala {
             num_env_runners: c.num_env_runners.max(1),
             num_envs_per_env_runner: c.num_envs_per_env_runner,
             max_requests_in_flight: c.max_requests_in_flight_per_sampler_worker,
-            runner: MultiAgentSettings {
-                policy_of_agent: self.map.policy_of_agent.clone(),
-                rollout_fragment_length: c.rollout_fragment_length,
-                seed: streams.env_seed,
-                explore: true,
-            },
+            runner: runner_settings(&self.config, &self.map, streams.env_seed),
             restart_failed_env_runners: c.restart_failed_env_runners,
             max_num_env_runner_restarts: c.max_num_env_runner_restarts,
         };
-        let policies = self.policy_factory(streams.sample_seed);
-        self.runners =
-            Some(MultiAgentRunnerGroup::new(settings, Arc::clone(&self.envs), policies, weights)?);
+        self.runners = Some(match &self.remote {
+            Some(transport) => {
+                let env = RunEnv::Multi {
+                    spec: self.spec.clone(),
+                    policies: self.policies.iter().map(|p| p.spec.clone()).collect(),
+                };
+                let session = crate::remote::run_session(
+                    transport.as_ref(),
+                    &self.config,
+                    env,
+                    streams,
+                    self.base_seed,
+                    None,
+                )?;
+                let launcher = Box::new(transport.pool().launcher(session));
+                MultiAgentRunnerGroup::with_launcher(settings, launcher, weights)?
+            }
+            None => {
+                let policies = self.policy_factory(streams.sample_seed);
+                MultiAgentRunnerGroup::new(settings, Arc::clone(&self.envs), policies, weights)?
+            }
+        });
         Ok(())
     }
 

@@ -11,8 +11,10 @@ use std::time::Duration;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use impala_config::{EnvRunnerBackend, ImpalaConfig, ValidatedConfig};
-use impala_core::{EnvSpec, Weights};
-use impala_runner_pool::{Assignment, BuildRunner, PoolError, RunSession, RunnerTransport};
+use impala_core::Weights;
+use impala_runner_pool::{
+    Assignment, BuildRunner, BuiltRunner, PoolError, RunEnv, RunSession, RunnerTransport,
+};
 use impala_sampler::EnvRunner;
 use serde::{Deserialize, Serialize};
 
@@ -109,7 +111,7 @@ impl SessionModule {
 pub(crate) fn run_session(
     transport: &dyn RunnerTransport,
     config: &ValidatedConfig,
-    spec: &EnvSpec,
+    env: RunEnv,
     streams: Streams,
     base_seed: u64,
     module: Option<&ScriptModule>,
@@ -126,11 +128,8 @@ pub(crate) fn run_session(
         path: SESSION.into(),
         source,
     })?;
-    let run = RunSession {
-        spec: spec.clone(),
-        session,
-        compress_observations: config.config().compress_observations,
-    };
+    let run =
+        RunSession { env, session, compress_observations: config.config().compress_observations };
     transport.check_session(&run).map_err(|e| match (e, module) {
         (PoolError::SessionTooLarge { bytes, limit }, Some(module)) => {
             ImpalaError::ModuleTooLarge {
@@ -143,6 +142,30 @@ pub(crate) fn run_session(
         (e, _) => ImpalaError::RunnerTransport(Box::new(e)),
     })?;
     Ok(run)
+}
+
+/// Waits up to `env_runner_connect_timeout_s` for `num_env_runners` remote runners; training
+/// goes on with those that came (the others take their slots when they connect), and none at
+/// all is an error that says how to start them.
+pub(crate) fn wait_for_runners(
+    transport: &dyn RunnerTransport,
+    config: &ValidatedConfig,
+) -> Result<()> {
+    let expected = config.config().num_env_runners;
+    let timeout = Duration::try_from_secs_f64(config.config().env_runner_connect_timeout_s)
+        .unwrap_or(Duration::MAX);
+    tracing::info!(?transport, expected, "waiting for remote env runners");
+    let ready =
+        transport.wait_for_runners(expected, timeout).map_err(ImpalaError::RunnerTransport)?;
+    if ready < expected {
+        tracing::warn!(
+            ready,
+            expected,
+            "not every remote env runner connected in time; training with those that did (the \
+             others take their slots when they connect)"
+        );
+    }
+    Ok(())
 }
 
 /// Refuses what remote runners cannot do, before anything starts.
@@ -192,13 +215,14 @@ pub(crate) fn check_local_config(config: &ValidatedConfig) -> Result<()> {
 
 /// Builds a remote runner's env runner from its assignment: the driver's config (validated
 /// again here, its TorchScript module the one the driver sent), its env (built as the driver
-/// builds its runners' envs) and a CPU policy copy acting with `weights`, its env and action
-/// streams those of the assigned runner and incarnation.
+/// builds its runners' envs) and CPU policy copies acting with `weights` (one per policy: a
+/// multi-agent run's policies come from the config's mapping), its env and action streams
+/// those of the assigned runner and incarnation.
 fn build_runner(
     assignment: &Assignment,
-    weights: Arc<Weights>,
+    weights: Vec<Arc<Weights>>,
     host: &RunnerHost,
-) -> Result<EnvRunner> {
+) -> Result<BuiltRunner> {
     let SessionData { mut config, env_seed, sample_seed, base_seed, module } =
         serde_json::from_slice(&assignment.session).map_err(|source| ImpalaError::Json {
             action: "read",
@@ -215,27 +239,45 @@ fn build_runner(
         config.python_executable = Some(python.clone());
     }
     let config = config.validate()?;
+    let streams = Streams { env_seed, sample_seed };
+    let spec = match &assignment.env {
+        RunEnv::Single(spec) => spec,
+        RunEnv::Multi { .. } => {
+            let slot = (assignment.runner_id, assignment.incarnation);
+            let creator = host.env_creator.clone();
+            let runner = crate::multi_agent::remote_runner(
+                &config, creator, slot, &weights, streams, base_seed,
+            )?;
+            return Ok(BuiltRunner::Multi(Box::new(runner)));
+        }
+    };
+    let weights = weights.into_iter().next().ok_or_else(|| ImpalaError::EnvOption {
+        key: "num_env_runners",
+        problem: "a remote env runner was given no weights to act with".into(),
+        fix: "run the same impala-rs release on the driver and the runners".into(),
+    })?;
     let factory = match &host.env_creator {
         Some(creator) => Some(python_envs(&config, Some(creator.clone()))?.0),
         None => None,
     };
     let envs = run_envs(&config, factory)?;
     let mut settings = settings::env_runner(&config);
-    settings.seed = env_seed;
+    settings.seed = streams.env_seed;
     let policies = PolicySource {
         model: Arc::new(settings::model(&config)),
-        spec: assignment.spec.clone(),
+        spec: spec.clone(),
         base_seed,
         precision: config.config().precision,
     }
-    .with_weights(weights, sample_seed);
-    Ok(EnvRunner::build(
+    .with_weights(weights, streams.sample_seed);
+    let runner = EnvRunner::build(
         &settings,
         assignment.runner_id,
         assignment.incarnation,
         &envs.sampling,
         |ctx| policies(ctx),
-    )?)
+    )?;
+    Ok(BuiltRunner::Single(Box::new(runner)))
 }
 
 /// How a runner process of any transport builds its env runner from the slot it was given
@@ -246,7 +288,7 @@ fn build_runner(
 /// ```
 /// use std::sync::Arc;
 /// use impala::core::{EnvSpec, Space, Weights};
-/// use impala::runner_pool::Assignment;
+/// use impala::runner_pool::{Assignment, RunEnv};
 ///
 /// let build = impala::remote::env_runner_builder();
 /// let spec = EnvSpec {
@@ -255,8 +297,9 @@ fn build_runner(
 ///     action_space: Space::Discrete(2),
 ///     max_episode_steps: Some(500),
 /// };
-/// let garbled = Assignment { runner_id: 1, incarnation: 0, spec, session: b"{".to_vec() };
-/// let error = build(&garbled, Arc::new(Weights::new(1, vec![]))).err().ok_or("built")?;
+/// let env = RunEnv::Single(spec);
+/// let garbled = Assignment { runner_id: 1, incarnation: 0, env, session: b"{".to_vec() };
+/// let error = build(&garbled, vec![Arc::new(Weights::new(1, vec![]))]).err().ok_or("built")?;
 /// assert!(error.contains("(remote session)"), "{error}");
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
@@ -295,7 +338,7 @@ pub fn serve_env_runner(settings: &ClientSettings, host: RunnerHost) -> Result<S
 #[cfg(test)]
 mod tests {
     use super::*;
-    use impala_core::Space;
+    use impala_core::{EnvSpec, Space};
 
     type TestResult = std::result::Result<(), Box<dyn std::error::Error>>;
 
@@ -325,9 +368,10 @@ mod tests {
             path: SESSION.into(),
             source,
         })?;
-        let assignment = Assignment { runner_id: 1, incarnation: 0, spec: cartpole()?, session };
+        let env = RunEnv::Single(cartpole()?);
+        let assignment = Assignment { runner_id: 1, incarnation: 0, env, session };
         let build = env_runner_builder();
-        let refused = build(&assignment, Arc::new(Weights::new(1, vec![]))).err();
+        let refused = build(&assignment, vec![Arc::new(Weights::new(1, vec![]))]).err();
         let message = refused.unwrap_or_default();
         assert!(message.contains("damaged on the way"), "{message}");
         assert!(message.contains(&sha256_hex(b"another module")), "{message}");
@@ -343,7 +387,7 @@ mod tests {
         let config = ImpalaConfig::default().validate()?;
         let streams = Streams { env_seed: None, sample_seed: 0 };
         let session = |module: &ScriptModule| {
-            run_session(&server, &config, &cartpole()?, streams, 0, Some(module))
+            run_session(&server, &config, RunEnv::Single(cartpole()?), streams, 0, Some(module))
         };
         // Base64 makes 3 bytes 4: 30 kB fit in 64 KiB with the config, 60 kB do not.
         session(&ScriptModule::new(vec![7; 30_000], Path::new("small.pt"))?)?;

@@ -80,7 +80,7 @@ pub enum Algorithm {
 impl Algorithm {
     /// Builds the algorithm for `config`: on the envs of a pickled Python `env_creator` when
     /// given (as [`ImpalaBuilder::python_env_creator`](crate::ImpalaBuilder::python_env_creator)),
-    /// sampling with the env runners `transport` brings when given (single-agent envs only).
+    /// sampling with the env runners `transport` brings when given.
     pub fn build(
         config: ValidatedConfig,
         env_creator: Option<PathBuf>,
@@ -103,17 +103,14 @@ impl Algorithm {
                 Err(e) => return Err(e),
             }
         }
-        if transport.is_some() {
-            return Err(crate::ImpalaError::MultiAgentOption {
-                key: "env_runner_backend",
-                reason: "multi-agent envs sample on env runner threads of this process; remote \
-                         env runners (`--listen`, Ray actors) carry single-agent fragments only"
-                    .into(),
-            });
-        }
-        let algo = match env_creator {
-            Some(creator) => crate::MultiAgentImpala::with_python_env_creator(config, creator)?,
-            None => crate::MultiAgentImpala::new(config)?,
+        let algo = match (env_creator, transport) {
+            (creator, Some(transport)) => {
+                crate::MultiAgentImpala::with_remote_env_runners(config, creator, transport)?
+            }
+            (Some(creator), None) => {
+                crate::MultiAgentImpala::with_python_env_creator(config, creator)?
+            }
+            (None, None) => crate::MultiAgentImpala::new(config)?,
         };
         Ok(Algorithm::Multi(Box::new(algo)))
     }

@@ -15,7 +15,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use impala::config::{ConfigFormat, ImpalaConfig};
-use impala::runner_pool::{Assignment, Claim, RunnerPool, RunnerTransport, Wakeup};
+use impala::runner_pool::{Assignment, Claim, RunEnv, RunnerPool, RunnerTransport, Wakeup};
 use impala::sampler::{serve_on_thread, ReplySender, RunnerMessage, RunnerReply, RunnerRequest};
 use impala::Impala;
 use impala_remote::{codec, proto};
@@ -174,10 +174,13 @@ fn session(pool: &RunnerPool, stream: UnixStream) {
     };
     let mut out = stream;
     let run = claim.run();
+    let RunEnv::Single(spec) = &run.env else {
+        return claim.release(); // this transport serves single-agent runs
+    };
     let welcome = proto::Welcome {
         runner_id: claim.runner_id() as u64,
         incarnation: claim.incarnation(),
-        spec: Some(codec::spec_to_proto(&run.spec)),
+        spec: Some(codec::spec_to_proto(spec)),
         session: run.session.clone(),
         ..Default::default()
     };
@@ -196,7 +199,7 @@ fn serve_claim(mut claim: Claim, out: &mut UnixStream, events: &Receiver<Event>)
             return;
         };
         let mut sent = Ok(());
-        if let Some(weights) = work.weights {
+        for (_policy_0, weights) in work.weights {
             let message = driver_message::Kind::SetWeights(codec::weights_to_proto(&weights));
             sent = sent.and_then(|()| write_frame(out, &to_runner(message)));
         }
@@ -219,14 +222,18 @@ fn serve_claim(mut claim: Claim, out: &mut UnixStream, events: &Receiver<Event>)
         match heard {
             runner_message::Kind::Ready(_) => claim.ready(),
             runner_message::Kind::Fragment(f) => {
-                let (id, newest) = (claim.runner_id(), claim.newest_weights_version());
-                match codec::fragment_from_proto(f, id, &claim.run().spec, newest) {
+                let (id, newest) = (claim.runner_id(), claim.newest_weights_version(0));
+                let RunEnv::Single(spec) = &claim.run().env else {
+                    return claim.fail("a single-agent fragment in a multi-agent run".into());
+                };
+                match codec::fragment_from_proto(f, id, spec, newest) {
                     Ok(fragment) => claim.deliver(fragment),
                     Err(e) => return claim.fail(format!("runner process sent a {e}")),
                 }
             }
             runner_message::Kind::WeightsApplied(w) => {
-                claim.weights_applied(Duration::try_from_secs_f64(w.latency_s).unwrap_or_default());
+                let latency = Duration::try_from_secs_f64(w.latency_s).unwrap_or_default();
+                claim.weights_applied(0, latency);
             }
             runner_message::Kind::Rejected(_) => return claim.release(),
             runner_message::Kind::Failed(f) => return claim.fail(f.reason),
@@ -251,10 +258,10 @@ fn serve_as_runner(socket: &Path) -> TestResult {
     let assignment = Assignment {
         runner_id: usize::try_from(welcome.runner_id)?,
         incarnation: welcome.incarnation,
-        spec: codec::spec_from_proto(welcome.spec.as_ref())?,
+        env: RunEnv::Single(codec::spec_from_proto(welcome.spec.as_ref())?),
         session: welcome.session,
     };
-    let weights = Arc::new(codec::weights_from_proto(weights)?);
+    let weights = vec![Arc::new(codec::weights_from_proto(weights)?)];
     let runner = match assignment.build(&impala::remote::env_runner_builder(), weights) {
         Ok(runner) => runner,
         Err(reason) => {
@@ -271,9 +278,13 @@ fn serve_as_runner(socket: &Path) -> TestResult {
             RunnerReply::Fragment(f) => {
                 runner_message::Kind::Fragment(codec::fragment_to_proto(*f, false))
             }
-            RunnerReply::WeightsApplied { latency } => {
-                let latency_s = latency.as_secs_f64();
-                runner_message::Kind::WeightsApplied(proto::WeightsApplied { latency_s })
+            RunnerReply::MultiAgentFragment(f) => runner_message::Kind::MultiAgentFragment(
+                codec::multi_agent_fragment_to_proto(*f, false),
+            ),
+            RunnerReply::WeightsApplied { policy, latency } => {
+                let (policy, latency_s) =
+                    (u32::try_from(policy).unwrap_or(u32::MAX), latency.as_secs_f64());
+                runner_message::Kind::WeightsApplied(proto::WeightsApplied { policy, latency_s })
             }
             RunnerReply::Failed(reason) => runner_message::Kind::Failed(proto::Failed { reason }),
         };
@@ -284,8 +295,9 @@ fn serve_as_runner(socket: &Path) -> TestResult {
     loop {
         match next_from_driver(&mut input) {
             Ok(driver_message::Kind::SetWeights(w)) => {
+                let policy = usize::try_from(w.policy)?;
                 let weights = Arc::new(codec::weights_from_proto(w)?);
-                serving.send(RunnerRequest::SetWeights { weights, sent: Instant::now() });
+                serving.send(RunnerRequest::SetWeights { policy, weights, sent: Instant::now() });
             }
             Ok(driver_message::Kind::Sample(s)) => {
                 for _ in 0..s.count {
