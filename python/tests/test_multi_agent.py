@@ -9,6 +9,8 @@ import pytest
 import impala_rs
 from impala_rs import ConfigError, IMPALAConfig, ImpalaError
 
+from coordination import Coordination
+
 
 def half_observed():
     """HalfObserved (two agents, `left` and `right`, each seeing one bit; both rewarded when
@@ -128,47 +130,6 @@ def test_multi_agent_mistakes_are_refused_naming_the_agent_and_the_policy():
         config.build_algo()
     with pytest.raises(ImpalaError, match="does not apply to a multi-agent env"):
         half_observed().environment(clip_rewards=1.0).build_algo()
-
-
-class Coordination:
-    """HalfObserved written to PettingZoo's ParallelEnv API, given to ``register_env``."""
-
-    def __init__(self, config):
-        import gymnasium as gym
-
-        self.length = int(config.get("length", 10))
-        self.possible_agents = ["left", "right"]
-        self.agents = []
-        self.space = gym.spaces.Discrete(2)
-        self.rng = np.random.default_rng()
-        self.bits, self.t = {}, 0
-
-    def observation_space(self, agent):
-        return self.space
-
-    def action_space(self, agent):
-        return self.space
-
-    def reset(self, seed=None, options=None):
-        if seed is not None:
-            self.rng = np.random.default_rng(seed)
-        self.agents, self.t = list(self.possible_agents), 0
-        self.bits = {a: int(self.rng.integers(2)) for a in self.agents}
-        return dict(self.bits), {a: {} for a in self.agents}
-
-    def step(self, actions):
-        reward = float((actions["left"] ^ actions["right"]) == (self.bits["left"] ^ self.bits["right"]))
-        self.t += 1
-        self.bits = {a: int(self.rng.integers(2)) for a in self.possible_agents}
-        done = self.t >= self.length
-        agents, self.agents = self.agents, [] if done else self.agents
-        return (
-            dict(self.bits),
-            {a: reward for a in agents},
-            {a: done for a in agents},
-            {a: False for a in agents},
-            {a: {} for a in agents},
-        )
 
 
 def test_a_registered_pettingzoo_env_trains_with_per_policy_results():

@@ -1,7 +1,8 @@
 """Env runners as Ray actors (`env_runner_backend="ray"`) on a Ray cluster of three one-CPU
 nodes on this machine (`ray.cluster_utils.Cluster`): training through them, placement, a
-`register_env` creator on the cluster, a node removed mid-run, and nothing left behind after
-`stop()` or after the driver is SIGKILLed."""
+`register_env` creator on the cluster, multi-agent envs (native and PettingZoo) with a policy
+per agent, a node removed mid-run, and nothing left behind after `stop()` or after the driver
+is SIGKILLed."""
 
 import os
 import subprocess
@@ -13,9 +14,10 @@ import time
 import pytest
 import ray
 
-from impala_rs import ConfigError, ImpalaError, register_env
+from impala_rs import ConfigError, IMPALAConfig, ImpalaError, register_env
 
 from conftest import tuned_cartpole
+from coordination import Coordination
 from corridor import Corridor
 
 
@@ -117,6 +119,58 @@ def test_a_register_env_creator_trains_on_the_cluster_over_tls(cluster):
         assert algo._ray_runners.server.tls_ca.startswith(b"-----BEGIN CERTIFICATE-----")
         result = train_to(algo, 0.7, 60)
         assert result["episode_return_mean"] >= 0.7, result["episode_return_mean"]
+
+
+def ray_half_observed():
+    """HalfObserved with a policy per agent, sampled by two env runner actors."""
+    return (
+        IMPALAConfig()
+        .environment("HalfObserved")
+        .env_runners(
+            num_env_runners=2,
+            env_runner_backend="ray",
+            num_cpus_per_env_runner=1,
+            num_envs_per_env_runner=8,
+            rollout_fragment_length=10,
+        )
+        .training(train_batch_size=80, lr=0.003, entropy_coeff=0.003, model={"fcnet_hiddens": [16]})
+        .reporting(min_time_s_per_iteration=0.25, metrics_num_episodes_for_smoothing=50)
+        .debugging(seed=3)
+        .multi_agent(
+            policies=["left", "right"],
+            policy_mapping_fn=lambda agent_id, episode, **kwargs: agent_id,
+        )
+    )
+
+
+def train_policies_to(algo, target, seconds):
+    """Trains until every policy's mean reward reaches `target`; the last result."""
+    start = time.monotonic()
+    while True:
+        result = algo.train()
+        means = result["policy_reward_mean"].values()
+        if all(m is not None and m >= target for m in means) or time.monotonic() - start > seconds:
+            return result
+
+
+def test_a_multi_agent_env_trains_a_policy_per_agent_with_runner_actors(cluster):
+    with ray_half_observed().build_algo() as algo:
+        result = train_policies_to(algo, 9.5, 120)
+        assert min(result["policy_reward_mean"].values()) >= 9.5, result["policy_reward_mean"]
+        assert set(result["info"]["learner"]) == {"left", "right"}
+        assert result["env_runners"]["num_healthy_env_runners"] == 2
+
+
+def test_a_registered_pettingzoo_env_samples_in_runner_actors(cluster):
+    register_env("coordination_on_ray", lambda env_config: Coordination(env_config))
+    config = ray_half_observed().environment("coordination_on_ray", env_config={"length": 10})
+    with config.build_algo() as algo:
+        result = algo.train()
+        while result["info"]["learner"].get("right", {}).get("num_grad_updates_lifetime", 0) < 3:
+            result = algo.train()
+        assert set(result["policy_reward_mean"]) == {"left", "right"}
+        assert result["num_agent_steps_sampled"] == 2 * result["num_env_steps_sampled"]
+        assert result["env_runners"]["num_healthy_env_runners"] == 2
 
 
 def test_nothing_is_left_after_stop(cluster):
