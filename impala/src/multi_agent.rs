@@ -391,6 +391,33 @@ impl MultiAgentImpala {
     /// other transport. Each runner builds the env and every policy from the run's config and
     /// sends a batch per policy; it gets each policy's weights when that policy changed. Waits
     /// up to `env_runner_connect_timeout_s` for `num_env_runners` of them.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use impala::config::ImpalaConfig;
+    /// use impala::remote::{runner_server, serve_env_runner, ClientSettings, RunnerHost, Token};
+    /// use impala::MultiAgentImpala;
+    ///
+    /// let mut config = ImpalaConfig::default();
+    /// config.env = "HalfObserved".into();
+    /// config.policies = vec!["left".into(), "right".into()];
+    /// config.num_env_runners = 1; // the runners to wait for
+    /// config.min_time_s_per_iteration = 0.2;
+    /// let config = config.validate()?;
+    /// let token = Token::new("0123456789abcdef")?;
+    /// let server = Arc::new(runner_server(&config, "127.0.0.1:0", token.clone(), None)?);
+    /// // A runner on a thread here; `impala env-runner --connect` on another host alike.
+    /// let client = ClientSettings::new(server.local_addr().to_string(), token);
+    /// let runner = std::thread::spawn(move || serve_env_runner(&client, RunnerHost::default()));
+    /// let mut algo = MultiAgentImpala::with_remote_env_runners(config, None, server.clone())?;
+    /// let result = algo.train()?;
+    /// assert!(result.num_env_steps_sampled > 0 && result.info.learner.contains_key("right"));
+    /// // Tell the runners the run is over while their sessions are open, then stop.
+    /// server.finish("the example is over");
+    /// algo.stop()?;
+    /// assert_eq!(runner.join().map_err(|_| "runner panicked")??, "the example is over");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     pub fn with_remote_env_runners(
         config: ValidatedConfig,
         creator: Option<PathBuf>,
