@@ -334,46 +334,17 @@ fn a_driver_that_no_runner_reaches_says_how_to_start_them() -> TestResult {
     let port = free_port()?;
     let listen = format!("127.0.0.1:{port}");
     let token = token_file(dir.path(), TOKEN)?.to_string_lossy().into_owned();
-    let args = [
-        "train",
-        "--listen",
-        &listen,
-        "--token-file",
-        &token,
-        "--set",
-        "env_runner_connect_timeout_s=0.5",
-    ];
-    let run = impala(dir.path(), &args)?;
-    run.assert_one_line_error(&["0 of 1 env runners connected", "impala env-runner --connect"]);
-    let run = impala(
-        dir.path(),
-        &[
-            "train",
-            "--listen",
-            &listen,
-            "--token-file",
-            &token,
-            "--set",
-            "normalize_observations=true",
-        ],
-    )?;
+    // A single- and a multi-agent run wait for their remote runners alike.
+    for env in ["CartPole-v1", "HalfObserved"] {
+        let timeout = "env_runner_connect_timeout_s=0.5";
+        let args =
+            ["train", "--env", env, "--listen", &listen, "--token-file", &token, "--set", timeout];
+        let run = impala(dir.path(), &args)?;
+        run.assert_one_line_error(&["0 of 1 env runners connected", "impala env-runner --connect"]);
+    }
+    let args = ["train", "--listen", &listen, "--token-file", &token];
+    let run = impala(dir.path(), &[&args[..], &["--set", "normalize_observations=true"]].concat())?;
     run.assert_one_line_error(&["normalize_observations", "remote env runners"]);
-    // A multi-agent run waits for its remote runners as a single-agent one does.
-    let run = impala(
-        dir.path(),
-        &[
-            "train",
-            "--env",
-            "HalfObserved",
-            "--listen",
-            &listen,
-            "--token-file",
-            &token,
-            "--set",
-            "env_runner_connect_timeout_s=0.5",
-        ],
-    )?;
-    run.assert_one_line_error(&["0 of 1 env runners connected", "impala env-runner --connect"]);
     let run = impala(dir.path(), &["train", "--set", "compress_observations=true"])?;
     run.assert_one_line_error(&["compress_observations", "--listen"]);
     Ok(())

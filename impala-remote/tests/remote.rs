@@ -502,15 +502,18 @@ fn wait_until(
     Ok(all)
 }
 
-#[test]
-fn remote_runners_of_a_multi_agent_env_send_a_batch_per_policy_and_take_weights_per_policy(
-) -> TestResult {
-    let server = server(Duration::from_secs(10))?;
+/// A multi-agent group of `runners` remote slots on `server` for two CartPoles (a policy per
+/// agent), its policies first acting with `versions`.
+fn multi_agent_group(
+    server: &RunnerServer,
+    runners: usize,
+    versions: [u64; 2],
+) -> Result<MultiAgentRunnerGroup, Box<dyn std::error::Error>> {
     let (spec, policies) = cartpoles()?;
     let env = RunEnv::Multi { spec, policies };
     let session = RunSession { env, session: b"{}".to_vec(), compress_observations: false };
     let settings = MultiAgentGroupSettings {
-        num_env_runners: 2,
+        num_env_runners: runners,
         num_envs_per_env_runner: 2,
         max_requests_in_flight: 2,
         runner: MultiAgentSettings {
@@ -522,9 +525,16 @@ fn remote_runners_of_a_multi_agent_env_send_a_batch_per_policy_and_take_weights_
         restart_failed_env_runners: false,
         max_num_env_runner_restarts: 0,
     };
-    let weights = vec![Arc::new(Weights::new(1, vec![])), Arc::new(Weights::new(11, vec![]))];
+    let weights = versions.iter().map(|&v| Arc::new(Weights::new(v, vec![]))).collect();
     let launcher = Box::new(server.launcher(session));
-    let mut group = MultiAgentRunnerGroup::with_launcher(settings, launcher, weights)?;
+    Ok(MultiAgentRunnerGroup::with_launcher(settings, launcher, weights)?)
+}
+
+#[test]
+fn remote_runners_of_a_multi_agent_env_send_a_batch_per_policy_and_take_weights_per_policy(
+) -> TestResult {
+    let server = server(Duration::from_secs(10))?;
+    let mut group = multi_agent_group(&server, 2, [1, 11])?;
     let runners: Vec<_> = (0..2)
         .map(|_| {
             client(&server, TOKEN)
@@ -562,28 +572,7 @@ fn remote_runners_of_a_multi_agent_env_send_a_batch_per_policy_and_take_weights_
 #[test]
 fn a_runner_that_builds_a_single_agent_env_for_a_multi_agent_run_is_rejected() -> TestResult {
     let server = server(Duration::from_secs(10))?;
-    let (spec, policies) = cartpoles()?;
-    let env = RunEnv::Multi { spec, policies };
-    let session = RunSession { env, session: b"{}".to_vec(), compress_observations: false };
-    let settings = MultiAgentGroupSettings {
-        num_env_runners: 1,
-        num_envs_per_env_runner: 1,
-        max_requests_in_flight: 1,
-        runner: MultiAgentSettings {
-            policy_of_agent: vec![0, 1],
-            rollout_fragment_length: 5,
-            seed: None,
-            explore: true,
-        },
-        restart_failed_env_runners: false,
-        max_num_env_runner_restarts: 0,
-    };
-    let weights = vec![Arc::new(Weights::new(1, vec![])), Arc::new(Weights::new(1, vec![]))];
-    let _group = MultiAgentRunnerGroup::with_launcher(
-        settings,
-        Box::new(server.launcher(session)),
-        weights,
-    )?;
+    let _group = multi_agent_group(&server, 1, [1, 1])?;
     let refused = spawn_runner(client(&server, TOKEN)?, 1).join().map_err(|_| "panicked")?;
     match refused {
         Err(RemoteError::Rejected { reason, .. }) => {

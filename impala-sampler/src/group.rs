@@ -585,22 +585,9 @@ impl EnvRunnerGroup {
             return Ok(());
         }
         self.shut_down = true;
-        let mut handles = Vec::new();
-        for member in &mut self.members {
-            if let Some(mut handle) = member.handle.take() {
-                handle.send(RunnerRequest::Stop);
-                handles.push(handle);
-            }
-        }
-        let mut first_error = None;
-        // A runner stuck in a hung env step is not awaited for its `sample_timeout_s`, so a
-        // run ends well within the 30 s Kubernetes and Slurm give before SIGKILL.
-        let deadline = deadline_after(self.settings.stop_grace);
-        for handle in handles {
-            if let Err(e) = handle.join(deadline) {
-                first_error.get_or_insert(e);
-            }
-        }
+        let handles = self.members.iter_mut().filter_map(|m| m.handle.take());
+        let mut first_error =
+            crate::seam::stop_and_join(handles, deadline_after(self.settings.stop_grace)).err();
         while let Ok(msg) = self.replies_rx.try_recv() {
             if let RunnerReply::Failed(reason) = msg.reply {
                 let member = &self.members[msg.runner_id - 1];

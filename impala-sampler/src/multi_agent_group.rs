@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use crossbeam_channel::{Receiver, Sender};
 use impala_core::{CoreError, Policy, Weights};
 
-use crate::seam::build_and_serve_on_thread;
+use crate::seam::{build_and_serve_on_thread, stop_and_join};
 use crate::threads::deadline_after;
 use crate::{
     EnvRunnerHandle, EnvRunnerLauncher, MultiAgentEnvFactory, MultiAgentEnvRunner,
@@ -350,21 +350,8 @@ impl MultiAgentRunnerGroup {
             return Ok(());
         }
         self.shut_down = true;
-        let mut handles = Vec::new();
-        for member in &mut self.members {
-            if let Some(mut handle) = member.handle.take() {
-                handle.send(RunnerRequest::Stop);
-                handles.push(handle);
-            }
-        }
-        let deadline = deadline_after(Some(STOP_GRACE));
-        let mut first_error = None;
-        for handle in handles {
-            if let Err(e) = handle.join(deadline) {
-                first_error.get_or_insert(e);
-            }
-        }
-        first_error.map_or(Ok(()), Err)
+        let handles = self.members.iter_mut().filter_map(|m| m.handle.take());
+        stop_and_join(handles, deadline_after(Some(STOP_GRACE)))
     }
 }
 

@@ -163,6 +163,29 @@ pub trait EnvRunnerHandle: Send {
     fn join(self: Box<Self>, deadline: Option<Instant>) -> Result<()>;
 }
 
+/// Stops every runner of `handles` (all asked first, so they finish their fragments together)
+/// and waits for each until `deadline`; a runner stuck in a hung env step is not awaited past
+/// it, so a run ends well within the 30 s Kubernetes and Slurm give before SIGKILL. Returns the
+/// first failure that escaped a runner. What both runner groups do when they shut down.
+pub(crate) fn stop_and_join(
+    handles: impl IntoIterator<Item = Box<dyn EnvRunnerHandle>>,
+    deadline: Option<Instant>,
+) -> Result<()> {
+    let mut handles: Vec<Box<dyn EnvRunnerHandle>> = handles.into_iter().collect();
+    for handle in &mut handles {
+        handle.send(RunnerRequest::Stop);
+    }
+    let mut first_error = Ok(());
+    for handle in handles {
+        if let Err(e) = handle.join(deadline) {
+            if first_error.is_ok() {
+                first_error = Err(e);
+            }
+        }
+    }
+    first_error
+}
+
 /// Starts env runners: threads here, worker processes, or runners on other hosts.
 pub trait EnvRunnerLauncher: Send {
     /// Starts runner `replies.runner_id()` (its incarnation `replies.incarnation()`); it serves requests and answers on `replies` until
