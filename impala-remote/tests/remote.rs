@@ -459,14 +459,58 @@ fn cartpoles() -> Result<(impala_core::MultiAgentSpec, Vec<EnvSpec>), CoreError>
     Ok((spec, policies))
 }
 
+/// Two CartPoles whose step fails after `fail_after` steps (never when `None`).
+struct Failing {
+    inner: impala_envs::MultiAgentCartPole,
+    fail_after: Option<usize>,
+    steps: usize,
+}
+
+impl MultiAgentEnv for Failing {
+    fn spec(&self) -> &impala_core::MultiAgentSpec {
+        self.inner.spec()
+    }
+    fn reset(
+        &mut self,
+        seed: Option<u64>,
+        obs: &mut [Vec<f32>],
+        out: &mut impala_core::MultiAgentStep,
+    ) -> Result<(), CoreError> {
+        self.inner.reset(seed, obs, out)
+    }
+    fn step(
+        &mut self,
+        actions: &[Vec<f32>],
+        obs: &mut [Vec<f32>],
+        out: &mut impala_core::MultiAgentStep,
+    ) -> Result<(), CoreError> {
+        self.steps += 1;
+        if self.fail_after.is_some_and(|n| self.steps > n) {
+            return Err(CoreError::Env {
+                env: "Failing".into(),
+                reason: "the game crashed".into(),
+            });
+        }
+        self.inner.step(actions, obs, out)
+    }
+}
+
 /// Builds multi-agent runners of two CartPoles with a random policy per agent.
 fn multi_agent_builder() -> BuildRunner {
+    failing_multi_agent_builder(None)
+}
+
+/// As [`multi_agent_builder`], the envs of every runner's first incarnation failing after
+/// `fail_after` steps.
+fn failing_multi_agent_builder(fail_after: Option<usize>) -> BuildRunner {
     Arc::new(move |a: &Assignment, weights: Vec<Arc<Weights>>| {
         let RunEnv::Multi { policies, .. } = &a.env else {
             return Err("not a multi-agent run".into());
         };
-        let envs: MultiAgentEnvFactory = Arc::new(|_| {
-            Ok(Box::new(impala_envs::MultiAgentCartPole::new(2)?) as Box<dyn MultiAgentEnv>)
+        let fail_after = fail_after.filter(|_| a.incarnation == 0);
+        let envs: MultiAgentEnvFactory = Arc::new(move |_| {
+            let inner = impala_envs::MultiAgentCartPole::new(2)?;
+            Ok(Box::new(Failing { inner, fail_after, steps: 0 }) as Box<dyn MultiAgentEnv>)
         });
         let mut acting = Vec::new();
         for (spec, w) in policies.iter().zip(&weights) {
@@ -509,6 +553,16 @@ fn multi_agent_group(
     runners: usize,
     versions: [u64; 2],
 ) -> Result<MultiAgentRunnerGroup, Box<dyn std::error::Error>> {
+    multi_agent_group_restarting(server, runners, versions, false)
+}
+
+/// As [`multi_agent_group`], restarting failed runners (at most twice) when `restart`.
+fn multi_agent_group_restarting(
+    server: &RunnerServer,
+    runners: usize,
+    versions: [u64; 2],
+    restart: bool,
+) -> Result<MultiAgentRunnerGroup, Box<dyn std::error::Error>> {
     let (spec, policies) = cartpoles()?;
     let env = RunEnv::Multi { spec, policies };
     let session = RunSession { env, session: b"{}".to_vec(), compress_observations: false };
@@ -522,8 +576,8 @@ fn multi_agent_group(
             seed: Some(0),
             explore: true,
         },
-        restart_failed_env_runners: false,
-        max_num_env_runner_restarts: 0,
+        restart_failed_env_runners: restart,
+        max_num_env_runner_restarts: 2,
     };
     let weights = versions.iter().map(|&v| Arc::new(Weights::new(v, vec![]))).collect();
     let launcher = Box::new(server.launcher(session));
@@ -582,5 +636,26 @@ fn a_runner_that_builds_a_single_agent_env_for_a_multi_agent_run_is_rejected() -
             return Err(format!("a single-agent runner served a multi-agent run: {other:?}").into())
         }
     }
+    Ok(())
+}
+
+#[test]
+fn a_remote_multi_agent_runner_that_fails_is_relaunched_and_its_process_serves_the_new_slot(
+) -> TestResult {
+    let server = server(Duration::from_secs(10))?;
+    let mut group = multi_agent_group_restarting(&server, 1, [1, 11], true)?;
+    let settings = client(&server, TOKEN)?;
+    // The first incarnation's envs crash in their 13th step (the third fragment of 5 steps).
+    let runner = std::thread::spawn(move || {
+        run_env_runner(&settings, failing_multi_agent_builder(Some(12)))
+    });
+    assert_eq!(server.wait_for_runners(1, Duration::from_secs(10))?, 1);
+    let fragments = wait_until(&mut group, |f| f.len() >= 6)?;
+    assert_eq!((group.num_failures(), group.num_restarts()), (1, 1), "{group:?}");
+    assert!(fragments.iter().all(|f| f.runner_id == 1 && f.batches.len() == 2));
+    assert_eq!(group.num_healthy(), 1);
+    server.finish("the test is over");
+    assert_eq!(runner.join().map_err(|_| "runner panicked")??, "the test is over");
+    group.shutdown()?;
     Ok(())
 }
