@@ -42,7 +42,7 @@ pub enum Command {
     BenchMemory(MemoryArgs),
     /// Run one env runner for a driver started with `impala train --listen`, on this or another
     /// host: it gets the config, env spec and weights from the driver, steps its envs with its
-    /// own CPU policy copy and streams fragments back. It reconnects when the driver goes away
+    /// own CPU policy copies (one per policy of a multi-agent env) and streams fragments back. It reconnects when the driver goes away
     /// (exiting after --reconnect-timeout-s) and exits when the driver's run is over.
     EnvRunner(EnvRunnerArgs),
     /// Draw a run folder's episode_return_mean (and evaluation return) against env steps and
