@@ -211,21 +211,17 @@ impl MultiAgentRunnerGroup {
             shut_down: false,
         };
         for runner_id in 1..=group.settings.num_env_runners {
-            let handle = group.launcher.launch(group.replies(runner_id, 0))?;
-            let mut member = Member { handle: None, incarnation: 0, healthy: true };
-            group.start(&mut member, handle);
+            let member = group.launch(runner_id, 0)?;
             group.members.push(member);
         }
         Ok(group)
     }
 
-    fn replies(&self, runner_id: usize, incarnation: u64) -> ReplySender {
-        ReplySender::new(runner_id, incarnation, self.replies_tx.clone())
-    }
-
-    /// Makes `handle` the member's running incarnation: the newest weights of every policy
-    /// first, then a full allowance of sample requests.
-    fn start(&self, member: &mut Member, mut handle: Box<dyn EnvRunnerHandle>) {
+    /// Launches incarnation `incarnation` of runner `runner_id` and sends it the newest weights
+    /// of every policy, then a full allowance of sample requests.
+    fn launch(&mut self, runner_id: usize, incarnation: u64) -> Result<Member> {
+        let replies = ReplySender::new(runner_id, incarnation, self.replies_tx.clone());
+        let mut handle = self.launcher.launch(replies)?;
         for (policy, weights) in self.latest.iter().enumerate() {
             let weights = Arc::clone(weights);
             handle.send(RunnerRequest::SetWeights { policy, weights, sent: Instant::now() });
@@ -235,8 +231,7 @@ impl MultiAgentRunnerGroup {
         for _ in 0..cap {
             handle.send(RunnerRequest::Sample);
         }
-        member.handle = Some(handle);
-        member.healthy = true;
+        Ok(Member { handle: Some(handle), incarnation, healthy: true })
     }
 
     /// The fragments ready now, waiting up to `timeout` for the first one. A failed runner is
@@ -303,11 +298,7 @@ impl MultiAgentRunnerGroup {
         tracing::warn!(runner_id, %reason, "multi-agent env runner failed; restarting it");
         self.num_restarts += 1;
         let incarnation = self.members[index].incarnation + 1;
-        self.members[index].incarnation = incarnation;
-        let handle = self.launcher.launch(self.replies(runner_id, incarnation))?;
-        let mut member = Member { handle: None, incarnation, healthy: true };
-        self.start(&mut member, handle);
-        self.members[index] = member;
+        self.members[index] = self.launch(runner_id, incarnation)?;
         Ok(())
     }
 
