@@ -190,42 +190,57 @@ fn check_options(config: &ValidatedConfig, remote: bool) -> Result<()> {
     Ok(())
 }
 
-/// The env factory of `config`'s multi-agent env (a native one, or a Python one from
-/// `config.env` or the pickled `creator`, stepped in env worker processes), after building one
-/// to read its spec; the Python env workers' pool.
-fn multi_agent_envs(
+/// The factory of `config`'s multi-agent envs (a native one, or a Python one from `config.env`
+/// or the pickled `creator`, stepped in env worker processes) and the Python env workers' pool;
+/// builds no env.
+fn multi_agent_env_factory(
     config: &ValidatedConfig,
     creator: Option<PathBuf>,
-) -> Result<(MultiAgentEnvFactory, MultiAgentSpec, Option<Arc<GymEnvPool>>)> {
+) -> (MultiAgentEnvFactory, Option<Arc<GymEnvPool>>) {
     let (id, env_config) = (config.config().env.clone(), config.config().env_config.clone());
     if creator.is_none() && impala_envs::is_multi_agent(&id) {
-        let spec = impala_envs::make_multi_agent(&id, &env_config)?.spec().clone();
         let factory: MultiAgentEnvFactory = Arc::new(move |_| {
             impala_envs::make_multi_agent(&id, &env_config)
                 .map_err(|e| impala_core::CoreError::Env { env: id.clone(), reason: e.to_string() })
         });
-        return Ok((factory, spec, None));
+        return (factory, None);
     }
     let mut settings = settings::python_envs(config);
     settings.creator = creator;
     let pool = Arc::new(GymEnvPool::new(settings));
-    let spec = match pool.probe_kind()? {
-        EnvKind::Multi(spec) => spec,
-        EnvKind::Single(_) => {
-            return Err(ImpalaError::EnvOption {
-                key: "env",
-                problem: format!("is `{id}`, a single-agent env"),
-                fix: "train it with `Impala` (as `impala train` does)".into(),
-            })
-        }
-    };
     let making = Arc::clone(&pool);
     // Each runner builds its envs on its own thread, which keeps its env workers its own.
     let factory: MultiAgentEnvFactory =
         Arc::new(
             move |i| Ok(Box::new(making.make_multi_agent(0, 0, i)?) as Box<dyn MultiAgentEnv>),
         );
-    Ok((factory, spec, Some(pool)))
+    (factory, Some(pool))
+}
+
+/// [`multi_agent_env_factory`], and the env's spec from one env built (native) or probed in an
+/// env worker (Python), refusing a single-agent Python env.
+fn multi_agent_envs(
+    config: &ValidatedConfig,
+    creator: Option<PathBuf>,
+) -> Result<(MultiAgentEnvFactory, MultiAgentSpec, Option<Arc<GymEnvPool>>)> {
+    let (factory, pool) = multi_agent_env_factory(config, creator);
+    let spec = match &pool {
+        None => {
+            let c = config.config();
+            impala_envs::make_multi_agent(&c.env, &c.env_config)?.spec().clone()
+        }
+        Some(pool) => match pool.probe_kind()? {
+            EnvKind::Multi(spec) => spec,
+            EnvKind::Single(_) => {
+                return Err(ImpalaError::EnvOption {
+                    key: "env",
+                    problem: format!("is `{}`, a single-agent env", config.config().env),
+                    fix: "train it with `Impala` (as `impala train` does)".into(),
+                })
+            }
+        },
+    };
+    Ok((factory, spec, pool))
 }
 
 /// The config policy `policy_id` learns with (`policy_config`) and its model.
@@ -328,38 +343,40 @@ fn acting_policies(
 }
 
 /// A remote runner's multi-agent env runner: runner `runner_id`'s incarnation `incarnation`
-/// of the driver's run of `config` (its env built here as the driver builds it, on the envs of
-/// `creator` when this host brings one; the policies mapped from the config), acting with
-/// `weights` (one per policy), its env and action streams from the run's seeds.
+/// of the driver's run of `config` on the driver's env `spec` with its `policies`' specs (its
+/// envs built here as the driver builds them, on the envs of `creator` when this host brings
+/// one; the agents mapped from the config), acting with `weights` (one per policy), its env and
+/// action streams from the run's seeds. No env is probed here: the runner's envs are checked
+/// against `spec` once built ([`Assignment::build`](impala_runner_pool::Assignment::build)).
 pub(crate) fn remote_runner(
     config: &ValidatedConfig,
     creator: Option<PathBuf>,
+    (spec, policies): (&MultiAgentSpec, &[EnvSpec]),
     (runner_id, incarnation): (usize, u64),
     weights: &[Arc<Weights>],
     streams: Streams,
     base_seed: u64,
 ) -> Result<MultiAgentEnvRunner> {
-    let (envs, spec, _pool) = multi_agent_envs(config, creator)?;
+    let (envs, _pool) = multi_agent_env_factory(config, creator);
     let map = config.config().policy_map(&spec.agent_ids())?;
-    let specs = policy_specs(&spec, &map)?;
-    if specs.len() != weights.len() {
+    if map.policy_ids.len() != policies.len() {
         return Err(ImpalaError::MultiAgentOption {
             key: "policies",
             reason: format!(
-                "the driver sent weights of {} policies, but its config maps this env's agents \
+                "the driver trains {} policies, but this runner's config maps the env's agents \
                  to {} ({}); run the same config and env on the driver and the runner",
-                weights.len(),
-                specs.len(),
+                policies.len(),
+                map.policy_ids.len(),
                 map.policy_ids.join(", ")
             ),
         });
     }
-    let mut policies = Vec::with_capacity(specs.len());
-    for (spec, id) in specs.into_iter().zip(&map.policy_ids) {
-        policies.push((spec, policy_model(config, id)?.1));
+    let mut acting = Vec::with_capacity(policies.len());
+    for (spec, id) in policies.iter().zip(&map.policy_ids) {
+        acting.push((spec.clone(), policy_model(config, id)?.1));
     }
     let precision = config.config().precision;
-    let acting = acting_policies(policies, base_seed, precision, streams.sample_seed)(
+    let acting = acting_policies(acting, base_seed, precision, streams.sample_seed)(
         runner_id,
         incarnation,
         weights,

@@ -242,11 +242,17 @@ fn build_runner(
     let streams = Streams { env_seed, sample_seed };
     let spec = match &assignment.env {
         RunEnv::Single(spec) => spec,
-        RunEnv::Multi { .. } => {
+        RunEnv::Multi { spec, policies } => {
             let slot = (assignment.runner_id, assignment.incarnation);
             let creator = host.env_creator.clone();
             let runner = crate::multi_agent::remote_runner(
-                &config, creator, slot, &weights, streams, base_seed,
+                &config,
+                creator,
+                (spec, policies),
+                slot,
+                &weights,
+                streams,
+                base_seed,
             )?;
             return Ok(BuiltRunner::Multi(Box::new(runner)));
         }
