@@ -30,6 +30,7 @@ pub struct ImpalaBuilder {
     env_creator: Option<PathBuf>,
     remote: Option<Arc<dyn RunnerTransport>>,
     model: Option<Arc<dyn ModelFactory>>,
+    checkpoint: Option<PathBuf>,
 }
 
 impl std::fmt::Debug for ImpalaBuilder {
@@ -40,6 +41,7 @@ impl std::fmt::Debug for ImpalaBuilder {
             .field("env_creator", &self.env_creator)
             .field("remote", &self.remote)
             .field("model", &self.model)
+            .field("checkpoint", &self.checkpoint)
             .finish()
     }
 }
@@ -49,7 +51,14 @@ impl Impala {
     /// ([`impala_config::ImpalaConfig::validate`]). Without [`ImpalaBuilder::env_factory`]
     /// the env is `config.env` from the [`impala_envs`] registry.
     pub fn builder(config: ValidatedConfig) -> ImpalaBuilder {
-        ImpalaBuilder { config, env_factory: None, env_creator: None, remote: None, model: None }
+        ImpalaBuilder {
+            config,
+            env_factory: None,
+            env_creator: None,
+            remote: None,
+            model: None,
+            checkpoint: None,
+        }
     }
 }
 
@@ -106,11 +115,22 @@ impl ImpalaBuilder {
         self
     }
 
+    /// Builds the run restored from a checkpoint (a checkpoint folder or a run folder), as
+    /// [`Impala::restore`] right after [`build`](Self::build) would, except that the env
+    /// runners start once, with the restored weights: none is started only to be replaced
+    /// (with Python envs or Atari, worker processes and their games).
+    #[must_use]
+    pub fn restore_from(mut self, checkpoint: impl Into<PathBuf>) -> Self {
+        self.checkpoint = Some(checkpoint.into());
+        self
+    }
+
     /// Builds the learner (and its thread), the env runners and the batching stage. Runners
-    /// start sampling at once, with the learner's initial weights; [`Impala::restore`] replaces
-    /// them (and drops what they sampled) with runners that act with the restored weights.
+    /// start sampling at once, with the learner's initial weights (the restored ones with
+    /// [`restore_from`](Self::restore_from)); [`Impala::restore`] replaces them (and drops what
+    /// they sampled) with runners that act with the restored weights.
     pub fn build(self) -> Result<Impala> {
-        let ImpalaBuilder { config, env_factory, env_creator, remote, model } = self;
+        let ImpalaBuilder { config, env_factory, env_creator, remote, model, checkpoint } = self;
         let custom_env = env_factory.is_some() || env_creator.is_some();
         if !custom_env && impala_envs::is_multi_agent(&config.config().env) {
             return Err(ImpalaError::EnvOption {
@@ -195,7 +215,13 @@ impl ImpalaBuilder {
             script,
             config,
         };
-        algo.env_runner_group()?;
+        match &checkpoint {
+            // Restoring starts the runners, with the restored weights.
+            Some(path) => algo.restore(path)?,
+            None => {
+                algo.env_runner_group()?;
+            }
+        }
         if let Some(transport) = &algo.remote {
             crate::remote::wait_for_runners(transport.as_ref(), &algo.config)?;
         }

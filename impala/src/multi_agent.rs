@@ -393,13 +393,13 @@ impl MultiAgentImpala {
     /// point): its policies (mapped, checked against the env's agents), their learners (threads
     /// for the policies to train) and the env runner threads, which start sampling at once.
     pub fn new(config: ValidatedConfig) -> Result<Self> {
-        Self::build(config, None, None)
+        Self::build(config, None, None, None)
     }
 
     /// As [`MultiAgentImpala::new`], on the envs a pickled Python env creator builds (RLlib's
     /// `register_env(name, creator)`, as the `impala_rs` Python package writes it).
     pub fn with_python_env_creator(config: ValidatedConfig, creator: PathBuf) -> Result<Self> {
-        Self::build(config, Some(creator), None)
+        Self::build(config, Some(creator), None, None)
     }
 
     /// As [`MultiAgentImpala::new`] (on the envs of `creator` when given), sampling with the
@@ -440,13 +440,17 @@ impl MultiAgentImpala {
         creator: Option<PathBuf>,
         transport: Arc<dyn RunnerTransport>,
     ) -> Result<Self> {
-        Self::build(config, creator, Some(transport))
+        Self::build(config, creator, Some(transport), None)
     }
 
-    fn build(
+    /// The run for `config` (on the envs of `creator`, sampling with the runners of `remote`,
+    /// when given); restored from `checkpoint` when given, its env runners then started once,
+    /// with the restored weights, instead of started and replaced by [`Self::restore`].
+    pub(crate) fn build(
         config: ValidatedConfig,
         creator: Option<PathBuf>,
         remote: Option<Arc<dyn RunnerTransport>>,
+        checkpoint: Option<&Path>,
     ) -> Result<Self> {
         check_options(&config, remote.is_some())?;
         let (envs, spec, python_pool) = multi_agent_envs(&config, creator)?;
@@ -519,7 +523,11 @@ impl MultiAgentImpala {
             stopped: false,
         };
         start_learners(&mut algo.policies)?;
-        algo.start_runners()?;
+        match checkpoint {
+            // Restoring starts the runners, with the restored weights.
+            Some(path) => algo.restore(path)?,
+            None => algo.start_runners()?,
+        }
         if let Some(transport) = &algo.remote {
             crate::remote::wait_for_runners(transport.as_ref(), &algo.config)?;
         }

@@ -86,6 +86,18 @@ impl Algorithm {
         env_creator: Option<PathBuf>,
         transport: Option<Arc<dyn impala_runner_pool::RunnerTransport>>,
     ) -> Result<Self> {
+        Self::build_restored(config, env_creator, transport, None)
+    }
+
+    /// As [`Algorithm::build`], restored from `checkpoint` when given (a checkpoint folder or
+    /// a run folder; see [`Trainable::restore`]), with the env runners started once, acting
+    /// with the restored weights: none is started only to be replaced by the restore.
+    pub fn build_restored(
+        config: ValidatedConfig,
+        env_creator: Option<PathBuf>,
+        transport: Option<Arc<dyn impala_runner_pool::RunnerTransport>>,
+        checkpoint: Option<&Path>,
+    ) -> Result<Self> {
         let native_multi_agent =
             env_creator.is_none() && impala_envs::is_multi_agent(&config.config().env);
         if !native_multi_agent {
@@ -96,6 +108,9 @@ impl Algorithm {
             if let Some(transport) = &transport {
                 builder = builder.remote_env_runners(Arc::clone(transport));
             }
+            if let Some(checkpoint) = checkpoint {
+                builder = builder.restore_from(checkpoint);
+            }
             match builder.build() {
                 Ok(algo) => return Ok(Algorithm::Single(Box::new(algo))),
                 // A Python multi-agent env, known now that one was built.
@@ -103,15 +118,7 @@ impl Algorithm {
                 Err(e) => return Err(e),
             }
         }
-        let algo = match (env_creator, transport) {
-            (creator, Some(transport)) => {
-                crate::MultiAgentImpala::with_remote_env_runners(config, creator, transport)?
-            }
-            (Some(creator), None) => {
-                crate::MultiAgentImpala::with_python_env_creator(config, creator)?
-            }
-            (None, None) => crate::MultiAgentImpala::new(config)?,
-        };
+        let algo = crate::MultiAgentImpala::build(config, env_creator, transport, checkpoint)?;
         Ok(Algorithm::Multi(Box::new(algo)))
     }
 

@@ -3,6 +3,7 @@
 //! learner dies, and random streams that move on with every restore and runner restart.
 
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -248,6 +249,51 @@ fn a_restored_algorithm_never_samples_with_its_initial_weights() -> TestResult {
         assert!(result.training_iteration < trained.training_iteration + 100, "no episodes");
     }
     restored.stop()?;
+    Ok(())
+}
+
+#[test]
+fn built_restored_the_env_runners_start_once_with_the_restored_weights() -> TestResult {
+    let config = quick();
+    let built = Arc::new(AtomicUsize::new(0));
+    let build = |restore: Option<&Path>| {
+        let spec = EnvSpec {
+            id: "PickOne".into(),
+            observation_space: Space::continuous(vec![0.0], vec![1.0])?,
+            action_space: Space::Discrete(2),
+            max_episode_steps: None,
+        };
+        let count = Arc::clone(&built);
+        let factory: EnvFactory = Arc::new(move |_: &EnvContext| {
+            count.fetch_add(1, Ordering::SeqCst);
+            Ok(Box::new(PickOne { spec: spec.clone(), t: 0 }) as Box<dyn Env>)
+        });
+        let mut builder = Impala::builder(config.clone().validate()?).env_factory(factory);
+        if let Some(path) = restore {
+            builder = builder.restore_from(path);
+        }
+        builder.build()
+    };
+    let dir = tempfile::tempdir()?;
+    let mut algo = build(None)?;
+    algo.train()?;
+    // Envs built by a fresh run: the runners' (and any probe's).
+    let fresh = built.swap(0, Ordering::SeqCst);
+    let ckpt = algo.save(dir.path())?;
+    algo.stop()?;
+    let version = saved_version(&ckpt)?;
+
+    let mut restored = build(Some(&ckpt))?;
+    let fragments = first_fragments(&mut restored, 4)?;
+    assert_eq!(built.load(Ordering::SeqCst), fresh, "envs built again for the restore");
+    assert!(fragments.iter().all(|f| f.batch.weights_version.iter().all(|&v| v == version)));
+    let result = restored.train()?;
+    assert_eq!(result.training_iteration, 2);
+    restored.stop()?;
+
+    // A checkpoint that does not load fails the build.
+    let bad = build(Some(dir.path().join("missing").as_path()));
+    assert!(message(bad)?.contains("missing"));
     Ok(())
 }
 

@@ -21,7 +21,8 @@ class Impala:
     iteration's result as its ``result``, leaving the algorithm usable (to save, say). Also a
     context manager that stops on exit."""
 
-    def __init__(self, config=None):
+    def __init__(self, config=None, *, _checkpoint=None):
+        # `_checkpoint` (from `from_checkpoint`): restored before the env runners start.
         if config is None:
             config = IMPALAConfig()
         elif isinstance(config, dict):
@@ -54,7 +55,8 @@ class Impala:
                 path = script_model(*model, spec, model_config, native.get("seed"))
                 native["model"]["custom_model"] = path
             server = self._ray_runners.server if self._ray_runners else None
-            self._native = _impala_rs.Algorithm(native, creator_path, server)
+            checkpoint = None if _checkpoint is None else str(_checkpoint)
+            self._native = _impala_rs.Algorithm(native, creator_path, server, checkpoint)
         except BaseException:
             if self._ray_runners is not None:
                 self._ray_runners.stop()
@@ -66,9 +68,8 @@ class Impala:
     def from_checkpoint(cls, path):
         """An algorithm built from a checkpoint's config and restored from it (a checkpoint
         folder, or a run folder's newest checkpoint)."""
-        algo = cls(IMPALAConfig.from_dict(_impala_rs.checkpoint_config(str(path))))
-        algo.restore(path)
-        return algo
+        config = IMPALAConfig.from_dict(_impala_rs.checkpoint_config(str(path)))
+        return cls(config, _checkpoint=path)
 
     def train(self):
         """One training iteration (RLlib's ``train()``); the result dict."""

@@ -185,22 +185,27 @@ impl PyAlgorithm {
     /// Builds the algorithm (learner, env runners, their env workers) from a config dict;
     /// `env_creator` is a pickled env creator (`impala_rs.register_env`) the env workers call.
     /// With `runner_server` the env runners are the processes that connect to it (Ray
-    /// actors), waited for up to `env_runner_connect_timeout_s`.
+    /// actors), waited for up to `env_runner_connect_timeout_s`. With `checkpoint` it is
+    /// restored from that checkpoint before its env runners start.
     #[new]
-    #[pyo3(signature = (config, env_creator = None, runner_server = None))]
+    #[pyo3(signature = (config, env_creator = None, runner_server = None, checkpoint = None))]
     fn new(
         py: Python<'_>,
         config: &Bound<'_, PyDict>,
         env_creator: Option<PathBuf>,
         runner_server: Option<PyRef<'_, RunnerServer>>,
+        checkpoint: Option<PathBuf>,
     ) -> PyResult<Self> {
         // The package's `IMPALAConfig` already reported the warnings (`check_config`).
         let (config, _warnings) = validated(config)?;
         let transport = runner_server.map(|server| {
             Arc::clone(&server.inner) as Arc<dyn impala::runner_pool::RunnerTransport>
         });
-        let mut algo =
-            py.detach(|| Algorithm::build(config, env_creator, transport)).map_err(impala_err)?;
+        let mut algo = py
+            .detach(|| {
+                Algorithm::build_restored(config, env_creator, transport, checkpoint.as_deref())
+            })
+            .map_err(impala_err)?;
         let interrupt = Arc::new(AtomicBool::new(false));
         algo.trainable().set_interrupt_flag(Arc::clone(&interrupt));
         Ok(PyAlgorithm { inner: Mutex::new(Some(algo)), interrupt })

@@ -133,10 +133,8 @@ impl Training {
         if profile {
             impala_profile::enable();
         }
-        let mut algo = Algorithm::build(config, None, transport.clone())?;
-        if let Some(checkpoint) = &checkpoint {
-            algo.restore(checkpoint)?;
-        }
+        let mut algo =
+            Algorithm::build_restored(config, None, transport.clone(), checkpoint.as_deref())?;
         algo.set_interrupt_flag(Arc::clone(&interrupt));
         let dir = RunDir::open(&target)?;
         Ok(Started { algo, dir, checkpoint, options, profile, transport, interrupt })
