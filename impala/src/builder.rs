@@ -119,6 +119,23 @@ impl ImpalaBuilder {
     /// [`Impala::restore`] right after [`build`](Self::build) would, except that the env
     /// runners start once, with the restored weights: none is started only to be replaced
     /// (with Python envs or Atari, worker processes and their games).
+    ///
+    /// ```
+    /// use impala::config::ImpalaConfig;
+    /// use impala::Impala;
+    ///
+    /// let mut config = ImpalaConfig::default();
+    /// config.min_time_s_per_iteration = 0.1;
+    /// let config = config.validate()?;
+    /// let mut algo = Impala::new(config.clone())?;
+    /// algo.train()?;
+    /// let dir = tempfile::tempdir()?;
+    /// let checkpoint = algo.save(dir.path())?;
+    /// algo.stop()?;
+    /// let mut resumed = Impala::builder(config).restore_from(&checkpoint).build()?;
+    /// assert_eq!(resumed.train()?.training_iteration, 2);
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
     #[must_use]
     pub fn restore_from(mut self, checkpoint: impl Into<PathBuf>) -> Self {
         self.checkpoint = Some(checkpoint.into());
