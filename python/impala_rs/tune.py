@@ -68,18 +68,30 @@ class Impala(_tune.Trainable):
         return _tune.PlacementGroupFactory(bundles, strategy=strategy)
 
     def setup(self, config):
-        self.algo = _Algorithm(IMPALAConfig.from_dict(config))
+        # Built at the first step, or restored by a first `load_checkpoint` (a trial resumed
+        # after a failure): then its env runners start once, with the restored weights.
+        self._config = IMPALAConfig.from_dict(config)
+        self.algo = None
+
+    def _algo(self):
+        if self.algo is None:
+            self.algo = _Algorithm(self._config)
+        return self.algo
 
     def step(self):
-        return self.algo.train()
+        return self._algo().train()
 
     def save_checkpoint(self, checkpoint_dir):
-        self.algo.save(checkpoint_dir)
+        self._algo().save(checkpoint_dir)
         return None
 
     def load_checkpoint(self, checkpoint):
         path = checkpoint if isinstance(checkpoint, str) else getattr(checkpoint, "path", checkpoint)
-        self.algo.restore(path)
+        if self.algo is None:
+            self.algo = _Algorithm(self._config, _checkpoint=path)
+        else:
+            # PBT's exploit: another trial's checkpoint into this running one.
+            self.algo.restore(path)
 
     def cleanup(self):
         algo = getattr(self, "algo", None)

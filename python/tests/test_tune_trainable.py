@@ -18,6 +18,8 @@ def test_trainable_checkpoints_round_trip_through_tunes_api(tmp_path):
     finally:
         first.stop()
     second = Impala(config=config)
+    # Nothing starts before the restore: the trial is built restored.
+    assert second.algo is None
     try:
         second.restore(checkpoint)
         assert second.algo.iteration == 1
