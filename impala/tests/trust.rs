@@ -178,6 +178,20 @@ impl Env for PickOne {
     }
 }
 
+/// A factory of [`PickOne`] envs, counting the envs it builds in `built`.
+fn pick_one(built: Arc<AtomicUsize>) -> Result<EnvFactory, CoreError> {
+    let spec = EnvSpec {
+        id: "PickOne".into(),
+        observation_space: Space::continuous(vec![0.0], vec![1.0])?,
+        action_space: Space::Discrete(2),
+        max_episode_steps: None,
+    };
+    Ok(Arc::new(move |_: &EnvContext| {
+        built.fetch_add(1, Ordering::SeqCst);
+        Ok(Box::new(PickOne { spec: spec.clone(), t: 0 }) as Box<dyn Env>)
+    }))
+}
+
 #[test]
 fn a_restored_algorithm_never_samples_with_its_initial_weights() -> TestResult {
     let mut config = quick();
@@ -185,15 +199,7 @@ fn a_restored_algorithm_never_samples_with_its_initial_weights() -> TestResult {
     config.entropy_coeff = 0.0;
     config.lr = 0.01;
     let build = |config: &ImpalaConfig| {
-        let spec = EnvSpec {
-            id: "PickOne".into(),
-            observation_space: Space::continuous(vec![0.0], vec![1.0])?,
-            action_space: Space::Discrete(2),
-            max_episode_steps: None,
-        };
-        let factory: EnvFactory = Arc::new(move |_: &EnvContext| {
-            Ok(Box::new(PickOne { spec: spec.clone(), t: 0 }) as Box<dyn Env>)
-        });
+        let factory = pick_one(Arc::default())?;
         Impala::builder(config.clone().validate()?).env_factory(factory).build()
     };
     // Train until every episode of the window picks (almost) only ones.
@@ -257,17 +263,7 @@ fn built_restored_the_env_runners_start_once_with_the_restored_weights() -> Test
     let config = quick();
     let built = Arc::new(AtomicUsize::new(0));
     let build = |restore: Option<&Path>| {
-        let spec = EnvSpec {
-            id: "PickOne".into(),
-            observation_space: Space::continuous(vec![0.0], vec![1.0])?,
-            action_space: Space::Discrete(2),
-            max_episode_steps: None,
-        };
-        let count = Arc::clone(&built);
-        let factory: EnvFactory = Arc::new(move |_: &EnvContext| {
-            count.fetch_add(1, Ordering::SeqCst);
-            Ok(Box::new(PickOne { spec: spec.clone(), t: 0 }) as Box<dyn Env>)
-        });
+        let factory = pick_one(Arc::clone(&built))?;
         let mut builder = Impala::builder(config.clone().validate()?).env_factory(factory);
         if let Some(path) = restore {
             builder = builder.restore_from(path);

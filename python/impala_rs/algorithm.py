@@ -55,8 +55,7 @@ class Impala:
                 path = script_model(*model, spec, model_config, native.get("seed"))
                 native["model"]["custom_model"] = path
             server = self._ray_runners.server if self._ray_runners else None
-            checkpoint = None if _checkpoint is None else str(_checkpoint)
-            self._native = _impala_rs.Algorithm(native, creator_path, server, checkpoint)
+            self._native = _impala_rs.Algorithm(native, creator_path, server, _checkpoint)
         except BaseException:
             if self._ray_runners is not None:
                 self._ray_runners.stop()
