@@ -69,8 +69,10 @@ class Impala(_tune.Trainable):
 
     def setup(self, config):
         # Built at the first step, or restored by a first `load_checkpoint` (a trial resumed
-        # after a failure): then its env runners start once, with the restored weights.
+        # after a failure): then its env runners start once, with the restored weights. A bad
+        # config fails here, when Tune creates the trial, not at its first step.
         self._config = IMPALAConfig.from_dict(config)
+        self._config._checked()
         self.algo = None
 
     def _algo(self):

@@ -4,6 +4,7 @@ without Ray."""
 import subprocess
 import sys
 
+import pytest
 from conftest import fast_cartpole
 
 
@@ -26,6 +27,15 @@ def test_trainable_checkpoints_round_trip_through_tunes_api(tmp_path):
         assert second.train()["num_env_steps_sampled"] > 0
     finally:
         second.stop()
+
+
+def test_a_bad_config_fails_when_the_trial_is_created():
+    from impala_rs import ConfigError
+    from impala_rs.tune import Impala
+
+    config = fast_cartpole().training(lr=-1.0).to_dict()
+    with pytest.raises(ConfigError, match="lr"):
+        Impala(config=config)
 
 
 def test_resource_request_is_the_configs_placement_group():
