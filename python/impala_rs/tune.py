@@ -70,9 +70,10 @@ class Impala(_tune.Trainable):
     def setup(self, config):
         # Built at the first step, or restored by a first `load_checkpoint` (a trial resumed
         # after a failure): then its env runners start once, with the restored weights. A bad
-        # config fails here, when Tune creates the trial, not at its first step.
+        # config fails here, when Tune creates the trial, not at its first step; its warnings
+        # come once, from the build.
         self._config = IMPALAConfig.from_dict(config)
-        self._config._checked()
+        _impala_rs.check_config(self._config._native_dict())
         self.algo = None
 
     def _algo(self):

@@ -3,6 +3,7 @@ without Ray."""
 
 import subprocess
 import sys
+import warnings
 
 import pytest
 from conftest import fast_cartpole
@@ -36,6 +37,21 @@ def test_a_bad_config_fails_when_the_trial_is_created():
     config = fast_cartpole().training(lr=-1.0).to_dict()
     with pytest.raises(ConfigError, match="lr"):
         Impala(config=config)
+
+
+def test_a_trials_config_warnings_come_once_from_its_build():
+    from impala_rs.tune import Impala
+
+    config = fast_cartpole().training(minibatch_buffer_size=2).to_dict()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trial = Impala(config=config)
+        try:
+            assert not [w for w in caught if "minibatch_buffer_size" in str(w.message)]
+            trial.train()
+        finally:
+            trial.stop()
+    assert len([w for w in caught if "minibatch_buffer_size" in str(w.message)]) == 1
 
 
 def test_resource_request_is_the_configs_placement_group():
