@@ -57,6 +57,9 @@ pub enum Rule {
     /// wrapper skips frames, but ale-py's vector env is the only skipping here, so it would
     /// turn action repeat off.
     AtariFrameskip,
+    /// `env_config.crop` for an Atari game that is not a table of sides (`top`, `bottom`,
+    /// `left`, `right`) in pixels, leaves nothing of the screen, or comes with colour frames.
+    AtariCrop,
     /// A count above what impala-rs lets one run or command take on (evaluation episodes).
     AboveLimit,
 }

@@ -342,6 +342,7 @@ fn check_environment(config: &ImpalaConfig, c: &mut Checker) {
         }
     }
     check_atari_frameskip(config, c);
+    check_atari_crop(config, c);
     if config.python_executable.as_deref().is_some_and(|p| p.trim().is_empty()) {
         c.error(
             "python_executable",
@@ -391,6 +392,61 @@ fn check_atari_frameskip(config: &ImpalaConfig, c: &mut Checker) {
             format!("is {value}, not a number of frames of 1 or more"),
             "remove `env_config.frameskip` for IMPALA's 4 frames per action".into(),
         ),
+    }
+}
+
+/// ALE's screen, `[height, width]`, for every game: what `env_config.crop` cuts from.
+const ALE_SCREEN: [u64; 2] = [210, 160];
+
+/// `env_config.crop` for an Atari game: the pixels cut from each side of ALE's screen before
+/// the frame is resized to `img_height x img_width` (the Atari worker crops; ale-py cannot).
+fn check_atari_crop(config: &ImpalaConfig, c: &mut Checker) {
+    const KEY: &str = "env_config.crop";
+    const SIDES: [&str; 4] = ["top", "bottom", "left", "right"];
+    let Some(value) = config.env_config.get("crop").filter(|_| config.env.starts_with("ALE/"))
+    else {
+        return;
+    };
+    let fix = || {
+        "set `env_config.crop` to the pixels cut from each side of the 210x160 screen, e.g. \
+         `{ top = 34, bottom = 16 }` for Pong's playing field"
+            .to_string()
+    };
+    let Some(sides) = value.as_object() else {
+        c.error(KEY, Rule::AtariCrop, format!("is {value}, not a table of sides"), fix());
+        return;
+    };
+    let mut cut = [0u64; 4];
+    for (side, pixels) in sides {
+        let Some(i) = SIDES.iter().position(|s| s == side) else {
+            let problem = format!("has an unknown side `{side}` (the sides: {})", SIDES.join(", "));
+            c.error(KEY, Rule::AtariCrop, problem, fix());
+            continue;
+        };
+        match pixels.as_u64() {
+            Some(n) => cut[i] = n,
+            None => {
+                let problem = format!("`{side}` is {pixels}, not a number of pixels (0 or more)");
+                c.error(KEY, Rule::AtariCrop, problem, fix());
+            }
+        }
+    }
+    let (rows, cols) = (cut[0].saturating_add(cut[1]), cut[2].saturating_add(cut[3]));
+    if rows >= ALE_SCREEN[0] || cols >= ALE_SCREEN[1] {
+        let problem = format!(
+            "cuts {rows} rows and {cols} columns, leaving nothing of the {}x{} screen",
+            ALE_SCREEN[0], ALE_SCREEN[1]
+        );
+        c.error(KEY, Rule::AtariCrop, problem, fix());
+    }
+    if config.env_config.get("grayscale") == Some(&serde_json::Value::Bool(false)) {
+        c.error(
+            KEY,
+            Rule::AtariCrop,
+            "needs grayscale frames, but `env_config.grayscale` is false".into(),
+            "remove `env_config.grayscale` (cropped frames are grayscale), or remove the crop"
+                .into(),
+        );
     }
 }
 

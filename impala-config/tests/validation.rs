@@ -666,6 +666,36 @@ fn atari_frameskip_1_is_refused_and_other_values_warn() -> TestResult {
 }
 
 #[test]
+fn an_atari_crop_must_be_sides_in_pixels_that_leave_a_grayscale_frame() -> TestResult {
+    let atari = |crop: serde_json::Value| {
+        let mut config = ImpalaConfig::default().environment(|e| e.env("ALE/Pong-v5"));
+        config.env_config.insert("crop".into(), crop);
+        config
+    };
+    assert_eq!(warnings(&atari(serde_json::json!({ "top": 34, "bottom": 16 })))?, []);
+    assert_eq!(warnings(&atari(serde_json::json!({})))?, []);
+    for bad in [
+        serde_json::json!([34, 16]),
+        serde_json::json!({ "up": 34 }),
+        serde_json::json!({ "top": -1 }),
+        serde_json::json!({ "top": 3.5 }),
+        serde_json::json!({ "top": 200, "bottom": 10 }),
+        serde_json::json!({ "left": 80, "right": 80 }),
+        serde_json::json!({ "top": u64::MAX, "bottom": u64::MAX }),
+    ] {
+        fails(&atari(bad), Rule::AtariCrop, "env_config.crop")?;
+    }
+    let mut colour = atari(serde_json::json!({ "top": 34 }));
+    colour.env_config.insert("grayscale".into(), false.into());
+    fails(&colour, Rule::AtariCrop, "env_config.crop")?;
+    // Other envs' crop keys are theirs.
+    let mut other = ImpalaConfig::default().environment(|e| e.env("my_pkg.envs:Frames"));
+    other.env_config.insert("crop".into(), "center".into());
+    assert_eq!(warnings(&other)?, []);
+    Ok(())
+}
+
+#[test]
 fn shutdown_grace_is_a_non_negative_number_of_seconds() -> TestResult {
     let mut config = ImpalaConfig::default();
     assert_eq!(config.shutdown_grace_s, 5.0);

@@ -43,6 +43,8 @@ import sys
 import traceback
 
 COMMAND = struct.Struct("<cBHIQ")
+# The variables that size numerical libraries' thread pools, set before numpy is imported.
+NUMERICAL_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 REPLY = struct.Struct("<cBHId")
 
 
@@ -411,6 +413,110 @@ class MultiAgentEnvs:
         return out
 
 
+# ALE's screen, `[height, width]`, for every game.
+ALE_SCREEN = (210, 160)
+
+
+class AleStackedFrames:
+    """Observations as ale-py's vector env stacks them (`[stack, H, W]` of the whole screen,
+    resized), turned into the `[H, W, stack]` the CNN wants."""
+
+    def __init__(self, np, count, vec):
+        self.np = np
+        self.stack, h, w = vec.single_observation_space.shape
+        self.shape = (h, w, self.stack)
+        # Steps since each env's game was reset: the first `stack - 1` observations of a game
+        # hold frames from before it, which AtariVectorEnv leaves zero; they repeat the first
+        # frame instead, as Gymnasium's FrameStackObservation and RLlib's FrameStack do.
+        self.since_reset = np.zeros(count, dtype=np.int64)
+
+    def reset(self, raw):
+        """Every env's observation at the start of its game."""
+        self.since_reset[:] = 0
+        return [self.hwc(raw[i], i) for i in range(len(raw))]
+
+    def step(self, raw, final, ended):
+        """Every env's observation one step on, and `{env: last observation}` of the games that
+        `ended` (whose envs `raw` already shows in their next game, `final` in the last)."""
+        self.since_reset += 1
+        last = {}
+        for i in self.np.flatnonzero(ended):
+            last[i] = self.hwc(final[i], i)
+            self.since_reset[i] = 0
+        return [self.hwc(raw[i], i) for i in range(len(raw))], last
+
+    def hwc(self, obs, i):
+        missing = self.stack - 1 - self.since_reset[i]
+        if missing > 0 and not obs[:missing].any():
+            obs = obs.copy()
+            obs[:missing] = obs[missing]
+        return self.np.moveaxis(obs, 0, -1)
+
+
+class CroppedFrames:
+    """Observations cropped from ale-py's full screen (`env_config.crop`), area-averaged to
+    `img_height x img_width` and stacked here as `[H, W, stack]`.
+
+    ale-py's vector env can only resize the whole screen. Cropping a game to where it is
+    played (Pong without its score and borders) keeps the rows of the playing field at a
+    higher resolution and drops pixels that change with no action. The vector env is asked
+    for unstacked full-size frames; the frames from before a game repeat its first.
+    """
+
+    SIDES = ("top", "bottom", "left", "right")
+
+    def __init__(self, np, count, vec, crop, size, stack):
+        self.np = np
+        unknown = sorted(set(crop) - set(self.SIDES))
+        if unknown:
+            raise ValueError(f"env_config.crop: unknown side(s) {unknown}; use {list(self.SIDES)}")
+        top, bottom, left, right = (int(crop.get(side, 0)) for side in self.SIDES)
+        screen_h, screen_w = vec.single_observation_space.shape[-2:]
+        height, width = screen_h - top - bottom, screen_w - left - right
+        if min(top, bottom, left, right) < 0 or height < 1 or width < 1:
+            raise ValueError(
+                f"env_config.crop {crop} leaves no pixels of the {screen_h}x{screen_w} screen"
+            )
+        self.rows, self.cols = slice(top, top + height), slice(left, left + width)
+        self.row_weights = area_weights(np, height, size[0])
+        self.col_weights = area_weights(np, width, size[1]).T
+        self.stacks = np.zeros((count, size[0], size[1], stack), np.uint8)
+        self.shape = self.stacks.shape[1:]
+
+    def shrink(self, raw):
+        """Frames (`[envs, 1, H, W]` of the full screen) cropped and resized."""
+        frames = raw[:, 0, self.rows, self.cols].astype(self.np.float32)
+        small = self.row_weights @ frames @ self.col_weights
+        return self.np.rint(small).astype(self.np.uint8)
+
+    def reset(self, raw):
+        self.stacks[:] = self.shrink(raw)[..., None]
+        return self.stacks.copy()
+
+    def step(self, raw, final, ended):
+        frames = self.shrink(raw)
+        self.stacks[..., :-1] = self.stacks[..., 1:]
+        self.stacks[..., -1] = frames
+        last = {}
+        ended = self.np.flatnonzero(ended)
+        if len(ended):
+            for i, frame in zip(ended, self.shrink(final[ended])):
+                last[i] = self.stacks[i].copy()
+                last[i][..., -1] = frame
+                self.stacks[i] = frames[i][..., None]
+        return self.stacks.copy(), last
+
+
+def area_weights(np, size, out):
+    """`[out, size]` weights that average `size` pixels into `out` (OpenCV's INTER_AREA):
+    output pixel `o` covers input span `[o * size / out, (o + 1) * size / out)`."""
+    scale = size / out
+    starts = np.arange(out)[:, None] * scale
+    pixels = np.arange(size)[None, :]
+    overlap = np.minimum(starts + scale, pixels + 1) - np.maximum(starts, pixels)
+    return (np.clip(overlap, 0, None) / scale).astype(np.float32)
+
+
 class AtariEnvs:
     """`count` Atari games in one ale-py `AtariVectorEnv`, stepped all together.
 
@@ -433,38 +539,31 @@ class AtariEnvs:
         # would ever be played. Here a life lost ends the episode for learning while the game
         # goes on (DeepMind's and RLlib's EpisodicLifeEnv), and returns stay the game's.
         self.episodic_life = bool(kwargs.pop("episodic_life", False))
+        crop = kwargs.pop("crop", None)
+        if crop is not None:
+            if not kwargs.get("grayscale", True):
+                raise ValueError("env_config.crop needs grayscale frames; remove `grayscale`")
+            size = (kwargs.pop("img_height", 84), kwargs.pop("img_width", 84))
+            stack = kwargs.pop("stack_num", 4)
+            # Full-size single frames: the crop, the resize and the stack happen here.
+            kwargs.update(img_height=ALE_SCREEN[0], img_width=ALE_SCREEN[1], stack_num=1)
         game = setup["env"].split("/", 1)[1].split("-", 1)[0]
         game = "".join("_" + c.lower() if c.isupper() else c for c in game).lstrip("_")
         kwargs.setdefault("autoreset_mode", "SameStep")
         # Rewards are clipped by the runner (`clip_rewards`), so episode returns stay unclipped.
         kwargs.setdefault("reward_clipping", False)
         self.vec = ale_py.AtariVectorEnv(game, num_envs=self.count, **kwargs)
-        single_obs = self.vec.single_observation_space
-        # AtariVectorEnv stacks frames first ([stack, H, W]); the CNN wants [H, W, stack].
-        stack, h, w = single_obs.shape[0], single_obs.shape[1], single_obs.shape[2]
-        self.observation_space = gym.spaces.Box(0, 255, (h, w, stack), np.uint8)
+        if crop is None:
+            self.frames = AleStackedFrames(np, self.count, self.vec)
+        else:
+            self.frames = CroppedFrames(np, self.count, self.vec, crop, size, stack)
+        self.observation_space = gym.spaces.Box(0, 255, self.frames.shape, np.uint8)
         self.action_space = self.vec.single_action_space
         self.max_episode_steps = None
-        self.stack = stack
-        # Steps since each env's game was reset: the first `stack - 1` observations of a game
-        # hold frames from before it, which AtariVectorEnv leaves zero; they repeat the first
-        # frame instead, as Gymnasium's FrameStackObservation and RLlib's FrameStack do.
-        self.since_reset = np.zeros(self.count, dtype=np.int64)
         self.lives = np.zeros(self.count, dtype=np.int64)
         self.actions = np.zeros(self.count, dtype=np.int64)
         self.pending_steps = set()
-        self.obs = None
         self.reset_obs = {}
-        self.results = None
-
-    def hwc(self, obs, i):
-        """Env `i`'s stacked frames `[stack, H, W]` as `[H, W, stack]`, the frames from before
-        its game began repeating the game's first."""
-        missing = self.stack - 1 - self.since_reset[i]
-        if missing > 0 and not obs[:missing].any():
-            obs = obs.copy()
-            obs[:missing] = obs[missing]
-        return self.np.moveaxis(obs, 0, -1)
 
     def reset(self, slot, seed):
         if slot in self.reset_obs:
@@ -474,10 +573,10 @@ class AtariEnvs:
         if seed is not None:
             seeds = np.array([(seed + i) % self.SEED_RANGE for i in range(self.count)], np.int64)
         obs, info = self.vec.reset(seed=seeds)
-        self.since_reset[:] = 0
         self.lives[:] = info["lives"]
-        self.reset_obs = {i: self.hwc(obs[i], i) for i in range(self.count) if i != slot}
-        return self.hwc(obs[slot], slot)
+        starts = self.frames.reset(obs)
+        self.reset_obs = {i: starts[i] for i in range(self.count) if i != slot}
+        return starts[slot]
 
     def gather_step(self, slot, action):
         """Records `slot`'s action; returns True once every slot has one."""
@@ -492,19 +591,18 @@ class AtariEnvs:
         `continues`: the game goes on, so `final_obs` and `obs` are the same frames)."""
         self.pending_steps.clear()
         obs, rewards, terms, truncs, info = self.vec.step(self.actions)
+        ended = terms | truncs
         final = info.get("final_obs")
+        frames, last = self.frames.step(obs, obs if final is None else final, ended)
         lives = info["lives"]
         results = []
         for i in range(self.count):
-            term, trunc = bool(terms[i]), bool(truncs[i])
-            if term or trunc:
-                last = self.hwc(final[i] if final is not None else obs[i], i)
-                self.since_reset[i] = 0
-                results.append((self.hwc(obs[i], i), last, float(rewards[i]), term, trunc, False))
+            if ended[i]:
+                term, trunc = bool(terms[i]), bool(truncs[i])
+                results.append((frames[i], last[i], float(rewards[i]), term, trunc, False))
             else:
-                self.since_reset[i] += 1
-                now = self.hwc(obs[i], i)
                 lost = self.episodic_life and lives[i] < self.lives[i]
+                now = frames[i]
                 results.append((now, now if lost else None, float(rewards[i]), lost, False, lost))
             self.lives[i] = lives[i]
         return results
@@ -598,6 +696,11 @@ def main():
     # Ctrl-C in a terminal reaches the whole process group: the runner stops this worker, so
     # the worker ignores SIGINT instead of dying as a failed env in the middle of a step.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Env workers run side by side, several per core: a thread pool of the numerical libraries
+    # (OpenBLAS, MKL, OpenMP) in each would spin against the others' and the learner's. Ray
+    # gives its workers one thread the same way; a value the user exported wins.
+    for var in NUMERICAL_THREAD_VARS:
+        os.environ.setdefault(var, "1")
     setup = json.loads(sys.argv[1])
     exit_with_parent(setup["parent_pid"])
     replies = os.fdopen(os.dup(1), "wb", buffering=0)

@@ -22,6 +22,9 @@
 //!   them and episode returns are the game's. With `env_config.episodic_life = true` a life
 //!   lost ends the episode for learning while the game goes on (DeepMind's and RLlib's
 //!   `EpisodicLifeEnv`; reported returns stay whole games', [`impala_core::Env::episode_continues`]).
+//!   `env_config.crop` (pixels cut from the `top`, `bottom`, `left` and `right` of the 210x160
+//!   screen) crops the screen before it is area-averaged to `img_height x img_width`, in the
+//!   worker, since ale-py can only resize the whole screen.
 //!   Seeds of 2^31 or more are reduced modulo 2^31 (ale-py's seeds are 32-bit).
 //! - Faults: a Python exception in `reset` or `step`, a worker that dies, or one that does not
 //!   answer within `sample_timeout_s` (it is killed) is an error of the env, which the runner

@@ -106,3 +106,81 @@ fn frames_from_before_a_game_repeat_its_first() -> TestResult {
     assert_eq!(channel(&obs, STACK - 2), first);
     Ok(())
 }
+
+/// Pong with `env_config`: no sticky actions, plus `pairs`.
+fn pong(pairs: &[(&str, serde_json::Value)]) -> GymEnvPool {
+    let mut s = settings("ALE/Pong-v5");
+    s.env_config = config(&[("repeat_action_probability", 0.0.into())]);
+    s.env_config.extend(config(pairs));
+    GymEnvPool::new(s)
+}
+
+/// Pong's observation after `steps` steps of a fixed action sequence from seed 7.
+fn pong_frames(pool: &GymEnvPool, steps: usize) -> Result<Vec<f32>, Box<dyn std::error::Error>> {
+    let dim = pool.probe()?.observation_space.shape().iter().product();
+    let mut env = pool.make(0, 0, 0)?;
+    let mut obs = vec![0.0; dim];
+    env.reset(Some(7), &mut obs)?;
+    for step in 0..steps {
+        env.step(&[(step % 3) as f32 + 2.0], &mut obs)?;
+    }
+    Ok(obs)
+}
+
+#[test]
+fn a_crop_cuts_the_screen_before_the_resize() -> TestResult {
+    let screen = [("img_height", 210.into()), ("img_width", 160.into()), ("stack_num", 1.into())];
+    let playing_field = serde_json::json!({ "top": 34, "bottom": 16 });
+    let field = |size: u32| {
+        pong(&[
+            ("crop", playing_field.clone()),
+            ("img_height", size.into()),
+            ("img_width", size.into()),
+            ("stack_num", 1.into()),
+        ])
+    };
+    let (whole, same_size, halved) = (pong(&screen), field(160), field(80));
+    assert_eq!(same_size.probe()?.observation_space.shape(), [160, 160, 1]);
+    assert_eq!(halved.probe()?.observation_space.shape(), [80, 80, 1]);
+    for steps in [0, 90] {
+        let whole = pong_frames(&whole, steps)?;
+        let (same_size, halved) = (pong_frames(&same_size, steps)?, pong_frames(&halved, steps)?);
+        // At the screen's resolution the crop is rows 34..194 of the whole screen.
+        assert_eq!(same_size, whole[34 * 160..194 * 160], "after {steps} steps");
+        // At half of it each pixel is the mean of a 2x2 block, rounded half to even.
+        let pixel = |r: usize, c: usize| whole[(34 + r) * 160 + c];
+        for (i, &p) in halved.iter().enumerate() {
+            let (r, c) = (2 * (i / 80), 2 * (i % 80));
+            let sum = pixel(r, c) + pixel(r, c + 1) + pixel(r + 1, c) + pixel(r + 1, c + 1);
+            assert_eq!(p, (sum / 4.0).round_ties_even(), "pixel {i} after {steps} steps");
+        }
+    }
+    // The game is on: the ball or a paddle moved.
+    assert_ne!(pong_frames(&halved, 0)?, pong_frames(&halved, 90)?);
+    Ok(())
+}
+
+#[test]
+fn cropped_frames_are_stacked_the_first_repeated_before_a_game() -> TestResult {
+    let crop = serde_json::json!({ "top": 34, "bottom": 16 });
+    let pool = pong(&[("crop", crop), ("img_height", 42.into()), ("img_width", 42.into())]);
+    assert_eq!(pool.probe()?.observation_space.shape(), [42, 42, STACK]);
+    let at = |steps| pong_frames(&pool, steps);
+    let (first, later) = (at(0)?, at(90)?);
+    for c in 0..STACK {
+        assert_eq!(channel(&first, c), channel(&first, STACK - 1), "channel {c} at reset");
+    }
+    // Each channel is the newest frame of an earlier step.
+    for back in 0..STACK {
+        assert_eq!(channel(&later, STACK - 1 - back), channel(&at(90 - back)?, STACK - 1));
+    }
+    Ok(())
+}
+
+#[test]
+fn a_crop_that_leaves_no_pixels_fails_the_worker_with_the_key() -> TestResult {
+    let pool = pong(&[("crop", serde_json::json!({ "left": 100, "right": 60 }))]);
+    let message = pool.probe().err().map(|e| e.to_string()).unwrap_or_default();
+    assert!(message.contains("env_config.crop"), "{message}");
+    Ok(())
+}

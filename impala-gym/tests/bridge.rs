@@ -139,3 +139,20 @@ fn user_envs_by_entry_point_with_env_config() -> TestResult {
     }
     Ok(())
 }
+
+#[test]
+fn workers_give_numerical_libraries_one_thread_unless_exported() -> TestResult {
+    let names = ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"];
+    let mut s = settings_n("impala_test_envs:Environ", 1, 1);
+    s.env_config = config(&[("names", serde_json::json!(names))]);
+    let mut env = GymEnvPool::new(s).make(0, 0, 0)?;
+    let mut obs = vec![0.0; names.len()];
+    env.reset(None, &mut obs)?;
+    // A value exported to the trainer reaches its workers unchanged.
+    let expected: Vec<f32> = names
+        .iter()
+        .map(|n| std::env::var(n).ok().and_then(|v| v.parse().ok()).unwrap_or(1.0))
+        .collect();
+    assert_eq!(obs, expected, "{names:?}");
+    Ok(())
+}

@@ -148,6 +148,25 @@ class Image(gym.Env):
         return self._obs(), reward, False, self.t >= self.length, {}
 
 
+class Environ(gym.Env):
+    """Observes the worker's environment: each of `names` as a number (-1 where unset)."""
+
+    def __init__(self, names=()):
+        self.names = list(names)
+        self.observation_space = spaces.Box(-1, np.inf, (len(self.names),), np.float32)
+        self.action_space = spaces.Discrete(1)
+
+    def _obs(self):
+        return np.array([float(os.environ.get(n, -1)) for n in self.names], np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._obs(), {}
+
+    def step(self, action):
+        return self._obs(), 0.0, False, False, {}
+
+
 def make_match_bit(env_config):
     """An RLlib-style env creator: one `env_config` dict."""
     return MatchBit(**env_config)
