@@ -4,8 +4,8 @@ the random policy's, with no impala-rs code involved?
     .venv/bin/python scripts/a2c_atari_baseline.py --game pong --steps 1000000
 
 The envs are one ale-py `AtariVectorEnv` with impala-gym's preprocessing as
-`examples/pong-impala-fast.toml` sets it (42x42 grayscale, 4 stacked frames, frameskip 4,
-noop reset, `repeat_action_probability` 0); the network is that config's (convolutions
+`examples/pong-impala-fast.toml` sets it, except its crop (42x42 grayscale of the whole screen,
+4 stacked frames, frameskip 4, noop reset, `repeat_action_probability` 0); the network is that config's (convolutions
 [16, 4, 2], [32, 4, 2], [256, 10, 1] with ReLU, a 256 ReLU layer, policy and value heads). A2C
 as OpenAI's baselines runs it on Atari: `--envs` games stepped `--unroll` steps, n-step returns,
 RMSprop (lr 7e-4, alpha 0.99, eps 1e-5), entropy 0.01, value 0.5, mean losses, gradient norm

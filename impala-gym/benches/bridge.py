@@ -43,7 +43,10 @@ def raw_worker(env_id, count, seconds, env_config, queue):
 
         game = env_id.split("/", 1)[1].split("-", 1)[0]
         game = "".join("_" + c.lower() if c.isupper() else c for c in game).lstrip("_")
-        kwargs = {"autoreset_mode": "SameStep", "reward_clipping": False, **env_config}
+        # ale-py cannot crop (`env_config.crop` is impala-gym's): the raw loop takes frames of
+        # the same size, of the whole screen.
+        config = {k: v for k, v in env_config.items() if k != "crop"}
+        kwargs = {"autoreset_mode": "SameStep", "reward_clipping": False, **config}
         vec = ale_py.AtariVectorEnv(game, num_envs=count, **kwargs)
         vec.reset(seed=0)
         n = vec.single_action_space.n
