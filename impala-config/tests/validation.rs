@@ -644,13 +644,16 @@ fn lr_that_a_schedule_overrides_is_a_warning() -> TestResult {
     Ok(())
 }
 
+/// A config for `env` with `env_config.<key> = value`.
+fn with_env_config(env: &str, key: &str, value: serde_json::Value) -> ImpalaConfig {
+    let mut config = ImpalaConfig::default().environment(|e| e.env(env));
+    config.env_config.insert(key.into(), value);
+    config
+}
+
 #[test]
 fn atari_frameskip_1_is_refused_and_other_values_warn() -> TestResult {
-    let atari = |frameskip: serde_json::Value| {
-        let mut config = ImpalaConfig::default().environment(|e| e.env("ALE/Pong-v5"));
-        config.env_config.insert("frameskip".into(), frameskip);
-        config
-    };
+    let atari = |frameskip| with_env_config("ALE/Pong-v5", "frameskip", frameskip);
     // RLlib's Atari configs set 1 for their own frame-skipping wrapper; here it would turn
     // action repeat off.
     fails(&atari(1.into()), Rule::AtariFrameskip, "env_config.frameskip")?;
@@ -659,19 +662,13 @@ fn atari_frameskip_1_is_refused_and_other_values_warn() -> TestResult {
     assert_eq!(warnings(&atari(4.into()))?, []);
     assert_eq!(warnings(&atari(3.into()))?, [WarningKind::AtariFrameskip]);
     // Other envs' frameskip keys are theirs.
-    let mut other = ImpalaConfig::default().environment(|e| e.env("my_pkg.envs:Frames"));
-    other.env_config.insert("frameskip".into(), 1.into());
-    assert_eq!(warnings(&other)?, []);
+    assert_eq!(warnings(&with_env_config("my_pkg.envs:Frames", "frameskip", 1.into()))?, []);
     Ok(())
 }
 
 #[test]
 fn an_atari_crop_must_be_sides_in_pixels_that_leave_a_grayscale_frame() -> TestResult {
-    let atari = |crop: serde_json::Value| {
-        let mut config = ImpalaConfig::default().environment(|e| e.env("ALE/Pong-v5"));
-        config.env_config.insert("crop".into(), crop);
-        config
-    };
+    let atari = |crop| with_env_config("ALE/Pong-v5", "crop", crop);
     assert_eq!(warnings(&atari(serde_json::json!({ "top": 34, "bottom": 16 })))?, []);
     assert_eq!(warnings(&atari(serde_json::json!({})))?, []);
     for bad in [
@@ -689,9 +686,7 @@ fn an_atari_crop_must_be_sides_in_pixels_that_leave_a_grayscale_frame() -> TestR
     colour.env_config.insert("grayscale".into(), false.into());
     fails(&colour, Rule::AtariCrop, "env_config.crop")?;
     // Other envs' crop keys are theirs.
-    let mut other = ImpalaConfig::default().environment(|e| e.env("my_pkg.envs:Frames"));
-    other.env_config.insert("crop".into(), "center".into());
-    assert_eq!(warnings(&other)?, []);
+    assert_eq!(warnings(&with_env_config("my_pkg.envs:Frames", "crop", "center".into()))?, []);
     Ok(())
 }
 
