@@ -107,8 +107,9 @@ pub struct Impala {
     /// started again on demand if starting them failed.
     pub(crate) runners: Option<EnvRunnerGroup>,
     pub(crate) learner: Option<LearnerHandle>,
-    /// The learner of a learner thread that died: its last good weights and optimizer state,
-    /// for `save()`, `evaluate()` and `restore()`.
+    /// A learner no thread runs: one whose thread died, with its last good weights and
+    /// optimizer state for `save()`, `evaluate()` and `restore()`; or, while the builder
+    /// restores a checkpoint, the new learner before it loads and its thread starts.
     pub(crate) dead_learner: Option<Learner>,
     /// Why the learner thread died (reported once by `train()`, then on every use).
     pub(crate) learner_death: Option<String>,

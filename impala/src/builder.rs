@@ -143,9 +143,11 @@ impl ImpalaBuilder {
     }
 
     /// Builds the learner (and its thread), the env runners and the batching stage. Runners
-    /// start sampling at once, with the learner's initial weights (the restored ones with
-    /// [`restore_from`](Self::restore_from)); [`Impala::restore`] replaces them (and drops what
-    /// they sampled) with runners that act with the restored weights.
+    /// start sampling at once, with the learner's initial weights, or with
+    /// [`restore_from`](Self::restore_from) the restored ones: the learner loads the checkpoint
+    /// before its thread and the runners start. ([`Impala::restore`] on a running algorithm
+    /// replaces its runners, and drops what they sampled, with runners that act with the
+    /// restored weights.)
     pub fn build(self) -> Result<Impala> {
         let ImpalaBuilder { config, env_factory, env_creator, remote, model, checkpoint } = self;
         let custom_env = env_factory.is_some() || env_creator.is_some();
@@ -197,11 +199,21 @@ impl ImpalaBuilder {
             trained: true,
         };
         crate::budget::check_memory(&config, &[share])?;
-        let learner = LearnerHandle::spawn(&settings::learner_thread(&config), learner)?;
+        // A restore loads the learner before its thread starts: it is handed over idle.
+        let (learner, idle_learner) = match &checkpoint {
+            Some(_) => (None, Some(learner)),
+            None => {
+                (Some(LearnerHandle::spawn(&settings::learner_thread(&config), learner)?), None)
+            }
+        };
         let precision = config.config().precision;
         let policies = PolicySource { model, spec: spec.clone(), base_seed, precision };
         let streams = Streams::new(&config, base_seed, 0);
-        let batching = batching_stage(&config, &streams)?;
+        // A restore builds the batching stage on the restored run's streams.
+        let batching = match &checkpoint {
+            Some(_) => None,
+            None => batching_stage(&config, &streams)?,
+        };
         let mut algo = Impala {
             broadcaster: WeightBroadcaster::new(config.config().broadcast_interval),
             episodes: EpisodeWindow::new(config.config().metrics_num_episodes_for_smoothing),
@@ -212,8 +224,8 @@ impl ImpalaBuilder {
             policies,
             spec,
             runners: None,
-            learner: Some(learner),
-            dead_learner: None,
+            learner,
+            dead_learner: idle_learner,
             learner_death: None,
             stopped: false,
             batching,

@@ -522,11 +522,13 @@ impl MultiAgentImpala {
             steps_since_broadcast: 0,
             stopped: false,
         };
-        start_learners(&mut algo.policies)?;
         match checkpoint {
-            // Restoring starts the runners, with the restored weights.
+            // Restoring loads the held learners, then starts their thread and the runners.
             Some(path) => algo.restore(path)?,
-            None => algo.start_runners()?,
+            None => {
+                start_learners(&mut algo.policies)?;
+                algo.start_runners()?
+            }
         }
         if let Some(transport) = &algo.remote {
             crate::remote::wait_for_runners(transport.as_ref(), &algo.config)?;
