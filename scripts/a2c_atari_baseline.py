@@ -9,8 +9,8 @@ The envs are one ale-py `AtariVectorEnv` with impala-gym's preprocessing (42x42 
 whole screen, 4 stacked frames, frameskip 4, noop reset, `repeat_action_probability` 0), or with
 `--crop` Pong's playing field (rows 34-193 of the 210x160 screen) as 40x40 means of 4x4 blocks,
 which is how the crop was first measured; `examples/pong-impala-fast.toml` crops the same rows
-to 42x42. The network is that config's (convolutions [16, 4, 2], [32, 4, 2], [256, 10, 1] with ReLU, a 256 ReLU layer, policy and value heads). A2C
-as OpenAI's baselines runs it on Atari: `--envs` games stepped `--unroll` steps, n-step returns,
+to 42x42. The network is that config's (convolutions [16, 4, 2], [32, 4, 2], [256, 10, 1] with
+ReLU, a 256 ReLU layer, policy and value heads). A2C as OpenAI's baselines runs it on Atari: `--envs` games stepped `--unroll` steps, n-step returns,
 RMSprop (lr 7e-4, alpha 0.99, eps 1e-5), entropy 0.01, value 0.5, mean losses, gradient norm
 clipped at 0.5, rewards clipped to their sign. Prints one JSON line every 50,000 env steps: the
 mean return of the last 100 episodes, the policy's entropy and env steps/s. One libtorch thread.

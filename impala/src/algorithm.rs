@@ -110,7 +110,7 @@ pub struct Impala {
     /// A learner no thread runs: one whose thread died, with its last good weights and
     /// optimizer state for `save()`, `evaluate()` and `restore()`; or, while the builder
     /// restores a checkpoint, the new learner before it loads and its thread starts.
-    pub(crate) dead_learner: Option<Learner>,
+    pub(crate) idle_learner: Option<Learner>,
     /// Why the learner thread died (reported once by `train()`, then on every use).
     pub(crate) learner_death: Option<String>,
     /// `stop()` was called.
@@ -315,7 +315,7 @@ impl Impala {
     /// The learner's current weights: from its thread, or the last good ones of a learner
     /// that died.
     fn current_weights(&self) -> Result<Arc<Weights>> {
-        if let (None, Some(learner), false) = (&self.learner, &self.dead_learner, self.stopped) {
+        if let (None, Some(learner), false) = (&self.learner, &self.idle_learner, self.stopped) {
             return Ok(learner.weights()?);
         }
         Ok(self.learner()?.current_weights()?)
@@ -325,7 +325,7 @@ impl Impala {
     fn keep_dead_learner(&mut self, cause: &LearnerError) {
         if let Some(handle) = self.learner.take() {
             let (learner, _) = handle.finish();
-            self.dead_learner = learner;
+            self.idle_learner = learner;
         }
         self.learner_death = Some(cause.to_string());
     }
@@ -647,7 +647,7 @@ impl Impala {
             |path: &Path, cause| ImpalaError::LearnerCheckpoint { path: path.to_path_buf(), cause };
         let config = self.config.config();
         let module = self.script.as_ref().map(|s| s.bytes());
-        match (&self.learner, &self.dead_learner) {
+        match (&self.learner, &self.idle_learner) {
             (Some(handle), _) => save_checkpoint(dir, &state, config, module, |learner_dir| {
                 handle.save(learner_dir).map_err(|e| learner_error(learner_dir, e))
             }),
@@ -720,7 +720,7 @@ impl Impala {
         // The learner loads between SGD steps: take it off its thread (or take the one a
         // failure left behind), load, and start its thread again.
         let was_running = self.learner.is_some();
-        let learner = match (self.learner.take(), self.dead_learner.take()) {
+        let learner = match (self.learner.take(), self.idle_learner.take()) {
             (Some(handle), _) => {
                 let (learner, failure) = handle.finish();
                 if let Err(e) = failure {
@@ -745,7 +745,7 @@ impl Impala {
             if was_running {
                 self.learner = Some(self.spawn_learner(learner)?);
             } else {
-                self.dead_learner = Some(learner);
+                self.idle_learner = Some(learner);
             }
             let reason = format!("the learner state does not load ({e})");
             return Err(ImpalaError::corrupt_checkpoint(&dir, reason));
@@ -791,7 +791,7 @@ impl Impala {
     /// again). Dropping an `Impala` stops them too, without reporting.
     pub fn stop(&mut self) -> Result<()> {
         self.stopped = true;
-        self.dead_learner = None;
+        self.idle_learner = None;
         let runners = self.runners.take().map(EnvRunnerGroup::shutdown);
         if let Some(pool) = &self.python_pool {
             // Runners that did not stop within the grace are stuck in an env step: their

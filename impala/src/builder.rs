@@ -199,20 +199,17 @@ impl ImpalaBuilder {
             trained: true,
         };
         crate::budget::check_memory(&config, &[share])?;
-        // A restore loads the learner before its thread starts: it is handed over idle.
-        let (learner, idle_learner) = match &checkpoint {
-            Some(_) => (None, Some(learner)),
-            None => {
-                (Some(LearnerHandle::spawn(&settings::learner_thread(&config), learner)?), None)
-            }
-        };
         let precision = config.config().precision;
         let policies = PolicySource { model, spec: spec.clone(), base_seed, precision };
         let streams = Streams::new(&config, base_seed, 0);
-        // A restore builds the batching stage on the restored run's streams.
-        let batching = match &checkpoint {
-            Some(_) => None,
-            None => batching_stage(&config, &streams)?,
+        // A restore loads the learner before its thread starts (it is handed over idle) and
+        // builds the batching stage on the restored run's streams.
+        let (learner, idle_learner, batching) = match &checkpoint {
+            Some(_) => (None, Some(learner), None),
+            None => {
+                let thread = LearnerHandle::spawn(&settings::learner_thread(&config), learner)?;
+                (Some(thread), None, batching_stage(&config, &streams)?)
+            }
         };
         let mut algo = Impala {
             broadcaster: WeightBroadcaster::new(config.config().broadcast_interval),
@@ -225,7 +222,7 @@ impl ImpalaBuilder {
             spec,
             runners: None,
             learner,
-            dead_learner: idle_learner,
+            idle_learner,
             learner_death: None,
             stopped: false,
             batching,
