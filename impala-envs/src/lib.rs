@@ -51,7 +51,8 @@ pub use classic::{
 pub use crashing::{CartPoleCrashing, CartPoleCrashingConfig};
 pub use error::{EnvError, Result};
 pub use multi_agent::{
-    is_multi_agent, make_multi_agent, HalfObserved, MultiAgentCartPole, MULTI_AGENT_ENVS,
+    is_multi_agent, make_multi_agent, HalfObserved, MultiAgentCartPole, SignalingGame,
+    SignalingReward, MULTI_AGENT_ENVS,
 };
 pub use registry::{
     contains, list, make, make_for_worker, make_stateful, register, reward_threshold, EnvConfig,

@@ -262,8 +262,168 @@ impl MultiAgentEnv for HalfObserved {
     }
 }
 
+/// What [`SignalingGame`] pays its agents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalingReward {
+    /// Both agents get +1 for each round the listener names the bit the speaker saw.
+    Signal,
+    /// Each agent gets an independent fair coin (0 or 1) every step, whatever anyone does: a
+    /// game with nothing to learn, where a policy with an entropy bonus must stay near uniform.
+    Coin,
+}
+
+/// A Lewis signalling game between two agents with different observation spaces. At each of
+/// 10 steps the `speaker` sees a random bit (`Discrete(2)`) and emits a symbol (`Discrete(2)`);
+/// the `listener` sees only the symbol the speaker emitted the step before (`Discrete(3)`: 0
+/// before the first symbol, then `1 + symbol`) and names a bit (`Discrete(2)`). With
+/// [`SignalingReward::Signal`] both get +1 when the listener names the bit behind the symbol it
+/// sees: 9 rounds an episode, 9 at the optimum, 4.5 at random. Neither can score alone: the
+/// speaker's symbols mean something only once the listener reads them, and the other way round,
+/// so two independent learners must settle on a convention from each other's noise.
+///
+/// ```
+/// use impala_core::{MultiAgentEnv, MultiAgentStep};
+/// use impala_envs::{SignalingGame, SignalingReward};
+///
+/// let mut env = SignalingGame::new(SignalingReward::Signal);
+/// let (mut obs, mut actions) = (env.spec().observation_buffers(), env.spec().action_buffers());
+/// let mut out = MultiAgentStep::new(2);
+/// env.reset(Some(3), &mut obs, &mut out)?;
+/// let mut total = 0.0;
+/// while !out.episode_done() {
+///     actions[0][0] = obs[0][0]; // the speaker emits the bit it sees
+///     actions[1][0] = (obs[1][0] - 1.0).max(0.0); // the listener repeats the symbol
+///     env.step(&actions, &mut obs, &mut out)?;
+///     total += out.agents[1].reward;
+/// }
+/// assert_eq!(total, 9.0);
+/// # Ok::<(), impala_core::CoreError>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct SignalingGame {
+    spec: MultiAgentSpec,
+    reward: SignalingReward,
+    /// The bit the speaker sees now.
+    bit: u8,
+    /// The bit behind the symbol the listener sees now, once there is one.
+    signalled_bit: Option<u8>,
+    step: usize,
+    rng: SmallRng,
+    needs_reset: bool,
+}
+
+impl SignalingGame {
+    /// The env's id.
+    pub const ID: &'static str = "SignalingGame";
+    /// Steps per episode.
+    pub const LENGTH: usize = 10;
+
+    /// A game paying `reward`, which must be reset before its first step.
+    pub fn new(reward: SignalingReward) -> Self {
+        let agent = |id: &str, observations| AgentSpec {
+            id: id.into(),
+            observation_space: Space::Discrete(observations),
+            action_space: Space::Discrete(2),
+        };
+        SignalingGame {
+            spec: MultiAgentSpec {
+                id: Self::ID.into(),
+                agents: vec![agent("speaker", 2), agent("listener", 3)],
+                max_episode_steps: Some(Self::LENGTH),
+            },
+            reward,
+            bit: 0,
+            signalled_bit: None,
+            step: 0,
+            rng: SmallRng::from_os_rng(),
+            needs_reset: true,
+        }
+    }
+
+    fn action(&self, actions: &[Vec<f32>], i: usize) -> Result<u8> {
+        match actions[i].first() {
+            Some(&a) if a == 0.0 || a == 1.0 => Ok(a as u8),
+            other => Err(CoreError::InvalidAction {
+                action: other.map(|&a| vec![a]).unwrap_or_default(),
+                space: format!("Discrete(2) of agent `{}`", self.spec.agents[i].id),
+                reason: "expected 0 or 1".into(),
+            }),
+        }
+    }
+
+    /// Draws the speaker's next bit and writes both observations (`symbol` is what the
+    /// listener sees: `None` before the first).
+    fn observe(&mut self, symbol: Option<u8>, obs: &mut [Vec<f32>], out: &mut MultiAgentStep) {
+        self.bit = self.rng.random_range(0..2);
+        obs[0][0] = f32::from(self.bit);
+        obs[1][0] = symbol.map_or(0.0, |s| f32::from(1 + s));
+        out.agents[0].observed = true;
+        out.agents[1].observed = true;
+    }
+}
+
+impl MultiAgentEnv for SignalingGame {
+    fn spec(&self) -> &MultiAgentSpec {
+        &self.spec
+    }
+
+    fn reset(
+        &mut self,
+        seed: Option<u64>,
+        obs: &mut [Vec<f32>],
+        out: &mut MultiAgentStep,
+    ) -> Result<()> {
+        if let Some(seed) = seed {
+            self.rng = SmallRng::seed_from_u64(seed);
+        }
+        out.clear();
+        self.step = 0;
+        self.signalled_bit = None;
+        self.needs_reset = false;
+        self.observe(None, obs, out);
+        Ok(())
+    }
+
+    fn step(
+        &mut self,
+        actions: &[Vec<f32>],
+        obs: &mut [Vec<f32>],
+        out: &mut MultiAgentStep,
+    ) -> Result<()> {
+        if self.needs_reset {
+            return Err(CoreError::NeedsReset { env: Self::ID.into() });
+        }
+        let (symbol, guess) = (self.action(actions, 0)?, self.action(actions, 1)?);
+        out.clear();
+        match self.reward {
+            SignalingReward::Signal => {
+                let right = self.signalled_bit == Some(guess);
+                for agent in &mut out.agents {
+                    agent.reward = if right { 1.0 } else { 0.0 };
+                }
+            }
+            SignalingReward::Coin => {
+                for agent in &mut out.agents {
+                    agent.reward = f64::from(self.rng.random_range(0..2u8));
+                }
+            }
+        }
+        self.signalled_bit = Some(self.bit);
+        self.step += 1;
+        self.observe(Some(symbol), obs, out);
+        let over = self.step >= Self::LENGTH;
+        for agent in &mut out.agents {
+            agent.terminated = over;
+        }
+        out.all_terminated = over;
+        self.needs_reset = over;
+        Ok(())
+    }
+}
+
 /// The native multi-agent envs, by id: what [`make_multi_agent`] builds.
-pub const MULTI_AGENT_ENVS: [&str; 2] = [MultiAgentCartPole::ID, HalfObserved::ID];
+pub const MULTI_AGENT_ENVS: [&str; 3] =
+    [MultiAgentCartPole::ID, HalfObserved::ID, SignalingGame::ID];
 
 /// Whether `id` names a native multi-agent env.
 pub fn is_multi_agent(id: &str) -> bool {
@@ -271,7 +431,8 @@ pub fn is_multi_agent(id: &str) -> bool {
 }
 
 /// Builds the native multi-agent env `id` with `env_config` (`MultiAgentCartPole` takes
-/// `num_agents`, 2 by default; `HalfObserved` takes nothing).
+/// `num_agents`, 2 by default; `SignalingGame` takes `reward`, `"signal"` by default or
+/// `"coin"`; `HalfObserved` takes nothing).
 ///
 /// ```
 /// use impala_envs::{make_multi_agent, EnvConfig};
@@ -286,6 +447,7 @@ pub fn make_multi_agent(id: &str, env_config: &EnvConfig) -> crate::Result<Box<d
     let accepted: &[&str] = match id {
         MultiAgentCartPole::ID => &["num_agents"],
         HalfObserved::ID => &[],
+        SignalingGame::ID => &["reward"],
         _ => {
             return Err(EnvError::UnknownEnv {
                 id: id.to_string(),
@@ -305,6 +467,24 @@ pub fn make_multi_agent(id: &str, env_config: &EnvConfig) -> crate::Result<Box<d
     }
     if id == HalfObserved::ID {
         return Ok(Box::new(HalfObserved::new()));
+    }
+    if id == SignalingGame::ID {
+        let reward = match env_config.get("reward") {
+            None => SignalingReward::Signal,
+            Some(v) => match v.as_str() {
+                Some("signal") => SignalingReward::Signal,
+                Some("coin") => SignalingReward::Coin,
+                _ => {
+                    return Err(EnvError::InvalidConfigValue {
+                        env: id.to_string(),
+                        key: "reward".into(),
+                        expected: "\"signal\" or \"coin\"".into(),
+                        got: v.to_string(),
+                    })
+                }
+            },
+        };
+        return Ok(Box::new(SignalingGame::new(reward)));
     }
     let num_agents = match env_config.get("num_agents") {
         None => 2,

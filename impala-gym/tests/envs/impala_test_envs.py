@@ -37,6 +37,35 @@ class MatchBit(gym.Env):
         return self._obs(), reward, False, self.t >= self.length, {}
 
 
+class CoinBit(gym.Env):
+    """Nothing to learn: the observation is one of 4 states drawn at random, one-hot (Box(4), as
+    CartPole's, so CartPole's custom models fit), the reward a fair coin (0 or 1) whatever the
+    action; episodes end (terminate) after `length` steps. A policy with an entropy bonus must
+    stay near uniform here."""
+
+    def __init__(self, length=10):
+        self.observation_space = spaces.Box(0.0, 1.0, (4,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.length = int(length)
+        self.rng = np.random.default_rng()
+        self.t = 0
+
+    def _obs(self):
+        obs = np.zeros(4, np.float32)
+        obs[int(self.rng.integers(4))] = 1.0
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), float(self.rng.integers(2)), self.t >= self.length, False, {}
+
+
 class Faulty(gym.Env):
     """Counts steps in its observation; after `after` steps of its life (over all episodes) it
     raises, hangs, dies or prints, as `mode` says (`raise`, `raise_on_reset`, `hang`, `die`,
@@ -273,6 +302,65 @@ class HalfObservedParallel:
         if done:
             self.agents = []
         return obs, rewards, terminations, truncations, {a: {} for a in obs}
+
+
+class SignalingParallel:
+    """impala-rs's SignalingGame written to PettingZoo's `ParallelEnv` API, with one-hot `Box`
+    observations of different sizes: each step the `speaker` sees a random bit (Box(2)) and emits
+    a symbol; the `listener` sees the symbol emitted the step before (Box(3): none, 0 or 1) and
+    names a bit. `reward="signal"`: both get 1 when the listener names the bit behind the symbol
+    (9 a game of 10 steps at best, 4.5 at random); `reward="coin"`: each agent gets a fair coin
+    (0 or 1) whatever anyone does."""
+
+    metadata = {"name": "signaling_parallel_v0"}
+
+    def __init__(self, *, reward="signal", length=10):
+        if reward not in ("signal", "coin"):
+            raise ValueError(f"reward must be 'signal' or 'coin', not {reward!r}")
+        self.reward, self.length = reward, int(length)
+        self.possible_agents = ["speaker", "listener"]
+        self.agents = []
+        self.rng = np.random.default_rng()
+        self.spaces = {
+            "speaker": spaces.Box(0.0, 1.0, (2,), np.float32),
+            "listener": spaces.Box(0.0, 1.0, (3,), np.float32),
+        }
+        self.bit, self.signalled, self.t = 0, None, 0
+
+    def observation_space(self, agent):
+        return self.spaces[agent]
+
+    def action_space(self, agent):
+        return spaces.Discrete(2)
+
+    def _observe(self, symbol):
+        self.bit = int(self.rng.integers(2))
+        speaker = np.zeros(2, np.float32)
+        speaker[self.bit] = 1.0
+        listener = np.zeros(3, np.float32)
+        listener[0 if symbol is None else 1 + int(symbol)] = 1.0
+        return {"speaker": speaker, "listener": listener}
+
+    def reset(self, seed=None, options=None):
+        if seed is not None:
+            self.rng = np.random.default_rng(seed)
+        self.agents, self.t, self.signalled = list(self.possible_agents), 0, None
+        return self._observe(None), {a: {} for a in self.agents}
+
+    def step(self, actions):
+        if self.reward == "coin":
+            rewards = {a: float(self.rng.integers(2)) for a in self.agents}
+        else:
+            right = float(self.signalled is not None and int(actions["listener"]) == self.signalled)
+            rewards = {a: right for a in self.agents}
+        self.signalled = self.bit
+        self.t += 1
+        obs = self._observe(actions["speaker"])
+        done = self.t >= self.length
+        agents = self.agents
+        if done:
+            self.agents = []
+        return obs, rewards, {a: done for a in agents}, {a: False for a in agents}, {a: {} for a in agents}
 
 
 class JoinAndLeave:
