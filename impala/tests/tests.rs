@@ -3,6 +3,7 @@
 mod algorithm;
 mod common;
 mod image_model;
+mod learning;
 mod learner_settings;
 mod models;
 mod multi_agent;
