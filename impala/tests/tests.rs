@@ -3,8 +3,8 @@
 mod algorithm;
 mod common;
 mod image_model;
-mod learning;
 mod learner_settings;
+mod learning;
 mod models;
 mod multi_agent;
 mod options;
