@@ -203,17 +203,6 @@ impl HalfObserved {
             out.agents[i].observed = true;
         }
     }
-
-    fn action(&self, actions: &[Vec<f32>], i: usize) -> Result<u8> {
-        match actions[i].first() {
-            Some(&a) if a == 0.0 || a == 1.0 => Ok(a as u8),
-            other => Err(CoreError::InvalidAction {
-                action: other.map(|&a| vec![a]).unwrap_or_default(),
-                space: format!("Discrete(2) of agent `{}`", self.spec.agents[i].id),
-                reason: "expected 0 or 1".into(),
-            }),
-        }
-    }
 }
 
 impl MultiAgentEnv for HalfObserved {
@@ -246,7 +235,8 @@ impl MultiAgentEnv for HalfObserved {
         if self.needs_reset {
             return Err(CoreError::NeedsReset { env: Self::ID.into() });
         }
-        let parity = self.action(actions, 0)? ^ self.action(actions, 1)?;
+        let parity =
+            binary_action(&self.spec, actions, 0)? ^ binary_action(&self.spec, actions, 1)?;
         let reward = if parity == self.bits[0] ^ self.bits[1] { 1.0 } else { 0.0 };
         out.clear();
         self.step += 1;
@@ -259,6 +249,18 @@ impl MultiAgentEnv for HalfObserved {
         out.all_terminated = over;
         self.needs_reset = over;
         Ok(())
+    }
+}
+
+/// Agent `i`'s action from `actions`, where its action space is `Discrete(2)`.
+fn binary_action(spec: &MultiAgentSpec, actions: &[Vec<f32>], i: usize) -> Result<u8> {
+    match actions[i].first() {
+        Some(&a) if a == 0.0 || a == 1.0 => Ok(a as u8),
+        other => Err(CoreError::InvalidAction {
+            action: other.map(|&a| vec![a]).unwrap_or_default(),
+            space: format!("Discrete(2) of agent `{}`", spec.agents[i].id),
+            reason: "expected 0 or 1".into(),
+        }),
     }
 }
 
@@ -340,17 +342,6 @@ impl SignalingGame {
         }
     }
 
-    fn action(&self, actions: &[Vec<f32>], i: usize) -> Result<u8> {
-        match actions[i].first() {
-            Some(&a) if a == 0.0 || a == 1.0 => Ok(a as u8),
-            other => Err(CoreError::InvalidAction {
-                action: other.map(|&a| vec![a]).unwrap_or_default(),
-                space: format!("Discrete(2) of agent `{}`", self.spec.agents[i].id),
-                reason: "expected 0 or 1".into(),
-            }),
-        }
-    }
-
     /// Draws the speaker's next bit and writes both observations (`symbol` is what the
     /// listener sees: `None` before the first).
     fn observe(&mut self, symbol: Option<u8>, obs: &mut [Vec<f32>], out: &mut MultiAgentStep) {
@@ -393,7 +384,8 @@ impl MultiAgentEnv for SignalingGame {
         if self.needs_reset {
             return Err(CoreError::NeedsReset { env: Self::ID.into() });
         }
-        let (symbol, guess) = (self.action(actions, 0)?, self.action(actions, 1)?);
+        let (symbol, guess) =
+            (binary_action(&self.spec, actions, 0)?, binary_action(&self.spec, actions, 1)?);
         out.clear();
         match self.reward {
             SignalingReward::Signal => {
