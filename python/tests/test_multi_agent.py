@@ -10,6 +10,7 @@ import impala_rs
 from impala_rs import ConfigError, IMPALAConfig, ImpalaError
 
 from coordination import Coordination
+from signaling import Signaling
 
 
 def half_observed():
@@ -153,6 +154,40 @@ def test_a_registered_pettingzoo_env_trains_with_per_policy_results():
     assert set(result["info"]["learner"]) == {"left", "right"}
     assert set(result["policy_reward_mean"]) == {"left", "right"}
     assert result["num_agent_steps_sampled"] == 2 * result["num_env_steps_sampled"]
+
+
+def test_independent_learners_settle_on_a_signal_in_an_rllib_multi_agent_env():
+    # Agents of different observation spaces, a policy each; docs/LEARNING.md has why lr 1e-4.
+    impala_rs.register_env("signaling", lambda config: Signaling(config))
+    config = (
+        IMPALAConfig()
+        .environment("signaling")
+        .env_runners(
+            num_env_runners=1,
+            num_envs_per_env_runner=16,
+            num_envs_per_env_worker=16,
+            rollout_fragment_length=20,
+        )
+        .training(train_batch_size=640, lr=0.0001, entropy_coeff=0.01)
+        .reporting(min_time_s_per_iteration=1.0, metrics_num_episodes_for_smoothing=100)
+        .debugging(seed=1)
+    )
+    mapped = config.multi_agent(
+        policies={"speaker", "listener"},
+        policy_mapping_fn=lambda agent_id, episode, **kwargs: agent_id,
+    )
+    with mapped.build_algo() as algo:
+        for _ in range(240):
+            result = algo.train()
+            if reached(result, 8.0):
+                break
+    assert reached(result, 8.0), result["policy_reward_mean"]
+    # One policy cannot act for agents that see different spaces.
+    shared = config.multi_agent(
+        policies={"shared"}, policy_mapping_fn=lambda agent_id, episode, **kwargs: "shared"
+    )
+    with pytest.raises(ImpalaError, match="agent `listener` maps to policy shared"):
+        shared.build_algo()
 
 
 def test_a_multi_agent_config_runs_as_a_tune_trial(tmp_path):
