@@ -3,10 +3,11 @@
 
 use std::num::NonZeroUsize;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, RangedU64ValueParser, TypedValueParser};
 use clap::{Args, Parser, Subcommand};
-use impala::config::{LogLevel, MAX_EVALUATION_EPISODES};
+use impala::config::{LogLevel, MAX_EVALUATION_EPISODES, MAX_SECONDS};
 use impala::run::ScoreOrder;
 use impala::StopCriteria;
 
@@ -161,8 +162,8 @@ pub struct StopArgs {
     /// Stop after this many training iterations (at least 1).
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
     pub stop_iters: Option<u64>,
-    /// Stop after this many seconds of training (a positive number).
-    #[arg(long, value_parser = positive)]
+    /// Stop after this many seconds of training (a positive number, at most 1e9).
+    #[arg(long, value_parser = seconds)]
     pub stop_time: Option<f64>,
 }
 
@@ -198,8 +199,8 @@ pub struct EnvRunnerArgs {
     pub expect_env: Option<String>,
     /// Seconds to keep trying to reach the driver (at start and after losing it) before
     /// exiting with an error.
-    #[arg(long, default_value_t = 60.0, value_parser = positive)]
-    pub reconnect_timeout_s: f64,
+    #[arg(long, default_value = "60", value_name = "SECONDS", value_parser = duration)]
+    pub reconnect_timeout_s: Duration,
     /// Log level (`error`, `warn`, `info`, `debug`, `trace`).
     #[arg(long, default_value = "info", value_parser = |s: &str| s.parse::<LogLevel>())]
     pub log_level: LogLevel,
@@ -264,7 +265,7 @@ pub struct TuneArgs {
 pub struct StabilityArgs {
     /// Train on after first reaching --stop-reward: watch episode_return_mean for this many
     /// seconds of training (or --stay-steps env steps, whichever comes first).
-    #[arg(long, value_name = "SECONDS", value_parser = positive)]
+    #[arg(long, value_name = "SECONDS", value_parser = seconds)]
     pub stay_s: Option<f64>,
     /// Watch this many env steps after first reaching --stop-reward (or --stay-s seconds,
     /// whichever comes first).
@@ -320,6 +321,20 @@ fn positive(s: &str) -> Result<f64, String> {
     (v > 0.0).then_some(v).ok_or_else(|| "expected a positive number".into())
 }
 
+/// A positive number of seconds, at most `MAX_SECONDS` (1e9, about 31 years): every option in
+/// seconds, as the config's are.
+fn seconds(s: &str) -> Result<f64, String> {
+    let v = positive(s)?;
+    (v <= MAX_SECONDS)
+        .then_some(v)
+        .ok_or_else(|| format!("expected at most {MAX_SECONDS:e} seconds (about 31 years)"))
+}
+
+/// [`seconds`] as a [`Duration`].
+fn duration(s: &str) -> Result<Duration, String> {
+    Duration::try_from_secs_f64(seconds(s)?).map_err(|e| e.to_string())
+}
+
 /// `impala evaluate`.
 #[derive(Debug, Clone, Args)]
 pub struct EvaluateArgs {
@@ -371,7 +386,7 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 450.0, allow_negative_numbers = true, value_parser = finite)]
     pub stop_reward: f64,
     /// Give up on a seed after this many seconds of training.
-    #[arg(long, default_value_t = 300.0, value_parser = positive)]
+    #[arg(long, default_value_t = 300.0, value_parser = seconds)]
     pub stop_time: f64,
     /// Config file (default: the embedded CartPole-v1 example).
     pub config: Option<PathBuf>,
@@ -406,7 +421,7 @@ pub struct MemoryArgs {
     #[arg(long, default_value_t = 60.0, value_parser = finite)]
     pub warmup_s: f64,
     /// Seconds between resident-memory samples.
-    #[arg(long, default_value_t = 10.0, value_parser = positive)]
+    #[arg(long, default_value_t = 10.0, value_parser = seconds)]
     pub sample_every_s: f64,
     /// Save (and prune) checkpoints every N iterations.
     #[arg(long, default_value_t = 1000, value_name = "N")]

@@ -5,7 +5,7 @@
 use std::fmt::Display;
 use std::process::ExitCode;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use anyhow::Context as _;
 use impala::config::ConfigFormat;
@@ -48,12 +48,15 @@ pub(crate) fn print_config(args: &ConfigArgs) -> anyhow::Result<ExitCode> {
         _ => ConfigFormat::Toml,
     };
     print!("{}", config.config().to_string_as(format)?);
-    // The learner's device mapping (num_gpus, or num_learners x num_gpus_per_learner), as a
-    // comment in every format but JSON, on stderr for JSON so stdout stays parseable.
+    // The learner's device mapping (num_gpus, or num_learners x num_gpus_per_learner) and the
+    // waits validation made of the options in seconds, as comments in every format but JSON,
+    // on stderr for JSON so stdout stays parseable.
     let plan = format!("learner: {}", config.config().learner_plan());
-    match format {
-        ConfigFormat::Json => eprintln!("{plan}"),
-        _ => println!("# {plan}"),
+    for line in [plan, format!("waits: {}", config.durations())] {
+        match format {
+            ConfigFormat::Json => eprintln!("{line}"),
+            _ => println!("# {line}"),
+        }
     }
     print_warnings(&warnings);
     Ok(ExitCode::SUCCESS)
@@ -63,7 +66,7 @@ pub(crate) fn env_runner(args: &EnvRunnerArgs) -> anyhow::Result<ExitCode> {
     impala::logging::init(args.log_level);
     let mut settings = ClientSettings::new(&args.connect, Token::from_file(&args.token_file)?);
     settings.expect_env = args.expect_env.clone();
-    settings.reconnect_timeout = Duration::from_secs_f64(args.reconnect_timeout_s);
+    settings.reconnect_timeout = args.reconnect_timeout_s;
     let tls = args.tls_ca.as_deref().map(|ca| ClientTls::from_file(ca, args.tls_domain.clone()));
     settings.tls = tls.transpose()?;
     let reason = serve_env_runner(&settings, RunnerHost::default())?;

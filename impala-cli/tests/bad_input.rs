@@ -134,6 +134,26 @@ fn missing_corrupt_and_incompatible_checkpoints() -> TestResult {
 }
 
 #[test]
+fn seconds_no_duration_holds_are_one_line_errors_not_panics() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    // Before: rc 101 and a backtrace ("cannot convert float seconds to Duration").
+    for key in ["sample_timeout_s", "min_time_s_per_iteration"] {
+        let set = format!("{key}=1e30");
+        let run = impala(dir.path(), &["train", "--set", &set, "--run-dir", "run"])?;
+        run.assert_one_line_error(&[key, "at most 1e9"]);
+    }
+    let runner = ["env-runner", "--connect", "127.0.0.1:1", "--token-file", "none"];
+    let run = impala(dir.path(), &[&runner[..], &["--reconnect-timeout-s", "1e30"]].concat())?;
+    assert!(!run.success && !run.stderr.contains("panicked"), "{}", run.stderr);
+    assert!(run.stderr.contains("--reconnect-timeout-s"), "{}", run.stderr);
+    assert!(!dir.path().join("run").exists());
+    // `impala config` shows the waits validation made.
+    let run = impala(dir.path(), &["config", "--set", "sample_timeout_s=2.5"])?;
+    assert!(run.stdout.contains("# waits: sample_timeout_s 2.5s"), "{}", run.stdout);
+    Ok(())
+}
+
+#[test]
 fn stop_criteria_that_never_stop_and_zero_counts_are_refused() -> TestResult {
     let dir = tempfile::tempdir()?;
     // Before: accepted, and `nan`/`inf` never stopped the run, `0` ran one iteration anyway.

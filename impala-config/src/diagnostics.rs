@@ -23,6 +23,8 @@ pub enum Rule {
     PositiveNumber,
     /// A finite number that must be >= 0 (timeouts, coefficients, resources).
     NonNegativeNumber,
+    /// An option in seconds above `MAX_SECONDS` (1e9, about 31 years), the longest wait.
+    TooManySeconds,
     /// `gamma` in `[0, 1]`.
     GammaInUnitInterval,
     /// A schedule that is empty, unsorted, or has a non-finite or negative value.

@@ -59,7 +59,9 @@ pub use model::ModelConfig;
 pub use multi_agent::{CountStepsBy, MappingError, PolicyMap, DEFAULT_POLICY_ID};
 pub use plan::LearnerPlan;
 pub use resources::{Bundle, BundleRole, ResourceRequest};
-pub use validate::{ModelActivations, ValidatedConfig, MAX_EVALUATION_EPISODES};
+pub use validate::{
+    Durations, ModelActivations, ValidatedConfig, MAX_EVALUATION_EPISODES, MAX_SECONDS,
+};
 
 /// Runs the README's snippet as a doctest.
 #[doc = include_str!("../README.md")]

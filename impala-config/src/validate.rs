@@ -1,6 +1,8 @@
 //! Validation: RLlib's `validate_config` rules for IMPALA plus the checks a user needs.
 //! Problems are collected (all of them are reported at once), warnings are returned.
 
+use std::time::Duration;
+
 use crate::config::{DurationUnit, ImpalaConfig};
 use crate::diagnostics::{Rule, Violation, Warning, WarningKind};
 use crate::error::{ConfigError, Result};
@@ -22,7 +24,52 @@ pub struct ValidatedConfig {
     activations: ModelActivations,
     custom_model: Option<CustomModel>,
     log_level: LogLevel,
+    durations: Durations,
     warnings: Vec<Warning>,
+}
+
+/// The longest wait or time limit an option takes, in seconds (about 31.7 years): a longer one
+/// would make no difference, and every accepted value becomes a [`Duration`] without overflow.
+pub const MAX_SECONDS: f64 = 1e9;
+
+/// The options in seconds as the [`Duration`]s validation made of them, once: each was finite,
+/// at least 0 (more than 0 where a zero would never wait) and at most [`MAX_SECONDS`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Durations {
+    /// `sample_timeout_s`.
+    pub sample_timeout: Duration,
+    /// `env_runner_connect_timeout_s`.
+    pub env_runner_connect_timeout: Duration,
+    /// `shutdown_grace_s`.
+    pub shutdown_grace: Duration,
+    /// `learner_queue_timeout`.
+    pub learner_queue_timeout: Duration,
+    /// `timeout_s_sampler_manager`.
+    pub sampler_manager_timeout: Duration,
+    /// `timeout_s_aggregator_manager`.
+    pub aggregator_manager_timeout: Duration,
+    /// `min_time_s_per_iteration`.
+    pub min_time_per_iteration: Duration,
+}
+
+impl std::fmt::Display for Durations {
+    /// The waits as validation made them, by option (what `impala config` prints).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let waits = [
+            ("sample_timeout_s", self.sample_timeout),
+            ("env_runner_connect_timeout_s", self.env_runner_connect_timeout),
+            ("shutdown_grace_s", self.shutdown_grace),
+            ("learner_queue_timeout", self.learner_queue_timeout),
+            ("timeout_s_sampler_manager", self.sampler_manager_timeout),
+            ("timeout_s_aggregator_manager", self.aggregator_manager_timeout),
+            ("min_time_s_per_iteration", self.min_time_per_iteration),
+        ];
+        for (i, (key, wait)) in waits.iter().enumerate() {
+            let sep = if i == 0 { "" } else { ", " };
+            write!(f, "{sep}{key} {:?}", wait)?;
+        }
+        write!(f, " (every option in seconds is at most {MAX_SECONDS:e})")
+    }
 }
 
 /// The model's activations, parsed from their RLlib names once, by validation.
@@ -56,6 +103,24 @@ impl ValidatedConfig {
     /// How much to log (`log_level`).
     pub fn log_level(&self) -> LogLevel {
         self.log_level
+    }
+
+    /// The options in seconds, as [`Duration`]s.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use impala_config::ImpalaConfig;
+    ///
+    /// let mut config = ImpalaConfig::default();
+    /// config.sample_timeout_s = 2.5;
+    /// assert_eq!(config.validate()?.durations().sample_timeout, Duration::from_millis(2500));
+    /// config.sample_timeout_s = 1e30; // no Duration holds it; refused, naming the key
+    /// let refused = config.validate().err().map(|e| e.to_string()).unwrap_or_default();
+    /// assert!(refused.contains("sample_timeout_s"), "{refused}");
+    /// # Ok::<(), impala_config::ConfigError>(())
+    /// ```
+    pub fn durations(&self) -> Durations {
+        self.durations
     }
 
     /// The warnings validation found; the caller decides how to show them.
@@ -214,6 +279,7 @@ impl ImpalaConfig {
         check_resources(&fixed, &mut c);
         check_learner_thread(&mut fixed, &mut c);
         let log_level = check_rest(&fixed, &mut c);
+        let durations = check_durations(&fixed, &mut c);
 
         match (activations, log_level) {
             // A name that does not parse is a violation, so `None` never passes.
@@ -223,6 +289,7 @@ impl ImpalaConfig {
                     activations,
                     custom_model,
                     log_level,
+                    durations,
                     warnings: c.warnings,
                 })
             }
@@ -327,9 +394,6 @@ fn check_environment(config: &ImpalaConfig, c: &mut Checker) {
         );
     }
     c.threshold("clip_rewards", config.clip_rewards);
-    c.positive_number("sample_timeout_s", config.sample_timeout_s);
-    c.non_negative("shutdown_grace_s", config.shutdown_grace_s);
-    c.positive_number("env_runner_connect_timeout_s", config.env_runner_connect_timeout_s);
     if let Some(n) = config.num_envs_per_env_worker {
         c.positive_size("num_envs_per_env_worker", n);
         if config.remote_worker_envs && n != 1 {
@@ -533,13 +597,6 @@ fn check_training(config: &ImpalaConfig, c: &mut Checker) {
             format!("is 0 but replay_proportion = {} asks for replay", config.replay_proportion),
             "set `replay_buffer_num_slots` to the number of sample batches to keep (e.g. 100), or `replay_proportion` to 0".into(),
         );
-    }
-    for (key, value) in [
-        ("learner_queue_timeout", config.learner_queue_timeout),
-        ("timeout_s_sampler_manager", config.timeout_s_sampler_manager),
-        ("timeout_s_aggregator_manager", config.timeout_s_aggregator_manager),
-    ] {
-        c.non_negative(key, value);
     }
     if config.opt_type == OptType::Rmsprop {
         c.positive_number("epsilon", config.epsilon);
@@ -899,8 +956,57 @@ fn check_learner_thread(config: &mut ImpalaConfig, c: &mut Checker) {
     }
 }
 
+/// Every option in seconds: finite, at least 0 (more than 0 for the two that would otherwise
+/// never wait), at most [`MAX_SECONDS`]; made [`Duration`]s here, once.
+fn check_durations(config: &ImpalaConfig, c: &mut Checker) -> Durations {
+    let mut seconds = |key: &str, value: f64, positive: bool| {
+        if positive {
+            c.positive_number(key, value);
+        } else {
+            c.non_negative(key, value);
+        }
+        if value.is_finite() && value > MAX_SECONDS {
+            c.error(
+                key,
+                Rule::TooManySeconds,
+                format!("is {value:e} seconds, more than the longest wait, {MAX_SECONDS:e} s (about 31 years)"),
+                format!("set `{key}` to at most {MAX_SECONDS:e}"),
+            );
+        }
+        Duration::try_from_secs_f64(value).unwrap_or(Duration::ZERO)
+    };
+    Durations {
+        sample_timeout: seconds("sample_timeout_s", config.sample_timeout_s, true),
+        env_runner_connect_timeout: seconds(
+            "env_runner_connect_timeout_s",
+            config.env_runner_connect_timeout_s,
+            true,
+        ),
+        shutdown_grace: seconds("shutdown_grace_s", config.shutdown_grace_s, false),
+        learner_queue_timeout: seconds(
+            "learner_queue_timeout",
+            config.learner_queue_timeout,
+            false,
+        ),
+        sampler_manager_timeout: seconds(
+            "timeout_s_sampler_manager",
+            config.timeout_s_sampler_manager,
+            false,
+        ),
+        aggregator_manager_timeout: seconds(
+            "timeout_s_aggregator_manager",
+            config.timeout_s_aggregator_manager,
+            false,
+        ),
+        min_time_per_iteration: seconds(
+            "min_time_s_per_iteration",
+            config.min_time_s_per_iteration,
+            false,
+        ),
+    }
+}
+
 fn check_rest(config: &ImpalaConfig, c: &mut Checker) -> Option<LogLevel> {
-    c.non_negative("min_time_s_per_iteration", config.min_time_s_per_iteration);
     if config.vtrace_drop_last_ts && config.rollout_fragment_length < 2 {
         c.error(
             "vtrace_drop_last_ts",

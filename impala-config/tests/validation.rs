@@ -2,7 +2,7 @@
 
 use impala_config::{
     ConfigError, ConfigFormat, ConvFilter, ImpalaConfig, LearnerDeviceKind, LearnerPlan,
-    ModelConfig, OptType, Rule, Schedule, ValidatedConfig, Violation, WarningKind,
+    ModelConfig, OptType, Rule, Schedule, ValidatedConfig, Violation, WarningKind, MAX_SECONDS,
 };
 
 use crate::TestResult;
@@ -746,4 +746,63 @@ fn custom_model_names_the_resnet_or_a_torchscript_file() -> TestResult {
     fails(&config, Rule::CustomModel, "model.custom_model_config.hidden")?;
     config.set("model.custom_model", json!("no/such/file.pt"))?;
     fails(&config, Rule::CustomModel, "model.custom_model")
+}
+
+/// Every option in seconds, and whether 0 is refused (it would never wait).
+const SECONDS_OPTIONS: [(&str, bool); 7] = [
+    ("sample_timeout_s", true),
+    ("env_runner_connect_timeout_s", true),
+    ("shutdown_grace_s", false),
+    ("learner_queue_timeout", false),
+    ("timeout_s_sampler_manager", false),
+    ("timeout_s_aggregator_manager", false),
+    ("min_time_s_per_iteration", false),
+];
+
+#[test]
+fn every_option_in_seconds_becomes_a_duration_or_is_refused_naming_it() -> TestResult {
+    for (key, positive) in SECONDS_OPTIONS {
+        let mut config = ImpalaConfig::default();
+        // Before: 1e30 passed validation and panicked where it became a Duration.
+        for bad in [1e30, 1.000001e9] {
+            config.set(key, serde_json::json!(bad))?;
+            fails(&config, Rule::TooManySeconds, key)?;
+        }
+        let rule = if positive { Rule::PositiveNumber } else { Rule::NonNegativeNumber };
+        for bad in [f64::NAN, f64::INFINITY, -1.0] {
+            let mut config = ImpalaConfig::default();
+            set_seconds(&mut config, key, bad);
+            fails(&config, rule, key)?;
+        }
+        config.set(key, serde_json::json!(MAX_SECONDS))?;
+        let durations = config.validate()?.durations();
+        assert!(
+            [
+                durations.sample_timeout,
+                durations.env_runner_connect_timeout,
+                durations.shutdown_grace,
+                durations.learner_queue_timeout,
+                durations.sampler_manager_timeout,
+                durations.aggregator_manager_timeout,
+                durations.min_time_per_iteration,
+            ]
+            .contains(&std::time::Duration::from_secs(1_000_000_000)),
+            "{key}: {durations:?}"
+        );
+    }
+    Ok(())
+}
+
+/// Sets the option in seconds `key` to `value`, which JSON cannot carry (NaN, infinity).
+fn set_seconds(config: &mut ImpalaConfig, key: &str, value: f64) {
+    let field = match key {
+        "sample_timeout_s" => &mut config.sample_timeout_s,
+        "env_runner_connect_timeout_s" => &mut config.env_runner_connect_timeout_s,
+        "shutdown_grace_s" => &mut config.shutdown_grace_s,
+        "learner_queue_timeout" => &mut config.learner_queue_timeout,
+        "timeout_s_sampler_manager" => &mut config.timeout_s_sampler_manager,
+        "timeout_s_aggregator_manager" => &mut config.timeout_s_aggregator_manager,
+        _ => &mut config.min_time_s_per_iteration,
+    };
+    *field = value;
 }

@@ -339,8 +339,7 @@ impl Impala {
     pub fn train(&mut self) -> Result<IterationResult> {
         let started = Instant::now();
         let before = self.counters;
-        let min_time =
-            Duration::from_secs_f64(self.config.config().min_time_s_per_iteration.max(0.0));
+        let min_time = self.config.durations().min_time_per_iteration;
         let evaluation_due = self
             .config
             .config()

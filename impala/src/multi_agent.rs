@@ -680,7 +680,7 @@ impl MultiAgentImpala {
         let before = self.counters;
         let (sampled_before, trained_before) = (self.sampled(), self.trained());
         let c = self.config.config();
-        let min_time = Duration::from_secs_f64(c.min_time_s_per_iteration.max(0.0));
+        let min_time = self.config.durations().min_time_per_iteration;
         let (min_sampled, min_trained) = (
             c.min_sample_timesteps_per_iteration as u64,
             c.min_train_timesteps_per_iteration as u64,

@@ -6,7 +6,6 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
@@ -54,8 +53,7 @@ pub fn runner_server(
     tls: Option<ServerTls>,
 ) -> Result<RunnerServer> {
     let mut settings = ServerSettings::new(listen, token);
-    settings.stall_timeout =
-        Duration::try_from_secs_f64(config.config().sample_timeout_s).unwrap_or(Duration::MAX);
+    settings.stall_timeout = config.durations().sample_timeout;
     settings.tls = tls;
     Ok(RunnerServer::bind(settings)?)
 }
@@ -152,8 +150,7 @@ pub(crate) fn wait_for_runners(
     config: &ValidatedConfig,
 ) -> Result<()> {
     let expected = config.config().num_env_runners;
-    let timeout = Duration::try_from_secs_f64(config.config().env_runner_connect_timeout_s)
-        .unwrap_or(Duration::MAX);
+    let timeout = config.durations().env_runner_connect_timeout;
     tracing::info!(?transport, expected, "waiting for remote env runners");
     let ready =
         transport.wait_for_runners(expected, timeout).map_err(ImpalaError::RunnerTransport)?;

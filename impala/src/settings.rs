@@ -18,7 +18,6 @@
 //! ```
 
 use std::num::NonZeroUsize;
-use std::time::Duration;
 
 use impala_config::ValidatedConfig;
 use impala_learner::{
@@ -30,12 +29,6 @@ use impala_sampler::{BatchingSettings, EnvRunnerGroupSettings, EnvRunnerSettings
 /// A count validation checked is at least 1 (the fallback is never taken).
 fn count(n: usize) -> NonZeroUsize {
     NonZeroUsize::new(n).unwrap_or(NonZeroUsize::MIN)
-}
-
-/// A wait validation checked is finite and >= 0; `None` (no deadline) when it is too long to
-/// represent.
-fn wait(seconds: f64) -> Option<Duration> {
-    Duration::try_from_secs_f64(seconds.max(0.0)).ok()
 }
 
 /// One sampling env runner's settings.
@@ -59,10 +52,10 @@ pub fn env_runner_group(config: &ValidatedConfig) -> EnvRunnerGroupSettings {
         num_env_runners: c.num_env_runners,
         runner: env_runner(config),
         max_requests_in_flight: count(c.max_requests_in_flight_per_sampler_worker),
-        sample_timeout: wait(c.timeout_s_sampler_manager),
+        sample_timeout: Some(config.durations().sampler_manager_timeout),
         restart_failed_env_runners: c.restart_failed_env_runners,
         max_num_env_runner_restarts: c.max_num_env_runner_restarts,
-        stop_grace: wait(c.shutdown_grace_s),
+        stop_grace: Some(config.durations().shutdown_grace),
     }
 }
 
@@ -95,7 +88,7 @@ pub fn batching(config: &ValidatedConfig) -> BatchingSettings {
         max_requests_in_flight_per_aggregator_worker: count(
             c.max_requests_in_flight_per_aggregator_worker,
         ),
-        aggregator_timeout: wait(c.timeout_s_aggregator_manager),
+        aggregator_timeout: Some(config.durations().aggregator_manager_timeout),
     }
 }
 
@@ -158,8 +151,9 @@ pub fn learner_thread(config: &ValidatedConfig) -> LearnerThreadSettings {
     let c = config.config();
     LearnerThreadSettings {
         learner_queue_size: count(c.learner_queue_size),
-        learner_queue_timeout: wait(c.learner_queue_timeout)
-            .unwrap_or(MIN_LEARNER_QUEUE_TIMEOUT)
+        learner_queue_timeout: config
+            .durations()
+            .learner_queue_timeout
             .max(MIN_LEARNER_QUEUE_TIMEOUT),
         num_sgd_iter: count(c.num_sgd_iter),
         minibatch_buffer_size: count(c.minibatch_buffer_size),
@@ -180,7 +174,7 @@ pub fn python_envs(config: &ValidatedConfig) -> impala_gym::GymSettings {
     }
     settings.num_envs = count(c.num_envs_per_env_runner);
     settings.envs_per_worker = count(c.envs_per_env_worker());
-    settings.timeout = Duration::from_secs_f64(c.sample_timeout_s);
+    settings.timeout = config.durations().sample_timeout;
     settings.restart_failed_sub_environments = c.restart_failed_sub_environments;
     let cores = std::thread::available_parallelism().map_or(1, NonZeroUsize::get);
     settings.spin = busy_threads(config) <= cores;
