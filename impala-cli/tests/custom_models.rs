@@ -5,9 +5,7 @@
 use std::fs;
 use std::path::Path;
 
-use impala::{read_result_lines, RESULT_FILE};
-
-use crate::common::{impala, return_mean, scripted_module, Run, TestResult};
+use crate::common::{impala, scripted_module, Run, TestResult};
 
 const FAST: [&str; 7] = [
     "--set",
@@ -81,30 +79,36 @@ fn checkpoints_carry_the_torchscript_module_to_evaluate_and_resume_without_the_f
     Ok(())
 }
 
+/// The residual MLP with the tuned CartPole example (RMSProp, decaying lr and entropy bonus)
+/// reaches 450 and stays solved; with RLlib's tuned settings (Adam, no entropy bonus) it, and
+/// the built-in MLP too, fall back to about 9 (docs/LEARNING.md).
 #[test]
-fn a_scripted_residual_mlp_trains_cartpole_to_450() -> TestResult {
+fn a_scripted_residual_mlp_trains_cartpole_to_450_and_stays_there() -> TestResult {
     let dir = tempfile::tempdir()?;
     let model =
         format!("model.custom_model={}", scripted_module(dir.path(), "residual_mlp")?.display());
     let args = [
-        "train",
+        "bench-cartpole",
         "--set",
         &model,
-        "--seed",
+        "--seeds",
         "1",
         "--stop-reward",
         "450",
         "--stop-time",
         "150",
-        "--run-dir",
-        "run",
-        "--quiet",
+        "--stay-s",
+        "30",
+        "--stay-min",
+        "400",
+        "--eval-episodes",
+        "0",
     ];
     let run = impala(dir.path(), &args)?;
     assert!(run.success, "{}", run.stderr);
-    let results = read_result_lines(&dir.path().join("run").join(RESULT_FILE))?;
-    let (_, last) = results.last().ok_or("no results")?;
-    assert!(return_mean(last).is_some_and(|r| r >= 450.0), "{last}");
+    let summary: serde_json::Value =
+        serde_json::from_str(run.stdout.lines().last().ok_or("no summary")?)?;
+    assert_eq!(summary["seeds_stayed"], 1, "{}", run.stdout);
     Ok(())
 }
 
