@@ -270,7 +270,8 @@ pub fn find_checkpoint(path: &Path) -> Result<PathBuf> {
 /// version (a newer one is refused with the version that wrote it), then the JSON. Format 1
 /// checkpoints, which have no manifest, are read unverified with a warning (see the module
 /// docs). The learner's tensors are checked when the learner loads them. A config naming the
-/// checkpoint's copy of a TorchScript module comes back naming the copy's absolute path.
+/// checkpoint's copy of a TorchScript module comes back naming the copy's absolute path, and
+/// one naming a `python_executable` comes back without it: what runs is the loader's choice.
 pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::ImpalaConfig)> {
     let corrupt = |reason: String| corrupt(dir, reason);
     let manifest =
@@ -334,6 +335,16 @@ pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::Imp
         let path = dir.join(LEARNER_DIR).join(CUSTOM_MODEL_FILE);
         let path = std::path::absolute(&path).map_err(|e| ImpalaError::io("resolve", &path, e))?;
         config.model.custom_model = Some(path.to_string_lossy().into_owned());
+    }
+    // A checkpoint never chooses which program runs: the interpreter of Python envs comes from
+    // whoever loads it (their `python_executable`, `--set` on a resume, or `$IMPALA_PYTHON`).
+    if let Some(python) = config.python_executable.take() {
+        tracing::warn!(
+            checkpoint = %dir.display(),
+            python,
+            "the checkpoint's python_executable is not used (a checkpoint never chooses which \
+             program runs); set python_executable or IMPALA_PYTHON when loading it"
+        );
     }
     Ok((state, config))
 }
@@ -608,6 +619,20 @@ mod tests {
             fs::read_dir(dir.path()).map_err(|e| ImpalaError::io("read", dir.path(), e))?.count();
         assert_eq!(left, 0);
         assert!(matches!(find_checkpoint(dir.path()), Err(ImpalaError::NoCheckpoint { .. })));
+        Ok(())
+    }
+
+    #[test]
+    fn a_checkpoint_never_chooses_which_interpreter_runs() -> Result<()> {
+        // As a forged checkpoint would, with its manifest recomputed: the save writes one.
+        let dir = tmp()?;
+        let config = impala_config::ImpalaConfig {
+            python_executable: Some("/tmp/not-an-interpreter.sh".into()),
+            ..Default::default()
+        };
+        let ckpt = save_checkpoint(dir.path(), &state(1), &config, None, learner_files)?;
+        let (_, loaded) = read_checkpoint(&ckpt)?;
+        assert_eq!(loaded.python_executable, None);
         Ok(())
     }
 
