@@ -43,8 +43,10 @@ import argparse
 import collections
 import copy
 import importlib
+import importlib.util
 import json
 import time
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -52,22 +54,17 @@ import torch
 from torch import nn
 
 
-class ResidualMlp(nn.Module):
-    """impala-learner's test fixture `residual_mlp` (tests/fixtures/scripted_models.py)."""
+def fixture_module(name):
+    """A module class of impala-learner's TorchScript test fixtures
+    (`impala-learner/tests/fixtures/scripted_models.py`), so both sides train the same module."""
+    path = Path(__file__).resolve().parent.parent / "impala-learner/tests/fixtures/scripted_models.py"
+    spec = importlib.util.spec_from_file_location("scripted_models", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
 
-    def __init__(self, obs=4, actions=2, width=64):
-        super().__init__()
-        self.inp = nn.Linear(obs, width)
-        self.block = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, width), nn.Tanh(), nn.Linear(width, width))
-        self.norm = nn.LayerNorm(width)
-        self.logits = nn.Linear(width, actions)
-        self.value_head = nn.Sequential(nn.Linear(obs, width), nn.Tanh(), nn.Linear(width, 1))
-        with torch.no_grad():
-            self.logits.weight.mul_(0.01); self.logits.bias.zero_()
 
-    def forward(self, obs):
-        x = torch.tanh(self.inp(obs)); x = x + self.block(x); x = torch.tanh(self.norm(x))
-        return self.logits(x), self.value_head(obs).squeeze(1)
+ResidualMlp = fixture_module("ResidualMlp")
 
 
 def slim_fc(i, o, std):
