@@ -44,6 +44,36 @@ impl ModelConfig {
     /// The activation names the models accept (`fcnet_activation`, `conv_activation`,
     /// `post_fcnet_activation`), as RLlib's torch `get_activation_fn`; validation rejects others.
     pub const ACTIVATIONS: [&'static str; 6] = Activation::NAMES;
+
+    /// Where `self` and `other` differ, each side as `key = value, ...` in RLlib's option names:
+    /// what a message about two models (a checkpoint's and a run's) names.
+    ///
+    /// ```
+    /// use impala_config::ModelConfig;
+    ///
+    /// let saved = ModelConfig { fcnet_hiddens: vec![256, 256], ..ModelConfig::default() };
+    /// let now = ModelConfig { fcnet_hiddens: vec![64], use_lstm: true, ..ModelConfig::default() };
+    /// let (was, is) = saved.differences(&now);
+    /// assert_eq!(was, "fcnet_hiddens = [256,256], use_lstm = false");
+    /// assert_eq!(is, "fcnet_hiddens = [64], use_lstm = true");
+    /// ```
+    pub fn differences(&self, other: &ModelConfig) -> (String, String) {
+        use serde_json::Value;
+        let (Ok(Value::Object(a)), Ok(Value::Object(b))) =
+            (serde_json::to_value(self), serde_json::to_value(other))
+        else {
+            return (format!("{self:?}"), format!("{other:?}"));
+        };
+        let keys: Vec<&String> = a.keys().filter(|k| a.get(*k) != b.get(*k)).collect();
+        let side = |m: &serde_json::Map<String, Value>| {
+            let entries: Vec<String> = keys
+                .iter()
+                .map(|k| format!("{k} = {}", m.get(*k).unwrap_or(&Value::Null)))
+                .collect();
+            entries.join(", ")
+        };
+        (side(&a), side(&b))
+    }
 }
 
 impl Default for ModelConfig {

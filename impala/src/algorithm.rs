@@ -704,11 +704,8 @@ impl Impala {
             (saved_model.custom_model, model.custom_model) = (None, None);
         }
         if saved_model != model {
-            return Err(incompatible(
-                "model",
-                format!("{:?}", saved.model),
-                format!("{:?}", self.config.config().model),
-            ));
+            let (was, is) = saved_model.differences(&model);
+            return Err(incompatible("model", was, is));
         }
         // The run's observation filter goes back with the weights that learned on it.
         let filter_before = put_saved_filter(

@@ -1069,12 +1069,9 @@ impl MultiAgentImpala {
         for policy in &self.policies {
             let model = policy.config.config().model.clone();
             let saved_model = saved.for_policy(&policy.id).map(|c| c.model).ok();
-            if saved_model.as_ref().is_some_and(|m| *m != model) {
-                return Err(incompatible(
-                    &format!("policy `{}`'s model", policy.id),
-                    format!("{saved_model:?}"),
-                    format!("{model:?}"),
-                ));
+            if let Some(saved_model) = saved_model.filter(|m| *m != model) {
+                let (was, is) = saved_model.differences(&model);
+                return Err(incompatible(&format!("policy `{}`'s model", policy.id), was, is));
             }
         }
         Ok(dir)

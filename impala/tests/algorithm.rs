@@ -77,7 +77,9 @@ fn save_and_restore_continue_counters_and_weights() -> TestResult {
     config.model.fcnet_hiddens = vec![16];
     let mut other = Impala::new(config.validate()?)?;
     let err = other.restore(&checkpoint).err().ok_or("restore should fail")?.to_string();
-    assert!(err.contains("model"), "{err}");
+    // The option that differs, each side's value; not a debug dump of both models.
+    assert!(err.contains("model fcnet_hiddens = [32,32]"), "{err}");
+    assert!(err.contains("fcnet_hiddens = [16]") && !err.contains("ModelConfig {"), "{err}");
     other.stop()?;
     Ok(())
 }

@@ -286,6 +286,12 @@ fn each_policy_may_learn_with_its_own_model_and_training_options() -> TestResult
     let mut other = MultiAgentImpala::new(config.clone().validate()?)?;
     let err = other.restore(&checkpoint).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.contains("policy `right`'s model"), "{err}");
+    // The keys that differ, not a debug dump of both models.
+    assert!(
+        err.contains("fcnet_hiddens = [32,32]") && err.contains("fcnet_hiddens = [16]"),
+        "{err}"
+    );
+    assert!(!err.contains("ModelConfig {"), "{err}");
     other.stop()?;
     // Only training() and model options differ per policy; unknown policies are refused.
     config.policy_config.insert("right".into(), serde_json::from_str(r#"{"num_env_runners": 2}"#)?);
