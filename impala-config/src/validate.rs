@@ -52,10 +52,10 @@ pub struct Durations {
     pub min_time_per_iteration: Duration,
 }
 
-impl std::fmt::Display for Durations {
-    /// The waits as validation made them, by option (what `impala config` prints).
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let waits = [
+impl Durations {
+    /// Each wait with the option it was made from, in the config's order.
+    pub fn by_option(&self) -> [(&'static str, Duration); 7] {
+        [
             ("sample_timeout_s", self.sample_timeout),
             ("env_runner_connect_timeout_s", self.env_runner_connect_timeout),
             ("shutdown_grace_s", self.shutdown_grace),
@@ -63,8 +63,14 @@ impl std::fmt::Display for Durations {
             ("timeout_s_sampler_manager", self.sampler_manager_timeout),
             ("timeout_s_aggregator_manager", self.aggregator_manager_timeout),
             ("min_time_s_per_iteration", self.min_time_per_iteration),
-        ];
-        for (i, (key, wait)) in waits.iter().enumerate() {
+        ]
+    }
+}
+
+impl std::fmt::Display for Durations {
+    /// The waits as validation made them, by option (what `impala config` prints).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (key, wait)) in self.by_option().iter().enumerate() {
             let sep = if i == 0 { "" } else { ", " };
             write!(f, "{sep}{key} {:?}", wait)?;
         }

@@ -158,9 +158,7 @@ impl MultiAgentEnv for MultiAgentCartPole {
 pub struct HalfObserved {
     spec: MultiAgentSpec,
     bits: [u8; 2],
-    step: usize,
-    rng: SmallRng,
-    needs_reset: bool,
+    rounds: Rounds,
 }
 
 impl Default for HalfObserved {
@@ -187,18 +185,12 @@ impl HalfObserved {
             agents: vec![agent("left"), agent("right")],
             max_episode_steps: Some(Self::LENGTH),
         };
-        HalfObserved {
-            spec,
-            bits: [0, 0],
-            step: 0,
-            rng: SmallRng::from_os_rng(),
-            needs_reset: true,
-        }
+        HalfObserved { spec, bits: [0, 0], rounds: Rounds::new(Self::LENGTH) }
     }
 
     fn draw(&mut self, obs: &mut [Vec<f32>], out: &mut MultiAgentStep) {
         for (i, bit) in self.bits.iter_mut().enumerate() {
-            *bit = self.rng.random_range(0..2);
+            *bit = self.rounds.rng.random_range(0..2);
             obs[i][0] = f32::from(*bit);
             out.agents[i].observed = true;
         }
@@ -216,12 +208,8 @@ impl MultiAgentEnv for HalfObserved {
         obs: &mut [Vec<f32>],
         out: &mut MultiAgentStep,
     ) -> Result<()> {
-        if let Some(seed) = seed {
-            self.rng = SmallRng::seed_from_u64(seed);
-        }
         out.clear();
-        self.step = 0;
-        self.needs_reset = false;
+        self.rounds.reset(seed);
         self.draw(obs, out);
         Ok(())
     }
@@ -232,22 +220,16 @@ impl MultiAgentEnv for HalfObserved {
         obs: &mut [Vec<f32>],
         out: &mut MultiAgentStep,
     ) -> Result<()> {
-        if self.needs_reset {
-            return Err(CoreError::NeedsReset { env: Self::ID.into() });
-        }
+        self.rounds.check(Self::ID)?;
         let parity =
             binary_action(&self.spec, actions, 0)? ^ binary_action(&self.spec, actions, 1)?;
         let reward = if parity == self.bits[0] ^ self.bits[1] { 1.0 } else { 0.0 };
         out.clear();
-        self.step += 1;
         self.draw(obs, out);
-        let over = self.step >= Self::LENGTH;
         for agent in &mut out.agents {
             agent.reward = reward;
-            agent.terminated = over;
         }
-        out.all_terminated = over;
-        self.needs_reset = over;
+        self.rounds.count(out);
         Ok(())
     }
 }
@@ -261,6 +243,51 @@ fn binary_action(spec: &MultiAgentSpec, actions: &[Vec<f32>], i: usize) -> Resul
             space: format!("Discrete(2) of agent `{}`", spec.agents[i].id),
             reason: "expected 0 or 1".into(),
         }),
+    }
+}
+
+/// The clock and dice of a game of a fixed number of steps that ends (terminates) for every
+/// agent at once, as [`HalfObserved`] and [`SignalingGame`] are.
+#[derive(Debug, Clone)]
+struct Rounds {
+    length: usize,
+    step: usize,
+    rng: SmallRng,
+    needs_reset: bool,
+}
+
+impl Rounds {
+    /// A clock of `length` steps that must be reset before the first.
+    fn new(length: usize) -> Self {
+        Rounds { length, step: 0, rng: SmallRng::from_os_rng(), needs_reset: true }
+    }
+
+    /// Starts an episode, reseeding the dice when `seed` is given.
+    fn reset(&mut self, seed: Option<u64>) {
+        if let Some(seed) = seed {
+            self.rng = SmallRng::seed_from_u64(seed);
+        }
+        self.step = 0;
+        self.needs_reset = false;
+    }
+
+    /// Refuses a step of env `env` after its episode ended.
+    fn check(&self, env: &str) -> Result<()> {
+        if self.needs_reset {
+            return Err(CoreError::NeedsReset { env: env.into() });
+        }
+        Ok(())
+    }
+
+    /// Counts a step; after the last, every agent and the episode terminate in `out`.
+    fn count(&mut self, out: &mut MultiAgentStep) {
+        self.step += 1;
+        let over = self.step >= self.length;
+        for agent in &mut out.agents {
+            agent.terminated = over;
+        }
+        out.all_terminated = over;
+        self.needs_reset = over;
     }
 }
 
@@ -309,9 +336,7 @@ pub struct SignalingGame {
     bit: u8,
     /// The bit behind the symbol the listener sees now, once there is one.
     signalled_bit: Option<u8>,
-    step: usize,
-    rng: SmallRng,
-    needs_reset: bool,
+    rounds: Rounds,
 }
 
 impl SignalingGame {
@@ -336,16 +361,14 @@ impl SignalingGame {
             reward,
             bit: 0,
             signalled_bit: None,
-            step: 0,
-            rng: SmallRng::from_os_rng(),
-            needs_reset: true,
+            rounds: Rounds::new(Self::LENGTH),
         }
     }
 
     /// Draws the speaker's next bit and writes both observations (`symbol` is what the
     /// listener sees: `None` before the first).
     fn observe(&mut self, symbol: Option<u8>, obs: &mut [Vec<f32>], out: &mut MultiAgentStep) {
-        self.bit = self.rng.random_range(0..2);
+        self.bit = self.rounds.rng.random_range(0..2);
         obs[0][0] = f32::from(self.bit);
         obs[1][0] = symbol.map_or(0.0, |s| f32::from(1 + s));
         out.agents[0].observed = true;
@@ -364,13 +387,9 @@ impl MultiAgentEnv for SignalingGame {
         obs: &mut [Vec<f32>],
         out: &mut MultiAgentStep,
     ) -> Result<()> {
-        if let Some(seed) = seed {
-            self.rng = SmallRng::seed_from_u64(seed);
-        }
         out.clear();
-        self.step = 0;
+        self.rounds.reset(seed);
         self.signalled_bit = None;
-        self.needs_reset = false;
         self.observe(None, obs, out);
         Ok(())
     }
@@ -381,9 +400,7 @@ impl MultiAgentEnv for SignalingGame {
         obs: &mut [Vec<f32>],
         out: &mut MultiAgentStep,
     ) -> Result<()> {
-        if self.needs_reset {
-            return Err(CoreError::NeedsReset { env: Self::ID.into() });
-        }
+        self.rounds.check(Self::ID)?;
         let (symbol, guess) =
             (binary_action(&self.spec, actions, 0)?, binary_action(&self.spec, actions, 1)?);
         out.clear();
@@ -396,19 +413,13 @@ impl MultiAgentEnv for SignalingGame {
             }
             SignalingReward::Coin => {
                 for agent in &mut out.agents {
-                    agent.reward = f64::from(self.rng.random_range(0..2u8));
+                    agent.reward = f64::from(self.rounds.rng.random_range(0..2u8));
                 }
             }
         }
         self.signalled_bit = Some(self.bit);
-        self.step += 1;
         self.observe(Some(symbol), obs, out);
-        let over = self.step >= Self::LENGTH;
-        for agent in &mut out.agents {
-            agent.terminated = over;
-        }
-        out.all_terminated = over;
-        self.needs_reset = over;
+        self.rounds.count(out);
         Ok(())
     }
 }

@@ -3,7 +3,7 @@
 use std::num::NonZeroUsize;
 
 use impala_core::{EnvSpec, SampleBatch, Space};
-use impala_learner::{LearnerSettings, TorchPolicy};
+use impala_learner::{LearnerSettings, LearnerStats, TorchPolicy};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
@@ -110,4 +110,18 @@ pub fn max_weight_diff(
             x.data.iter().zip(&y.data).map(|(p, q)| (p - q).abs())
         })
         .fold(0.0, f32::max)
+}
+
+/// The loss statistics of two updates side by side, by name, for tests that compare two ways
+/// of computing the same update.
+pub fn paired_loss_stats(a: &LearnerStats, b: &LearnerStats) -> [(&'static str, f64, f64); 7] {
+    [
+        ("total_loss", a.total_loss, b.total_loss),
+        ("policy_loss", a.policy_loss, b.policy_loss),
+        ("vf_loss", a.vf_loss, b.vf_loss),
+        ("entropy", a.entropy, b.entropy),
+        ("grad_gnorm", a.grad_gnorm, b.grad_gnorm),
+        ("var_gnorm", a.var_gnorm, b.var_gnorm),
+        ("vf_explained_var", a.vf_explained_var, b.vf_explained_var),
+    ]
 }

@@ -11,7 +11,7 @@ use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 use tch::{Device, Tensor};
 
-use crate::common::{max_weight_diff, nz, random_batch, spec, TestResult};
+use crate::common::{max_weight_diff, nz, paired_loss_stats, random_batch, spec, TestResult};
 
 /// The modules of `fixtures/scripted_models.py`, written once per test run.
 pub fn modules() -> Result<&'static Path, String> {
@@ -268,15 +268,7 @@ fn a_scripted_copy_of_the_builtin_mlp_trains_exactly_as_the_builtin_mlp() -> Tes
     for step in 0..5 {
         let batch = random_batch(&spec, 20, 8, 0, step);
         let (r, m) = (reference.update(&batch, 0)?, module.update(&batch, 0)?);
-        for (what, a, b) in [
-            ("total_loss", r.total_loss, m.total_loss),
-            ("policy_loss", r.policy_loss, m.policy_loss),
-            ("vf_loss", r.vf_loss, m.vf_loss),
-            ("entropy", r.entropy, m.entropy),
-            ("grad_gnorm", r.grad_gnorm, m.grad_gnorm),
-            ("var_gnorm", r.var_gnorm, m.var_gnorm),
-            ("vf_explained_var", r.vf_explained_var, m.vf_explained_var),
-        ] {
+        for (what, a, b) in paired_loss_stats(&r, &m) {
             assert!(close(a, b), "step {step}: {what} {a} (built-in) vs {b} (TorchScript)");
         }
         let diff = max_weight_diff(&reference.weights()?, &module.weights()?);

@@ -4,7 +4,9 @@ use impala_core::{LearnerDeviceKind, LossReduction, Space};
 use impala_learner::{learner_devices, Learner, LearnerError};
 use tch::Device;
 
-use crate::common::{max_weight_diff, nz, random_batch, settings, spec, TestResult};
+use crate::common::{
+    max_weight_diff, nz, paired_loss_stats, random_batch, settings, spec, TestResult,
+};
 
 /// Two SGD steps with `towers` against one tower on `single`, for sum and mean reduction and a
 /// recurrent model.
@@ -27,14 +29,7 @@ pub fn towers_match_one_tower(single: Device, towers: &[Device]) -> TestResult {
             let batch = random_batch(&s, 6, 7, state_dim, seed);
             let a = one.update(&batch, 0)?;
             let b = many.update(&batch, 0)?;
-            for (what, x, y) in [
-                ("total_loss", a.total_loss, b.total_loss),
-                ("policy_loss", a.policy_loss, b.policy_loss),
-                ("vf_loss", a.vf_loss, b.vf_loss),
-                ("entropy", a.entropy, b.entropy),
-                ("grad_gnorm", a.grad_gnorm, b.grad_gnorm),
-                ("vf_explained_var", a.vf_explained_var, b.vf_explained_var),
-            ] {
+            for (what, x, y) in paired_loss_stats(&a, &b) {
                 assert!(
                     (x - y).abs() <= 1e-4 * (1.0 + x.abs()),
                     "{reduction:?} lstm={lstm} {what}: one tower {x}, towers {y}"
