@@ -72,3 +72,35 @@ fn the_design_crate_table_is_the_workspace() -> Result<(), Box<dyn std::error::E
     }
     Ok(())
 }
+
+/// README.md is a short guide that starts with the set-up commands; the licences it names exist;
+/// every relative link in README.md and docs/RESULTS.md points at a file that exists.
+#[test]
+fn the_readme_is_a_guide_with_its_licences() -> Result<(), Box<dyn std::error::Error>> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let readme = std::fs::read_to_string(root.join("README.md"))?;
+    let lines = readme.lines().count();
+    assert!(lines <= 200, "README.md has {lines} lines; a guide has at most 200");
+    for command in ["./dev train", "./dev test"] {
+        let early = readme.lines().take(6).any(|line| line.contains(command));
+        assert!(early, "README.md's first 6 lines do not show `{command}`");
+    }
+    for licence in ["LICENSE-MIT", "LICENSE-APACHE"] {
+        let size = std::fs::metadata(root.join(licence)).map(|m| m.len()).unwrap_or(0);
+        assert!(size > 0, "{licence} is missing or empty");
+    }
+    for doc in ["README.md", "docs/RESULTS.md"] {
+        let path = root.join(doc);
+        let dir = path.parent().ok_or("a document without a folder")?;
+        for link in std::fs::read_to_string(&path)?.split("](").skip(1) {
+            let target = link.split(')').next().unwrap_or_default();
+            let target = target.split_whitespace().next().unwrap_or_default();
+            let file = target.split('#').next().unwrap_or_default();
+            if file.is_empty() || target.starts_with("http://") || target.starts_with("https://") {
+                continue;
+            }
+            assert!(dir.join(file).exists(), "{doc} links to `{target}`, which does not exist");
+        }
+    }
+    Ok(())
+}
