@@ -79,9 +79,11 @@ fn checkpoints_carry_the_torchscript_module_to_evaluate_and_resume_without_the_f
     Ok(())
 }
 
-/// The residual MLP with the tuned CartPole example (RMSProp, decaying lr and entropy bonus)
-/// reaches 450 and stays solved; with RLlib's tuned settings (Adam, no entropy bonus) it, and
-/// the built-in MLP too, fall back to about 9 (docs/LEARNING.md).
+/// The residual MLP with the tuned CartPole example (RMSProp, decaying lr and entropy bonus) at
+/// a sixth of its peak lr reaches 450 and stays solved, also when another process takes one of
+/// the two cores; with RLlib's tuned settings (Adam, no entropy bonus) it, and the built-in MLP
+/// too, fall back to about 9. At the example's peak lr of 3e-4 its LayerNorm torso can fall
+/// when 450 comes before lr decays, as it does under load (docs/LEARNING.md).
 #[test]
 fn a_scripted_residual_mlp_trains_cartpole_to_450_and_stays_there() -> TestResult {
     let dir = tempfile::tempdir()?;
@@ -91,6 +93,10 @@ fn a_scripted_residual_mlp_trains_cartpole_to_450_and_stays_there() -> TestResul
         "bench-cartpole",
         "--set",
         &model,
+        "--set",
+        "lr=0.00005",
+        "--set",
+        "lr_schedule=[[0, 0.00005], [300000, 0.00005], [1000000, 0.00001]]",
         "--seeds",
         "1",
         "--stop-reward",
@@ -105,7 +111,7 @@ fn a_scripted_residual_mlp_trains_cartpole_to_450_and_stays_there() -> TestResul
         "0",
     ];
     let run = impala(dir.path(), &args)?;
-    assert!(run.success, "{}", run.stderr);
+    assert!(run.success, "{}\n{}", run.stdout, run.stderr);
     let summary: serde_json::Value =
         serde_json::from_str(run.stdout.lines().last().ok_or("no summary")?)?;
     assert_eq!(summary["seeds_stayed"], 1, "{}", run.stdout);

@@ -287,6 +287,40 @@ fn python_exceptions_hangs_and_deaths_restart_the_runner() -> TestResult {
     Ok(())
 }
 
+/// An env that fails on every step trains nothing: the run ends within seconds, non-zero, with
+/// the env's own first error, instead of restarting its runner up to
+/// `max_num_env_runner_restarts` times and ending "successfully" with nothing trained.
+#[test]
+fn a_broken_env_fails_the_run_with_its_own_error() -> TestResult {
+    for (mode, message) in
+        [("raise", "ValueError: step 1 failed"), ("die", "died"), ("hang", "did not answer")]
+    {
+        let dir = workdir()?;
+        let started = std::time::Instant::now();
+        let args = [
+            "train",
+            "--env",
+            "impala_test_envs:Faulty",
+            "--set",
+            &format!("env_config.mode=\"{mode}\""),
+            "--set",
+            "env_config.after=0",
+            "--set",
+            "sample_timeout_s=1",
+            "--stop-time",
+            "120",
+            "--run-dir",
+            "run",
+        ];
+        let run = impala(dir.path(), &args)?;
+        run.assert_one_line_error(&["failed 3 times in a row", "the env is broken", message]);
+        assert!(started.elapsed().as_secs() < 60, "{mode}: took {:?}", started.elapsed());
+        let last = last_result(dir.path())?;
+        assert_eq!(last["num_env_steps_trained"], 0, "{mode}: {last}");
+    }
+    Ok(())
+}
+
 #[test]
 fn restart_failed_sub_environments_keeps_the_runner() -> TestResult {
     let (run, last) = faulty_run(&[

@@ -52,6 +52,21 @@ pub enum SamplerError {
         /// The last error or panic message.
         reason: String,
     },
+    /// A runner slot failed `failures` times in a row before it ever delivered a fragment:
+    /// its env fails on every reset or step, and restarting it would train nothing.
+    #[error(
+        "env runner {runner_id} failed {failures} times in a row without delivering a single \
+         sample, so the env is broken rather than failing now and then (restarts go on only \
+         for runners that sampled before); fix the env; its first error: {first_error}"
+    )]
+    BrokenEnv {
+        /// The runner's id.
+        runner_id: usize,
+        /// Failures in a row.
+        failures: usize,
+        /// The first failure's message (the env's own error).
+        first_error: String,
+    },
     /// A multi-agent runner's agents, policies and spaces do not fit together.
     #[error("policy mapping: {reason}")]
     PolicyMapping {

@@ -13,6 +13,7 @@ use impala_core::{EnvSpec, Weights};
 use crate::context::{by_runner_id, ContextPolicyFactory};
 use crate::error::panic_message;
 use crate::seam::{EnvRunnerHandle, RunnerMessage, RunnerReply, RunnerRequest};
+use crate::streak::FailureStreak;
 use crate::threads::{deadline_after, receive_until};
 use crate::{
     policy_lag, EnvFactory, EnvRunner, EnvRunnerGroupSettings, EnvRunnerLauncher, Fragment,
@@ -78,6 +79,7 @@ struct Member {
     last_error: Option<String>,
     /// See [`EnvRunnerState::policy_lag`].
     policy_lag: f64,
+    streak: FailureStreak,
 }
 
 /// RLlib's `EnvRunnerGroup` + `FaultTolerantActorManager` for sampling: `num_env_runners`
@@ -281,6 +283,7 @@ impl EnvRunnerGroup {
             in_flight: 0,
             last_error: None,
             policy_lag: 0.0,
+            streak: FailureStreak::default(),
         };
         self.start(&mut member, handle);
         self.members.push(member);
@@ -370,6 +373,7 @@ impl EnvRunnerGroup {
             RunnerReply::Fragment(fragment) => {
                 if current && fragment.runner_id == member.id {
                     member.in_flight = member.in_flight.saturating_sub(1);
+                    member.streak.delivered();
                     ready.push(*fragment);
                 } else {
                     self.metrics.num_fragments_dropped += 1;
@@ -451,6 +455,7 @@ impl EnvRunnerGroup {
             if self.metrics.num_env_runner_restarts >= max_restarts as u64 {
                 return Err(SamplerError::TooManyRestarts { runner_id, max_restarts, reason });
             }
+            member.streak.failed(runner_id, &reason)?;
             self.metrics.num_env_runner_restarts += 1;
             if let Some(mut handle) = member.handle.take() {
                 handle.send(RunnerRequest::Stop);

@@ -84,6 +84,7 @@ mod policies;
 mod runner;
 mod seam;
 mod settings;
+mod streak;
 mod threads;
 mod weights;
 
@@ -106,6 +107,7 @@ pub use seam::{
     RunnerReply, RunnerRequest, ServedRunner, ThreadLauncher,
 };
 pub use settings::{BatchingSettings, EnvRunnerGroupSettings, EnvRunnerSettings};
+pub use streak::BROKEN_ENV_FAILURES;
 pub use weights::{policy_lag, WeightBroadcaster};
 
 /// The README's snippet, compiled and run as a doctest.

@@ -18,6 +18,7 @@ use crossbeam_channel::{Receiver, Sender};
 use impala_core::{CoreError, Policy, Weights};
 
 use crate::seam::{build_and_serve_on_thread, stop_and_join};
+use crate::streak::FailureStreak;
 use crate::threads::deadline_after;
 use crate::{
     EnvRunnerHandle, EnvRunnerLauncher, MultiAgentEnvFactory, MultiAgentEnvRunner,
@@ -104,6 +105,7 @@ struct Member {
     handle: Option<Box<dyn EnvRunnerHandle>>,
     incarnation: u64,
     healthy: bool,
+    streak: FailureStreak,
 }
 
 /// The multi-agent env runners (see the module docs).
@@ -231,7 +233,12 @@ impl MultiAgentRunnerGroup {
         for _ in 0..cap {
             handle.send(RunnerRequest::Sample);
         }
-        Ok(Member { handle: Some(handle), incarnation, healthy: true })
+        Ok(Member {
+            handle: Some(handle),
+            incarnation,
+            healthy: true,
+            streak: FailureStreak::default(),
+        })
     }
 
     /// The fragments ready now, waiting up to `timeout` for the first one. A failed runner is
@@ -259,6 +266,7 @@ impl MultiAgentRunnerGroup {
         }
         let reason = match msg.reply {
             RunnerReply::MultiAgentFragment(fragment) => {
+                member.streak.delivered();
                 out.push(*fragment);
                 // One more request for the one answered: the runner keeps sampling ahead.
                 if let Some(handle) = member.handle.as_mut() {
@@ -295,10 +303,12 @@ impl MultiAgentRunnerGroup {
                 reason,
             });
         }
+        let mut streak = std::mem::take(&mut self.members[index].streak);
+        streak.failed(runner_id, &reason)?;
         tracing::warn!(runner_id, %reason, "multi-agent env runner failed; restarting it");
         self.num_restarts += 1;
         let incarnation = self.members[index].incarnation + 1;
-        self.members[index] = self.launch(runner_id, incarnation)?;
+        self.members[index] = Member { streak, ..self.launch(runner_id, incarnation)? };
         Ok(())
     }
 

@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use impala_core::{CoreError, Policy, Weights};
-use impala_sampler::{EnvContext, EnvRunnerGroup, Fragment, SamplerError};
+use impala_sampler::{EnvContext, EnvRunnerGroup, Fragment, SamplerError, BROKEN_ENV_FAILURES};
 
 use crate::support::{
     counting_policies, settings, unique_steps, CountingPolicy, Deadline, EnvSetup, Fault, Sampled,
@@ -112,6 +112,26 @@ fn restarts_are_limited() -> TestResult {
         (m.num_env_runner_failures, m.num_env_runner_restarts, Sampled::of(&delivered).env_steps),
         (3, 2, 0)
     );
+    Ok(())
+}
+
+#[test]
+fn a_runner_that_fails_before_its_first_fragment_again_and_again_is_a_broken_env() -> TestResult {
+    // Runner 1 breaks every time it is built, before its first fragment; restarts are plenty.
+    let setup = EnvSetup { fault: Some((1, usize::MAX, 2, Fault::Error)), ..EnvSetup::default() };
+    let mut s = settings(2, 1, 5);
+    s.max_num_env_runner_restarts = 1000;
+    s.sample_timeout = Some(Duration::from_millis(500));
+    let mut group = EnvRunnerGroup::new(&s, setup.factory(), counting_policies())?;
+    let (err, _) = sample_until_error(&mut group)?;
+    assert!(
+        matches!(&err, SamplerError::BrokenEnv { runner_id: 1, failures, first_error }
+            if *failures == BROKEN_ENV_FAILURES && first_error.contains("injected error at step 2")),
+        "{err}"
+    );
+    assert!(err.to_string().contains("fix the env"), "{err}");
+    // Two restarts, not a thousand.
+    assert_eq!(group.metrics().num_env_runner_restarts, BROKEN_ENV_FAILURES as u64 - 1);
     Ok(())
 }
 

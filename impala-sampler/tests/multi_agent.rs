@@ -11,7 +11,7 @@ use impala_core::{
 use impala_envs::{HalfObserved, MultiAgentCartPole};
 use impala_sampler::{
     MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentGroupSettings, MultiAgentPolicyFactory,
-    MultiAgentRunnerGroup, MultiAgentSettings, RandomPolicy, SamplerError,
+    MultiAgentRunnerGroup, MultiAgentSettings, RandomPolicy, SamplerError, BROKEN_ENV_FAILURES,
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -358,5 +358,50 @@ fn a_runner_failed_by_a_non_finite_value_is_restarted() -> TestResult {
         }
         let _ = group.shutdown();
     }
+    Ok(())
+}
+
+#[test]
+fn a_multi_agent_env_spoiled_in_every_runner_is_a_broken_env() -> TestResult {
+    let agents = Staggered::new()?.spec.agents;
+    let spec = EnvSpec {
+        id: "a".into(),
+        observation_space: agents[0].observation_space.clone(),
+        action_space: agents[0].action_space.clone(),
+        max_episode_steps: None,
+    };
+    let policies: MultiAgentPolicyFactory = Arc::new(move |runner, incarnation, _| {
+        Ok(vec![Box::new(RandomPolicy::new(&spec, runner as u64 + incarnation)) as Box<dyn Policy>])
+    });
+    // Every env built is spoiled before the first fragment (of 5 steps) is full.
+    let envs: MultiAgentEnvFactory = Arc::new(|_| poisoned(Some(Poison::Reward)));
+    let settings = MultiAgentGroupSettings {
+        num_env_runners: 1,
+        num_envs_per_env_runner: 1,
+        max_requests_in_flight: 2,
+        runner: settings(vec![0, 0], 5),
+        restart_failed_env_runners: true,
+        max_num_env_runner_restarts: 1000,
+    };
+    let mut group = MultiAgentRunnerGroup::new(settings, envs, policies, vec![])?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let error = loop {
+        match group.wait(Duration::from_millis(100)) {
+            Ok(got) => assert!(got.is_empty(), "a spoiled env delivered a fragment"),
+            Err(e) => break e,
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still restarting after {} restarts",
+            group.num_restarts()
+        );
+    };
+    assert!(
+        matches!(&error, SamplerError::BrokenEnv { failures, first_error, .. }
+            if *failures == BROKEN_ENV_FAILURES && first_error.contains("non-finite reward")),
+        "{error}"
+    );
+    assert_eq!(group.num_restarts(), BROKEN_ENV_FAILURES - 1);
+    let _ = group.shutdown();
     Ok(())
 }

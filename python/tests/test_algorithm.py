@@ -150,11 +150,13 @@ def test_a_model_too_large_for_the_machine_raises_instead_of_aborting():
 def test_logs_are_plain_text_when_stderr_is_not_a_terminal():
     import os
 
-    # A runner whose env crashes at its 40th step is logged as failed and restarted.
+    # A runner whose env crashes at its 60th step, after its first fragment of 50, is logged as
+    # failed and restarted (one that crashed before its first fragment every time would be a
+    # broken env, which ends the run).
     script = (
         "from impala_rs import IMPALAConfig\n"
         "algo = IMPALAConfig().environment('CartPoleCrashing-v1',"
-        " env_config={'p_crash': 0, 'crash_after_n_steps': 40})"
+        " env_config={'p_crash': 0, 'crash_after_n_steps': 60})"
         ".env_runners(num_env_runners=1).reporting(min_time_s_per_iteration=0.2).build()\n"
         "algo.train()\n"
         "algo.stop()\n"
