@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::builder::{PossibleValuesParser, RangedU64ValueParser, TypedValueParser};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, Parser};
 use impala::config::{LogLevel, MAX_EVALUATION_EPISODES, MAX_SECONDS};
 use impala::run::ScoreOrder;
 use impala::StopCriteria;
@@ -14,14 +14,6 @@ use impala::StopCriteria;
 /// IMPALA (V-trace actor-learner) reinforcement learning, faithful to Ray RLlib's `Impala`.
 #[derive(Debug, Parser)]
 #[command(name = "impala", version, about, propagate_version = true)]
-pub struct Cli {
-    /// What to do.
-    #[command(subcommand)]
-    pub command: Command,
-}
-
-/// The subcommands.
-#[derive(Debug, Subcommand)]
 pub enum Command {
     /// Train until a stop criterion is met, writing results and checkpoints to a run folder.
     Train(TrainArgs),
@@ -48,7 +40,10 @@ pub enum Command {
     EnvRunner(EnvRunnerArgs),
     /// Draw a run folder's episode_return_mean (and evaluation return) against env steps and
     /// training time into RUN/episode_return_mean.png.
-    Plot(PlotArgs),
+    Plot {
+        /// A run folder (it holds result.json).
+        run: PathBuf,
+    },
     /// Run a hyperparameter search without Ray: every trial of the config file's `grid_search`
     /// and `choice` values is an `impala train` process in its own run folder, as many at once
     /// as fit in --cpus; then a table of the trials sorted by --metric and the best checkpoint.
@@ -109,7 +104,8 @@ pub struct TrainArgs {
     /// --checkpoint-score-attribute, or `all`. Tune keeps the N best instead; keeping the newest
     /// means a resume always finds where the run stopped.
     #[arg(long, default_value = "3", value_name = "N|all", value_parser = num_to_keep)]
-    pub num_to_keep: NumToKeep,
+    // `std::option::Option`, so clap takes it as one value (`None`: all), not an optional flag.
+    pub num_to_keep: std::option::Option<NonZeroUsize>,
     /// Continue a run from a checkpoint folder, or from the newest checkpoint of a run folder.
     /// From the newest checkpoint the run continues in its folder; from an older one a new run
     /// folder is forked with the history up to that checkpoint (see --truncate).
@@ -225,8 +221,7 @@ pub struct TuneArgs {
     /// `TuneConfig(num_samples=N)`).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..))]
     pub num_samples: u64,
-    /// The seed of the `choice` draws: the same file, --num-samples and seed give the same
-    /// trials.
+    /// The seed of the `choice` draws: the same file, --num-samples and seed give the same trials.
     #[arg(long, default_value_t = 0)]
     pub search_seed: u64,
     /// The result key that ranks the trials (result.json's names, nested keys joined with `/`,
@@ -243,8 +238,7 @@ pub struct TuneArgs {
     /// machine). A trial that alone needs more runs by itself.
     #[arg(long, value_parser = positive)]
     pub cpus: Option<f64>,
-    /// At most this many trials at once, whatever --cpus allows (Tune's
-    /// `max_concurrent_trials`).
+    /// At most this many trials at once, whatever --cpus allows (Tune's `max_concurrent_trials`).
     #[arg(long, value_name = "N")]
     pub max_concurrent: Option<NonZeroUsize>,
     /// The folder that holds experiment folders.
@@ -288,15 +282,12 @@ pub struct StabilityArgs {
 }
 
 /// `--num-to-keep`: a count, or `None` for all.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NumToKeep(pub Option<NonZeroUsize>);
-
-fn num_to_keep(s: &str) -> Result<NumToKeep, String> {
+fn num_to_keep(s: &str) -> Result<Option<NonZeroUsize>, String> {
     if s == "all" {
-        return Ok(NumToKeep(None));
+        return Ok(None);
     }
     match s.parse::<usize>() {
-        Ok(n) => NonZeroUsize::new(n).map(|n| NumToKeep(Some(n))).ok_or_else(|| {
+        Ok(n) => NonZeroUsize::new(n).map(Some).ok_or_else(|| {
             "keep at least 1 (the final and best are kept besides), or `all`".into()
         }),
         Err(_) => Err("expected a positive number or `all`".into()),
@@ -305,8 +296,7 @@ fn num_to_keep(s: &str) -> Result<NumToKeep, String> {
 
 /// `max` or `min`.
 fn score_order() -> impl TypedValueParser<Value = ScoreOrder> {
-    let orders = PossibleValuesParser::new(["max", "min"]);
-    orders.map(|s| if s == "min" { ScoreOrder::Min } else { ScoreOrder::Max })
+    PossibleValuesParser::new(["max", "min"]).try_map(|s| s.parse::<ScoreOrder>())
 }
 
 /// A finite number (`nan` and `inf` never stop a run).
@@ -399,13 +389,6 @@ pub struct BenchArgs {
     /// Train every seed with `--profile`: each seed's JSON line holds its time breakdown.
     #[arg(long)]
     pub profile: bool,
-}
-
-/// `impala plot`.
-#[derive(Debug, Clone, Args)]
-pub struct PlotArgs {
-    /// A run folder (it holds result.json).
-    pub run: PathBuf,
 }
 
 /// `impala bench-memory`.

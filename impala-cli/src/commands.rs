@@ -12,16 +12,17 @@ use impala::config::ConfigFormat;
 use impala::remote::{
     runner_server, serve_env_runner, ClientSettings, ClientTls, RunnerHost, ServerTls, Token,
 };
-use impala::run::{CheckpointPolicy, RunOptions, TrainSpec, Trained, Training, PROFILE_FILE};
+use impala::run::{CheckpointPolicy, RunOptions, TrainSpec, Training, PROFILE_FILE};
 use impala::StopCriteria;
 use impala_tune::bench::{bench_cartpole, BenchOptions, StabilityOptions};
 use impala_tune::soak::{memory_soak, soak_config, SoakOptions};
 use impala_tune::{Experiment, SearchOptions, TrainSummary};
 
 use crate::args::{
-    BenchArgs, ConfigArgs, EnvRunnerArgs, EvaluateArgs, ExportArgs, MemoryArgs, TrainArgs, TuneArgs,
+    BenchArgs, ConfigArgs, EnvRunnerArgs, EvaluateArgs, ExportArgs, MemoryArgs, StabilityArgs,
+    TrainArgs, TuneArgs,
 };
-use crate::signals::Interrupts;
+use crate::signals;
 
 /// Each warning on stderr.
 fn print_warnings(warnings: impl IntoIterator<Item = impl Display>) {
@@ -93,7 +94,7 @@ pub(crate) fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
             checkpoints: CheckpointPolicy {
                 score_attribute: args.checkpoint_score_attribute.clone(),
                 score_order: args.checkpoint_score_order,
-                num_to_keep: args.num_to_keep.0,
+                num_to_keep: args.num_to_keep,
             },
         },
         profile: args.profile,
@@ -101,13 +102,11 @@ pub(crate) fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     impala::logging::init(training.config().log_level());
     print_warnings(training.check()?);
     // From here on SIGINT/SIGTERM finish the iteration and save instead of killing the process.
-    let interrupts = Interrupts::install().context("cannot listen for SIGINT and SIGTERM")?;
+    let interrupts = signals::listen()?;
     if let Some(listen) = &args.listen {
         let token = args.token_file.as_deref().context("--listen needs --token-file")?;
-        let tls = match args.tls_cert.as_deref().zip(args.tls_key.as_deref()) {
-            Some((cert, key)) => Some(ServerTls::from_files(cert, key)?),
-            None => None,
-        };
+        let tls = args.tls_cert.as_deref().zip(args.tls_key.as_deref());
+        let tls = tls.map(|(cert, key)| ServerTls::from_files(cert, key)).transpose()?;
         let token = Token::from_file(token)?;
         let server = Arc::new(runner_server(training.config(), listen, token, tls)?);
         say(&format_args!("serving env runners on {}", server.local_addr()));
@@ -124,28 +123,22 @@ pub(crate) fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
     let (env, path) = (&run.config().config().env, dir.path().display());
     say(&format_args!("training {env} in {path} (from {from}); stop: {stop}{never}"));
     say(&format_args!("learner: {}", run.config().config().learner_plan()));
-    let Trained { mut summary, run_dir, stop, seed, profile, .. } = run.run(|e| say(&e))?;
-    if let Some(profile) = profile.as_ref().filter(|_| !args.quiet) {
+    let mut trained = run.run(|e| say(&e))?;
+    if let Some(profile) = trained.profile.as_ref().filter(|_| !args.quiet) {
         print!("{}", profile.table());
-        println!("profile: {}", run_dir.join(PROFILE_FILE).display());
+        println!("profile: {}", trained.run_dir.join(PROFILE_FILE).display());
     }
-    match impala_plot::plot_run(&run_dir) {
+    match impala_plot::plot_run(&trained.run_dir) {
         Ok(plot) => say(&format_args!("plot: {}", plot.display())),
         Err(e) => eprintln!("warning: no plot: {}", impala::one_line(&e)),
     }
-    if summary.interrupted {
-        summary.stop_reason =
-            format!("interrupted ({})", interrupts.received_name().unwrap_or("signal"));
-    }
-    say(&summary.describe());
+    interrupts.name_signal_in(&mut trained.summary);
+    say(&trained.summary.describe());
     if args.summary_json {
-        let wall_s = started.elapsed().as_secs_f64();
-        let profile = profile.as_ref().map(serde_json::to_value).transpose()?;
-        let line = TrainSummary::new(&summary, &stop, seed, wall_s, profile);
+        let line = TrainSummary::of(&trained, started.elapsed().as_secs_f64())?;
         println!("{}", serde_json::to_value(&line)?);
     }
-    // 128 + the signal's number, as a shell reports a process that the signal ended: a job
-    // scheduler must not take an interrupted run for a finished one.
+    // After a signal, 128 + its number: a job scheduler must not take it for a finished run.
     Ok(interrupts.exit_code().unwrap_or(ExitCode::SUCCESS))
 }
 
@@ -163,12 +156,12 @@ pub(crate) fn export(args: &ExportArgs) -> anyhow::Result<ExitCode> {
     let obs: Vec<String> =
         policy.observation_space().shape().iter().map(usize::to_string).collect();
     let width = policy.action_space().dist_inputs_dim();
-    let (state_in, state_out) = match policy.state_dim() {
-        0 => (String::new(), String::new()),
-        s => (format!(", state [B, {s}]"), format!(", state [B, {s}]")),
+    let state = match policy.state_dim() {
+        0 => String::new(),
+        s => format!(", state [B, {s}]"),
     };
     println!(
-        "{}: forward(obs [B, {}] float32{state_in}) -> (logits [B, {width}], value [B]{state_out})",
+        "{}: forward(obs [B, {}] float32{state}) -> (logits [B, {width}], value [B]{state})",
         args.out.display(),
         obs.join(", ")
     );
@@ -199,10 +192,10 @@ pub(crate) fn tune(args: &TuneArgs) -> anyhow::Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     // From here on SIGINT/SIGTERM go to the trials instead of ending this process.
-    let interrupts = Interrupts::install().context("cannot listen for SIGINT and SIGTERM")?;
+    let interrupts = signals::listen()?;
     experiment.claim()?;
     println!("{}", experiment.headline());
-    experiment.run(&trainer()?, &|| interrupts.forward(), |e| print_notice(&e, e.is_warning()))?;
+    experiment.run(&trainer()?, &|| interrupts.received(), |e| print_notice(&e, e.is_warning()))?;
     print!("{}", experiment.report());
     if let Some(code) = interrupts.exit_code() {
         return Ok(code);
@@ -212,30 +205,24 @@ pub(crate) fn tune(args: &TuneArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub(crate) fn bench(args: &BenchArgs) -> anyhow::Result<ExitCode> {
-    let s = &args.stability;
+    let (file, set) = (args.config.clone(), args.overrides.clone());
+    let StabilityArgs { stay_s, stay_steps, stay_min, eval_episodes, eval_min, .. } =
+        args.stability;
+    let stability = StabilityOptions { stay_s, stay_steps, stay_min, eval_episodes, eval_min };
     let options = BenchOptions {
         seeds: args.seeds,
         stop_reward: args.stop_reward,
         stop_time: args.stop_time,
-        source: impala::ConfigSource {
-            file: args.config.clone(),
-            set: args.overrides.clone(),
-            ..impala::ConfigSource::default()
-        },
+        source: impala::ConfigSource { file, set, ..Default::default() },
         profile: args.profile,
-        runs_dir: s.runs_dir.clone(),
-        stability: (s.stay_s.is_some() || s.stay_steps.is_some()).then_some(StabilityOptions {
-            stay_s: s.stay_s,
-            stay_steps: s.stay_steps,
-            stay_min: s.stay_min,
-            eval_episodes: s.eval_episodes,
-            eval_min: s.eval_min,
-        }),
+        runs_dir: args.stability.runs_dir.clone(),
+        // Off unless --stay-s or --stay-steps is given.
+        stability: (stay_s.is_some() || stay_steps.is_some()).then_some(stability),
     };
     // SIGINT/SIGTERM go to the running seed, which saves and exits; no other seed starts.
-    let interrupts = Interrupts::install().context("cannot listen for SIGINT and SIGTERM")?;
+    let interrupts = signals::listen()?;
     let mut printed = Ok(());
-    let report = bench_cartpole(&options, &trainer()?, &|| interrupts.forward(), |seed| {
+    let report = bench_cartpole(&options, &trainer()?, &|| interrupts.received(), |seed| {
         if printed.is_ok() {
             printed = serde_json::to_value(seed).map(|line| println!("{line}"));
         }
@@ -257,7 +244,7 @@ pub(crate) fn memory(args: &MemoryArgs) -> anyhow::Result<ExitCode> {
         run_dir: args.run_dir.clone(),
         keep_run_dir: args.keep_run_dir,
     };
-    let interrupts = Interrupts::install().context("cannot listen for SIGINT and SIGTERM")?;
+    let interrupts = signals::listen()?;
     let report = memory_soak(config, &options, interrupts.flag())?;
     println!("{}", serde_json::to_value(&report)?);
     Ok(interrupts.exit_code().unwrap_or(ExitCode::SUCCESS))

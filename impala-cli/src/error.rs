@@ -9,11 +9,8 @@ use impala_tune::TuneError;
 /// `err` and its causes on one line (the library's [`impala::one_line`]), followed by the
 /// flags of this command that set the options the message names.
 pub(crate) fn describe(err: &anyhow::Error) -> String {
-    let mut line = impala::one_line(err.as_ref());
-    if let Some(hint) = err.chain().find_map(flag_hint) {
-        line.push_str(&hint);
-    }
-    line
+    let hint = err.chain().find_map(flag_hint).unwrap_or_default();
+    format!("{}{hint}", impala::one_line(err.as_ref()))
 }
 
 /// Where a library error names an option, the flag that sets it.
@@ -86,9 +83,8 @@ mod tests {
 
     #[test]
     fn library_errors_get_the_flags_of_their_options() {
-        let err = anyhow::Error::new(RunError::Impala(ImpalaError::RunDirInUse {
-            path: "runs/a".into(),
-        }));
+        let in_use = ImpalaError::RunDirInUse { path: "runs/a".into() };
+        let err = anyhow::Error::new(RunError::Impala(in_use));
         assert_eq!(
             describe(&err),
             "run folder `runs/a` already holds a run's results; resume it, or choose another \

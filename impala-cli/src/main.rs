@@ -11,11 +11,11 @@ use std::process::ExitCode;
 
 use clap::Parser as _;
 
-use crate::args::{Cli, Command};
+use crate::args::Command;
 
 fn main() -> ExitCode {
     // Help and --version print to stdout and exit 0; usage errors print clap's message, exit 2.
-    match run(Cli::parse()) {
+    match run(Command::parse()) {
         Ok(code) => code,
         Err(err) => {
             eprintln!("error: {}", error::describe(&err));
@@ -25,8 +25,8 @@ fn main() -> ExitCode {
 }
 
 /// Runs the command. Errors are returned for `main` to print as one line.
-fn run(cli: Cli) -> anyhow::Result<ExitCode> {
-    match cli.command {
+fn run(command: Command) -> anyhow::Result<ExitCode> {
+    match command {
         Command::Train(args) => commands::train(&args),
         Command::Evaluate(args) => commands::evaluate(&args),
         Command::Export(args) => commands::export(&args),
@@ -35,12 +35,10 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
             impala::envs::list()?.iter().for_each(|info| println!("{info}"));
             for id in impala::envs::MULTI_AGENT_ENVS {
                 let env = impala::envs::make_multi_agent(id, &Default::default())?;
-                let spec = env.spec();
-                let agents: Vec<String> = spec
-                    .agents
-                    .iter()
-                    .map(|a| format!("{} ({}, {})", a.id, a.observation_space, a.action_space))
-                    .collect();
+                let agent = |a: &impala::core::AgentSpec| {
+                    format!("{} ({}, {})", a.id, a.observation_space, a.action_space)
+                };
+                let agents: Vec<String> = env.spec().agents.iter().map(agent).collect();
                 println!("{id:<16} multi-agent: {}", agents.join(", "));
             }
             Ok(ExitCode::SUCCESS)
@@ -49,8 +47,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::BenchMemory(args) => commands::memory(&args),
         Command::EnvRunner(args) => commands::env_runner(&args),
         Command::Tune(args) => commands::tune(&args),
-        Command::Plot(args) => {
-            println!("{}", impala_plot::plot_run(&args.run)?.display());
+        Command::Plot { run } => {
+            println!("{}", impala_plot::plot_run(&run)?.display());
             Ok(ExitCode::SUCCESS)
         }
     }

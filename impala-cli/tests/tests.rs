@@ -11,5 +11,6 @@ mod netns;
 mod python_envs;
 mod remote;
 mod runs;
+mod thin_binary;
 mod train;
 mod tune;

@@ -45,6 +45,8 @@
 pub mod bench;
 mod error;
 mod experiment;
+mod finished;
+mod interrupts;
 mod search;
 pub mod soak;
 mod supervisor;
@@ -53,6 +55,7 @@ mod trials;
 
 pub use error::{Result, TuneError};
 pub use experiment::{Event, Experiment, SearchOptions, SUMMARY_FILE, TRIAL_CONFIG_FILE};
+pub use interrupts::Interrupts;
 pub use search::{ValuePath, MAX_TRIALS};
 pub use supervisor::{Budget, Exited, Forward, Supervisor};
 pub use trainer::{evaluate_command, stop_arguments, TrainCommand, TrainSummary};
