@@ -369,3 +369,62 @@ fn a_checkpoint_of_another_env_in_a_run_folder_is_refused() -> TestResult {
     assert_eq!(fs::read_to_string(dir.path().join("acrobot/params.json"))?, before);
     Ok(())
 }
+
+/// `impala train ARGS` in `disk/run` on a tmpfs of `size` in a mount namespace of its own (root
+/// needed, as for the netns tests; the mount ends with the process), the run folder then copied
+/// to `out/run` since the tmpfs goes with the namespace.
+fn train_on_a_small_disk(
+    out: &Path,
+    size: &str,
+    args: &str,
+) -> Result<crate::common::Run, Box<dyn std::error::Error>> {
+    let disk = out.join("disk");
+    fs::create_dir_all(&disk)?;
+    let (disk, out_dir, bin) = (disk.display(), out.display(), env!("CARGO_BIN_EXE_impala"));
+    let script = format!(
+        "mount -t tmpfs -o size={size} impala-small-disk {disk} || exit 99; cd {disk}; \
+         {bin} train --run-dir run --stop-time 60 --set min_time_s_per_iteration=0.02 {args}; \
+         rc=$?; cp -r run {out_dir}/run; exit $rc"
+    );
+    let done = Command::new("unshare").args(["-m", "sh", "-c", &script]).output()?;
+    let run = crate::common::Run {
+        success: done.status.success(),
+        stdout: String::from_utf8_lossy(&done.stdout).into_owned(),
+        stderr: String::from_utf8_lossy(&done.stderr).into_owned(),
+    };
+    assert_ne!(done.status.code(), Some(99), "cannot mount a tmpfs (root needed): {}", run.stderr);
+    Ok(run)
+}
+
+/// A disk that fills up mid-run ends it with one line that names the file, the space needed and
+/// left, and the checkpoint to resume from (one is saved if there is room, else the newest one
+/// is named), never an exit that leaves the user to guess what was kept.
+#[test]
+fn a_full_disk_ends_the_run_naming_the_file_and_the_checkpoint_to_resume() -> TestResult {
+    // The logs fill 64 KiB before any checkpoint: no room for one either.
+    let out = tempfile::tempdir()?;
+    let run = train_on_a_small_disk(out.path(), "64k", "")?;
+    run.assert_one_line_error(&[
+        "could not write `run/",
+        "the disk is full (",
+        "bytes free there, about ",
+        "needed)",
+        "the run could not be saved",
+        "no checkpoint to resume from",
+    ]);
+    // Checkpoints every iteration fill 1 MiB (with the logs): whichever write finds the disk
+    // full, the line names a complete checkpoint to resume from.
+    let out = tempfile::tempdir()?;
+    let run = train_on_a_small_disk(out.path(), "1m", "--checkpoint-every 1")?;
+    run.assert_one_line_error(&["resume"]);
+    let line = run.error_lines()[0];
+    assert!(
+        line.contains("No space left on device") || line.contains("the disk is full"),
+        "{line}"
+    );
+    let (_, named) = line.rsplit_once("`run/checkpoint_").ok_or("no checkpoint named")?;
+    let named = format!("run/checkpoint_{}", named.split('`').next().unwrap_or_default());
+    let (state, _) = impala::checkpoint::read_checkpoint(&out.path().join(named))?;
+    assert!(state.training_iteration >= 1, "{line}");
+    Ok(())
+}

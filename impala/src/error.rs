@@ -40,6 +40,21 @@ pub enum ImpalaError {
         #[source]
         source: std::io::Error,
     },
+    /// The disk holding a file filled up while it was written.
+    #[error(
+        "could not {action} `{path}`: the disk is full ({available} bytes free there, about \
+         {needed} needed); free some space, or give the run a folder on another disk"
+    )]
+    DiskFull {
+        /// What was attempted (`write`, ...).
+        action: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// About how many bytes the write needed.
+        needed: u64,
+        /// Bytes free on the disk after the failure.
+        available: u64,
+    },
     /// The run folder cannot be created or written.
     #[error("run folder `{path}` is not writable")]
     RunDirNotWritable {
@@ -265,6 +280,23 @@ impl ImpalaError {
     /// Shorthand for [`ImpalaError::Io`].
     pub fn io(action: &'static str, path: &Path, source: std::io::Error) -> Self {
         ImpalaError::Io { action, path: path.to_path_buf(), source }
+    }
+
+    /// This error as [`ImpalaError::DiskFull`] when it is a write that found the disk full,
+    /// with the `needed` bytes and the space left; any other error as it is.
+    pub(crate) fn disk_full_needing(self, needed: u64) -> Self {
+        match self {
+            ImpalaError::Io { action, path, source }
+                if source.kind() == std::io::ErrorKind::StorageFull =>
+            {
+                let folder = path.parent().filter(|p| !p.as_os_str().is_empty());
+                match fs4::available_space(folder.unwrap_or(Path::new("."))) {
+                    Ok(available) => ImpalaError::DiskFull { action, path, needed, available },
+                    Err(_) => ImpalaError::Io { action, path, source },
+                }
+            }
+            other => other,
+        }
     }
 }
 

@@ -79,6 +79,8 @@ impl ResultLogger {
     }
 
     /// Appends one iteration to `result.json`, `progress.csv` and the event file, and flushes.
+    /// A write that finds the disk full says how much space the iteration's lines need and how
+    /// much is left ([`ImpalaError::DiskFull`]).
     pub fn log(&mut self, result: &IterationResult) -> Result<()> {
         let json = result.to_json();
         let result_path = self.dir.join(RESULT_FILE);
@@ -88,14 +90,26 @@ impl ResultLogger {
             source,
         })?;
         line.push('\n');
+        // Each file gets about a JSON line's worth: the line itself, a CSV row of the same
+        // values, and an event record of its numbers.
+        let needed = 3 * line.len() as u64;
+        self.append(result, &json, &line).map_err(|e| e.disk_full_needing(needed))
+    }
+
+    fn append(
+        &mut self,
+        result: &IterationResult,
+        json: &serde_json::Value,
+        line: &str,
+    ) -> Result<()> {
+        let result_path = self.dir.join(RESULT_FILE);
         // One write per line, so a crash leaves at most a partial last line.
         self.result_json
             .write_all(line.as_bytes())
             .and_then(|()| self.result_json.flush())
             .map_err(|e| ImpalaError::io("write", &result_path, e))?;
-        drop(line);
 
-        let row = flatten(&json);
+        let row = flatten(json);
         if row.keys().any(|k| !self.header.contains(k)) {
             // A new column (e.g. the first evaluation): rewrite the file with the wider header,
             // as Tune users expect one consistent table.

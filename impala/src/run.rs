@@ -46,9 +46,11 @@ pub use keep::{BestCheckpoint, CheckpointPolicy, ScoreOrder, BEST_CHECKPOINT_FIL
 pub use lock::LOCK_FILE;
 pub use train::{Started, TrainSpec, Trained, Training, PROFILE_FILE};
 
+use crate::checkpoint::checkpoint_name;
 use crate::{
     error_chain, write_params, ImpalaError, IterationResult, ResultLogger, StopCriteria, Trainable,
 };
+use dir::checkpoint_iterations;
 use keep::Keeper;
 
 /// How a run ends in error.
@@ -107,6 +109,26 @@ pub enum RunError {
         cause: Box<ImpalaError>,
         /// The checkpoint saved after the failure.
         checkpoint: PathBuf,
+    },
+    /// A checkpoint could not be written (a full disk), or training failed and saving the run
+    /// failed too: the cause, why no checkpoint could be written, and which checkpoint is the
+    /// newest to go on from.
+    #[error(
+        "{}{}; {}",
+        error_chain(cause.as_ref()),
+        save_error.as_ref().map_or_else(String::new, |e| format!("; the run could not be saved ({e})")),
+        newest.as_ref().map_or_else(
+            || "the run folder has no checkpoint to resume from".to_string(),
+            |p| format!("the newest checkpoint, to resume from, is `{}`", p.display())
+        )
+    )]
+    NotSaved {
+        /// Why training or the checkpoint failed.
+        cause: Box<ImpalaError>,
+        /// Why the checkpoint after a training failure could not be written.
+        save_error: Option<String>,
+        /// The newest checkpoint already in the run folder.
+        newest: Option<PathBuf>,
     },
     /// The checkpoint score attribute is not a result key.
     #[error(
@@ -259,8 +281,12 @@ pub fn run<A: Trainable + ?Sized>(
                 return Err(save_after_failure(algo, path, &mut keeper, score, cause));
             }
         };
-        logger.log(&result)?;
         score = options.checkpoints.score(&result);
+        // A log that cannot be written (a full disk) ends the run as any failure does: saved
+        // first, when there is room for a checkpoint, never lost with the weights in memory.
+        if let Err(cause) = logger.log(&result) {
+            return Err(save_after_failure(algo, path, &mut keeper, score, cause));
+        }
         if let Err(payload) = catch_unwind(AssertUnwindSafe(|| on_event(RunEvent::Result(&result))))
         {
             let cause = ImpalaError::DriverPanicked {
@@ -276,12 +302,12 @@ pub fn run<A: Trainable + ?Sized>(
         }
         let iteration = result.training_iteration;
         if options.checkpoint_every > 0 && iteration % options.checkpoint_every == 0 {
-            let checkpoint = algo.save(path)?;
+            let checkpoint = algo.save(path).map_err(|e| not_saved(path, e, None))?;
             let best = keeper.saved(algo.iteration(), score)?;
             on_event(RunEvent::Checkpoint { path: &checkpoint, score, best: best.as_ref() });
         }
     };
-    let checkpoint = algo.save(path)?;
+    let checkpoint = algo.save(path).map_err(|e| not_saved(path, e, None))?;
     let best = keeper.saved(algo.iteration(), score)?;
     Ok(RunSummary { stop_reason, interrupted, last, checkpoint, best })
 }
@@ -306,9 +332,13 @@ fn save_after_failure<A: Trainable + ?Sized>(
                 _ => RunError::FailedAndSaved { cause, checkpoint },
             }
         }
-        Err(e) => {
-            tracing::debug!("no checkpoint after training failed: {}", error_chain(&e));
-            RunError::Impala(cause)
-        }
+        Err(e) => not_saved(dir, cause, Some(error_chain(&e))),
     }
+}
+
+/// [`RunError::NotSaved`]: `cause`, then the run folder's newest checkpoint.
+fn not_saved(dir: &Path, cause: ImpalaError, save_error: Option<String>) -> RunError {
+    let newest = checkpoint_iterations(dir).ok().and_then(|its| its.last().copied());
+    let newest = newest.map(|i| dir.join(checkpoint_name(i)));
+    RunError::NotSaved { cause: Box::new(cause), save_error, newest }
 }
