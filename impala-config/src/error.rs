@@ -49,6 +49,9 @@ pub enum Origin {
     Override(String),
     /// A value handed to [`crate::ImpalaConfig::set`] or [`crate::ImpalaConfig::from_dict`].
     Set,
+    /// Values from a source the caller names ([`crate::ImpalaConfig::from_dict_as`]): a
+    /// builder method such as `training()`, a trial.
+    Named(String),
 }
 
 impl fmt::Display for Origin {
@@ -58,6 +61,7 @@ impl fmt::Display for Origin {
             Origin::Text => f.write_str("<config text>"),
             Origin::Override(text) => write!(f, "override `{text}`"),
             Origin::Set => f.write_str("set()"),
+            Origin::Named(name) => f.write_str(name),
         }
     }
 }

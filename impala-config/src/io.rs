@@ -116,8 +116,23 @@ impl ImpalaConfig {
     /// Builds a config from a flat dict like the one [`ImpalaConfig::to_dict`] returns, with
     /// the same key checks as files.
     pub fn from_dict(dict: BTreeMap<String, Value>) -> Result<Loaded> {
+        Self::from_dict_as(dict, Origin::Set)
+    }
+
+    /// [`ImpalaConfig::from_dict`] with errors that name `origin`: where the caller's values
+    /// came from (a builder method, a trial).
+    ///
+    /// ```
+    /// use std::collections::BTreeMap;
+    /// use impala_config::{ImpalaConfig, Origin};
+    /// let dict = BTreeMap::from([("lr".to_string(), serde_json::json!("fast"))]);
+    /// let err = ImpalaConfig::from_dict_as(dict, Origin::Named("training()".into()))
+    ///     .err().ok_or("expected an error")?;
+    /// assert!(err.to_string().starts_with("training(): `lr` expects a number"), "{err}");
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn from_dict_as(dict: BTreeMap<String, Value>, origin: Origin) -> Result<Loaded> {
         let root = Value::Object(dict.into_iter().collect());
-        let origin = Origin::Set;
         let mut problems = Problems::default();
         let warnings = check_keys(&root, None, &origin, &mut problems)?;
         let typed = serde_path_to_error::deserialize(&root)

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use impala::config::{ImpalaConfig, ValidatedConfig};
+use impala::config::{ConfigError as RustConfigError, ImpalaConfig, Origin, ValidatedConfig};
 use impala::ImpalaError as RustImpalaError;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -140,9 +140,38 @@ pub(crate) fn validated(config: &Bound<'_, PyDict>) -> PyResult<(ValidatedConfig
         let value = to_json(&value, &key)?;
         dict.insert(key, value);
     }
-    let loaded = ImpalaConfig::from_dict(dict).map_err(config_err)?;
+    let loaded = ImpalaConfig::from_dict_as(dict.clone(), Origin::Named("IMPALAConfig".into()))
+        .map_err(|whole| config_err(by_builder_method(dict).unwrap_or(whole)))?;
     let validated = loaded.config.validate().map_err(config_err)?;
     let warnings =
         loaded.warnings.iter().chain(validated.warnings()).map(ToString::to_string).collect();
     Ok((validated, warnings))
+}
+
+/// The problems of a config dict that does not load, each named by the builder method that
+/// sets its key (`training(): `lr` expects a number`), rather than by the dict as a whole;
+/// `None` when the split finds none of them (the whole dict's error then stands).
+fn by_builder_method(dict: BTreeMap<String, Value>) -> Option<RustConfigError> {
+    let mut groups: BTreeMap<String, BTreeMap<String, Value>> = BTreeMap::new();
+    for (key, value) in dict {
+        let group = impala::config::keys().iter().find(|k| k.name == key);
+        let origin =
+            group.map_or_else(|| "IMPALAConfig".into(), |k| format!("{}()", k.group.name()));
+        groups.entry(origin).or_default().insert(key, value);
+    }
+    let mut errors = Vec::new();
+    for (origin, values) in groups {
+        match ImpalaConfig::from_dict_as(values, Origin::Named(origin)) {
+            Ok(_) => {}
+            Err(RustConfigError::Several { errors: several, .. }) => errors.extend(several),
+            Err(one) => errors.push(one),
+        }
+    }
+    match errors.len() {
+        0 => None,
+        1 => errors.pop(),
+        _ => {
+            Some(RustConfigError::Several { origin: Origin::Named("IMPALAConfig".into()), errors })
+        }
+    }
 }

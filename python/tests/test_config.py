@@ -91,6 +91,17 @@ def test_wrong_types_are_all_listed():
         config.build()
 
 
+def test_a_wrong_type_names_the_builder_method_that_sets_it():
+    with pytest.raises(ConfigError) as info:
+        IMPALAConfig().training(model={"fcnet_hiddens": "x"}).validate()
+    assert str(info.value).startswith("training(): `model.fcnet_hiddens` expects a list"), info.value
+    config = IMPALAConfig().training(lr="fast").env_runners(num_env_runners="two")
+    with pytest.raises(ConfigError) as info:
+        config.validate()
+    assert sorted(p.split(":")[0] for p in info.value.problems) == ["env_runners()", "training()"]
+    assert "set()" not in str(info.value)
+
+
 def test_search_spaces_must_go_through_tune():
     from ray import tune
 
