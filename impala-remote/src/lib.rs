@@ -20,6 +20,11 @@
 //! expects, the runner checks the env it built against the driver's spec, and every fragment
 //! is validated (shapes against the spec, finite values, sizes) before the group sees it.
 //! Messages above [`ServerSettings::max_message_bytes`] are refused by the transport.
+//! A peer that has not shown the token costs the driver a small bounded amount: its first
+//! message may announce at most [`MAX_HELLO_BYTES`], the driver reads at most
+//! [`UNAUTHENTICATED_READ_BYTES`] from its connection and closes it after the hello timeout,
+//! at most [`ServerSettings::max_unauthenticated_connections`] such connections are open, and
+//! every connection has at most [`MAX_STREAMS_PER_CONNECTION`] sessions at once.
 //!
 //! The crate has no libtorch: the runner's env runner (envs and policy) comes from the
 //! caller's [`BuildRunner`].
@@ -28,6 +33,7 @@
 mod client;
 pub mod codec;
 mod error;
+mod guard;
 mod server;
 mod session;
 
@@ -51,6 +57,20 @@ pub const PROTOCOL_VERSION: u32 = 1;
 /// Largest message either side accepts unless told otherwise: far above a fragment of 8 Atari
 /// envs x 50 steps (11 MB uncompressed) or a large model's weights.
 pub const DEFAULT_MAX_MESSAGE_BYTES: usize = 64 << 20;
+
+/// Largest first message of a session, its hello (a few hundred bytes with a token of any
+/// sensible length): checked on the message's length prefix before anything is buffered, so
+/// a peer without the token cannot make the driver reserve room for a large message.
+pub const MAX_HELLO_BYTES: usize = 64 << 10;
+
+/// Most bytes the driver reads from a connection (TLS and HTTP/2 framing included) before one
+/// of its sessions shows the token; then it reads nothing more from it until that happens or
+/// the hello timeout closes it. A runner's hello takes a few KiB.
+pub const UNAUTHENTICATED_READ_BYTES: usize = 256 << 10;
+
+/// Most sessions (HTTP/2 streams) a connection may have open at once; a runner opens one per
+/// connection.
+pub const MAX_STREAMS_PER_CONNECTION: u32 = 4;
 
 /// HTTP/2 flow-control window of a session's stream (the connection's is twice that): room
 /// for a whole large fragment in flight.

@@ -13,11 +13,16 @@ use std::time::{Duration, Instant};
 use impala_runner_pool::{PoolError, PoolLauncher, RunSession, RunnerPool, RunnerTransport};
 use prost::Message;
 use tokio::sync::watch;
+use tokio_stream::StreamExt as _;
 
+use crate::guard::{Admission, HelloLimit};
 use crate::proto::env_runner_service_server::EnvRunnerServiceServer;
 use crate::proto::{self, driver_message};
 use crate::session::{welcome_message, Service};
-use crate::{read_pem, ClientTls, RemoteError, Token, DEFAULT_MAX_MESSAGE_BYTES, STREAM_WINDOW};
+use crate::{
+    read_pem, ClientTls, RemoteError, Token, DEFAULT_MAX_MESSAGE_BYTES, MAX_STREAMS_PER_CONNECTION,
+    STREAM_WINDOW,
+};
 
 /// A certificate chain and private key (PEM) the driver serves TLS with.
 #[derive(Clone)]
@@ -99,13 +104,17 @@ pub struct ServerSettings {
     pub stall_timeout: Duration,
     /// How often runners heartbeat.
     pub heartbeat_interval: Duration,
-    /// How long a connecting runner may take to say hello.
+    /// How long a connecting runner may take to say hello; a connection none of whose
+    /// sessions showed the token by then is closed.
     pub hello_timeout: Duration,
+    /// Most connections open at once that have not shown the token (a runner shows it
+    /// within a round trip of connecting); a new one closes the oldest.
+    pub max_unauthenticated_connections: usize,
 }
 
 impl ServerSettings {
-    /// Plain HTTP/2 on `listen` with `token`, 64 MiB messages, a 60 s stall timeout and 2 s
-    /// heartbeats.
+    /// Plain HTTP/2 on `listen` with `token`, 64 MiB messages, a 60 s stall timeout, 2 s
+    /// heartbeats, a 10 s hello timeout and at most 64 connections without the token.
     pub fn new(listen: impl Into<String>, token: Token) -> Self {
         ServerSettings {
             listen: listen.into(),
@@ -115,6 +124,7 @@ impl ServerSettings {
             stall_timeout: Duration::from_secs(60),
             heartbeat_interval: Duration::from_secs(2),
             hello_timeout: Duration::from_secs(10),
+            max_unauthenticated_connections: 64,
         }
     }
 }
@@ -193,7 +203,8 @@ impl RunnerServer {
             .initial_connection_window_size(Some(2 * STREAM_WINDOW))
             .tcp_nodelay(true)
             .http2_keepalive_interval(Some(Duration::from_secs(10)))
-            .http2_keepalive_timeout(Some(Duration::from_secs(20)));
+            .http2_keepalive_timeout(Some(Duration::from_secs(20)))
+            .max_concurrent_streams(Some(MAX_STREAMS_PER_CONNECTION));
         if let Some(tls) = &shared.settings.tls {
             let identity = tonic::transport::Identity::from_pem(&tls.cert_pem, &tls.key_pem);
             builder = builder
@@ -201,11 +212,20 @@ impl RunnerServer {
                 .map_err(|e| RemoteError::Tls(e.to_string()))?;
         }
         let limit = shared.settings.max_message_bytes;
-        let service = EnvRunnerServiceServer::new(Service::new(Arc::clone(&shared)))
-            .max_decoding_message_size(limit)
-            .max_encoding_message_size(limit);
-        let incoming =
-            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
+        // Large messages only once the token was shown: each session's first message (the
+        // hello) is limited apart, and so is what a connection without the token may send.
+        let service = HelloLimit::new(
+            EnvRunnerServiceServer::new(Service::new(Arc::clone(&shared)))
+                .max_decoding_message_size(limit)
+                .max_encoding_message_size(limit),
+        );
+        let admission = Admission::new(
+            shared.settings.max_unauthenticated_connections,
+            shared.settings.hello_timeout,
+        );
+        let incoming = tonic::transport::server::TcpIncoming::from(listener)
+            .with_nodelay(Some(true))
+            .map(move |accepted| accepted.map(|io| admission.admit(io)));
         let mut stop = shared.shutdown.subscribe();
         let router = builder.add_service(service);
         runtime.spawn(async move {

@@ -17,6 +17,7 @@ use crate::codec::{
     fragment_from_proto, multi_agent_fragment_from_proto, multi_agent_spec_to_proto, spec_to_proto,
     weights_to_proto,
 };
+use crate::guard::{ConnInfo, Gate};
 use crate::proto::env_runner_service_server::EnvRunnerService;
 use crate::proto::{self, driver_message, runner_message};
 use crate::server::{Closing, ServerSettings, Shared};
@@ -43,14 +44,21 @@ impl EnvRunnerService for Service {
         &self,
         request: Request<Streaming<proto::RunnerMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
-        let peer = request.remote_addr().map_or_else(|| "unknown".to_string(), |a| a.to_string());
+        let conn = request.extensions().get::<ConnInfo>().cloned();
+        let peer = conn
+            .as_ref()
+            .and_then(|c| c.remote)
+            .or_else(|| request.remote_addr())
+            .map_or_else(|| "unknown".to_string(), |a| a.to_string());
+        let gate = conn.map(|c| c.gate);
         let inbound = request.into_inner();
         let (tx, rx) = mpsc::channel(16);
         let shared = Arc::clone(&self.shared);
         tokio::spawn(async move {
             shared.live_sessions.fetch_add(1, SeqCst);
             let wake = Arc::new(Notify::new());
-            let mut session = Session { shared: Arc::clone(&shared), peer, inbound, tx, wake };
+            let mut session =
+                Session { shared: Arc::clone(&shared), peer, gate, inbound, tx, wake };
             session.run().await;
             drop(session);
             shared.live_sessions.fetch_sub(1, SeqCst);
@@ -99,6 +107,8 @@ fn driver_msg(kind: driver_message::Kind) -> Result<proto::DriverMessage, Status
 struct Session {
     shared: Arc<Shared>,
     peer: String,
+    /// Its connection's standing, which a hello with the token authenticates.
+    gate: Option<Arc<Gate>>,
     inbound: Streaming<proto::RunnerMessage>,
     tx: Outbound,
     /// Woken by the pool: a slot may be free, or the claimed one has work or went away.
@@ -181,6 +191,10 @@ impl Session {
         };
         if let Err(reason) = self.check_hello(&hello) {
             return self.refuse(reason).await;
+        }
+        // The token was shown: this connection's messages may now be as large as any.
+        if let Some(gate) = &self.gate {
+            gate.authenticate();
         }
         let who = format!("{} (host {}, pid {})", self.peer, hello.host, hello.pid);
         let mut shutdown = self.shared.shutdown.subscribe();

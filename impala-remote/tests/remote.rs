@@ -11,7 +11,7 @@ use impala_core::{CoreError, Env, EnvSpec, MultiAgentEnv, Policy, Space, StepOut
 use impala_remote::proto::{self, env_runner_service_client::EnvRunnerServiceClient};
 use impala_remote::{
     run_env_runner, Assignment, BuildRunner, BuiltRunner, ClientSettings, RemoteError, RunEnv,
-    RunSession, RunnerServer, ServerSettings, Token, PROTOCOL_VERSION,
+    RunSession, RunnerServer, ServerSettings, Token, MAX_HELLO_BYTES, PROTOCOL_VERSION,
 };
 use impala_sampler::{
     EnvFactory, EnvRunner, EnvRunnerGroup, EnvRunnerGroupSettings, EnvRunnerSettings, Fragment,
@@ -92,15 +92,24 @@ fn group(
     server: &RunnerServer,
     runners: usize,
 ) -> Result<EnvRunnerGroup, Box<dyn std::error::Error>> {
+    group_of_width(server, runners, 1)
+}
+
+/// As [`group`], for runners of `Walk` with `width` observations.
+fn group_of_width(
+    server: &RunnerServer,
+    runners: usize,
+    width: usize,
+) -> Result<EnvRunnerGroup, Box<dyn std::error::Error>> {
     let settings = EnvRunnerGroupSettings {
         num_env_runners: runners,
         sample_timeout: Some(Duration::from_millis(50)),
         ..EnvRunnerGroupSettings::default()
     };
-    let env = RunEnv::Single(walk_spec(1));
+    let env = RunEnv::Single(walk_spec(width));
     let session = RunSession { env, session: b"{}".to_vec(), compress_observations: false };
-    let mut group =
-        EnvRunnerGroup::with_launcher(&settings, Box::new(server.launcher(session)), walk_spec(1))?;
+    let launcher = Box::new(server.launcher(session));
+    let mut group = EnvRunnerGroup::with_launcher(&settings, launcher, walk_spec(width))?;
     let ids: Vec<usize> = (1..=runners).collect();
     group.sync_weights(Arc::new(Weights::new(1, vec![])), &ids);
     Ok(group)
@@ -252,6 +261,14 @@ fn garbage_oversized_and_forged_messages_are_refused_and_the_driver_keeps_servin
         };
         let status = outcome.err().ok_or("an oversized message was accepted")?;
         assert!(status.message().contains("too large"), "{status:?}");
+        // Refused on its announced length, before the driver buffered it: the hello's limit.
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status:?}");
+        assert!(
+            status.message().contains("before the hello")
+                && status.message().contains(&format!("{MAX_HELLO_BYTES} bytes"))
+                && status.message().contains("token"),
+            "{status:?}"
+        );
         // A welcomed runner that sends a forged fragment is failed, not trusted.
         let (tx, mut inbound) = raw_session(addr.clone(), TOKEN.into()).await?;
         let welcome = inbound.message().await?.ok_or("no welcome")?;
@@ -288,6 +305,75 @@ fn garbage_oversized_and_forged_messages_are_refused_and_the_driver_keeps_servin
     let fragments = sample_until(&mut group, Duration::from_secs(10), |f| !f.is_empty())?;
     assert!(fragments.iter().all(|f| f.runner_id == 1));
     assert_eq!(group.metrics().num_env_runner_restarts, 1);
+    server.finish("done");
+    good.join().map_err(|_| "panicked")??;
+    Ok(())
+}
+
+/// Reads `tcp` until the driver closes it; how long after `since` that was.
+fn closed_after(mut tcp: std::net::TcpStream, since: Instant) -> Result<Duration, std::io::Error> {
+    use std::io::Read;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    let mut buf = [0u8; 1024];
+    loop {
+        match tcp.read(&mut buf) {
+            Ok(0) => return Ok(since.elapsed()),
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return Ok(since.elapsed()),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+#[test]
+fn connections_without_the_token_are_closed_after_the_hello_timeout_or_to_make_room() -> TestResult
+{
+    let mut settings = ServerSettings::new("127.0.0.1:0", Token::new(TOKEN)?);
+    settings.heartbeat_interval = Duration::from_millis(100);
+    settings.hello_timeout = Duration::from_secs(2);
+    settings.max_unauthenticated_connections = 2;
+    let server = Arc::new(RunnerServer::bind(settings)?);
+    let mut group = group(&server, 1)?;
+    let addr = server.local_addr();
+    let started = Instant::now();
+    // Three connections that say nothing: the third closes the first (only two may wait for
+    // their hello), the other two are closed after the hello timeout.
+    let mut silent = Vec::new();
+    for _ in 0..3 {
+        silent.push(std::net::TcpStream::connect(addr)?);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let closed: Vec<Duration> =
+        silent.into_iter().map(|tcp| closed_after(tcp, started)).collect::<Result<_, _>>()?;
+    assert!(closed[0] < Duration::from_millis(1500), "the oldest was not evicted: {closed:?}");
+    assert!(
+        closed[1..]
+            .iter()
+            .all(|t| *t >= Duration::from_millis(1900) && *t < Duration::from_secs(8)),
+        "not closed at the hello timeout: {closed:?}"
+    );
+    // A runner shows the token at once and is served; nothing limits its connection after.
+    let good = spawn_runner(client(&server, TOKEN)?, 1);
+    sample_until(&mut group, Duration::from_secs(10), |f| f.len() >= 3)?;
+    server.finish("done");
+    good.join().map_err(|_| "panicked")??;
+    Ok(())
+}
+
+#[test]
+fn a_runner_that_showed_the_token_sends_fragments_of_megabytes() -> TestResult {
+    // The default limit of 64 MiB; a fragment of 2 envs x 5 steps x 300 000 floats is 12 MB
+    // (as an Atari fragment of 8 envs x 50 steps of 84x84x4 bytes is 11 MB), far above what
+    // a connection may send before its hello.
+    let width = 300_000;
+    let mut settings = ServerSettings::new("127.0.0.1:0", Token::new(TOKEN)?);
+    settings.heartbeat_interval = Duration::from_millis(100);
+    let server = Arc::new(RunnerServer::bind(settings)?);
+    let mut group = group_of_width(&server, 1, width)?;
+    let good = spawn_runner(client(&server, TOKEN)?, width);
+    let fragments = sample_until(&mut group, Duration::from_secs(20), |f| f.len() >= 3)?;
+    assert!(fragments.iter().all(|f| f.batch.obs.len() == 10 * width));
+    assert_eq!(group.metrics().num_env_runner_failures, 0);
     server.finish("done");
     good.join().map_err(|_| "panicked")??;
     Ok(())
