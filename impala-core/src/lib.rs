@@ -22,7 +22,7 @@ pub use conv::ConvFilter;
 pub use custom_model::{CustomModel, ResNetSettings};
 pub use env::{Env, EnvSpec, StepOutcome};
 pub use error::{CoreError, Result};
-pub use machine::{gib, machine_memory_bytes};
+pub use machine::{gib, machine_memory_bytes, machine_thread_room, ThreadRoom};
 pub use multi_agent::{AgentSpec, AgentStep, MultiAgentEnv, MultiAgentSpec, MultiAgentStep};
 pub use obs::Observations;
 pub use policy::{Policy, PolicyInput, PolicyOutput};

@@ -816,12 +816,27 @@ impl Impala {
     }
 }
 
+/// Runners whose policy lag gets a result column of its own; with more, only the most lagging
+/// runner is named, so a result line stays a bounded size whatever `num_env_runners`.
+const PER_RUNNER_COLUMNS: usize = 16;
+
 /// The sampler's health counters under RLlib's names (`num_healthy_workers` became
-/// `num_healthy_env_runners` on the new stack), and each runner's policy lag
-/// (`policy_lag_runner_N`: remote runners far from the learner show up here).
+/// `num_healthy_env_runners` on the new stack), and the runners' policy lag: each runner's
+/// (`policy_lag_runner_N`: remote runners far from the learner show up here) for up to
+/// [`PER_RUNNER_COLUMNS`] runners, and the largest with its runner's id for any number.
 fn env_runner_health(m: &SamplerMetrics, runners: &[EnvRunnerState]) -> BTreeMap<String, f64> {
-    let per_runner =
-        runners.iter().map(|r| (format!("policy_lag_runner_{}", r.runner_id), r.policy_lag));
+    let per_runner = runners
+        .iter()
+        .filter(|_| runners.len() <= PER_RUNNER_COLUMNS)
+        .map(|r| (format!("policy_lag_runner_{}", r.runner_id), r.policy_lag));
+    // `max_by` keeps the last of equals: reversed, the lowest runner id among them.
+    let most_lagging = runners.iter().rev().max_by(|a, b| a.policy_lag.total_cmp(&b.policy_lag));
+    let most_lagging = most_lagging.into_iter().flat_map(|r| {
+        [
+            ("policy_lag_max".to_string(), r.policy_lag),
+            ("policy_lag_max_runner".to_string(), r.runner_id as f64),
+        ]
+    });
     let mut health = BTreeMap::from([
         ("num_env_runners".to_string(), m.num_env_runners as f64),
         ("num_healthy_env_runners".to_string(), m.num_healthy_env_runners as f64),
@@ -834,6 +849,34 @@ fn env_runner_health(m: &SamplerMetrics, runners: &[EnvRunnerState]) -> BTreeMap
         ("num_weight_syncs_applied".to_string(), m.num_weight_syncs_applied as f64),
         ("weight_sync_latency_mean_s".to_string(), m.weight_sync_latency_mean_s),
     ]);
-    health.extend(per_runner);
+    health.extend(per_runner.chain(most_lagging));
     health
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn runner(runner_id: usize, policy_lag: f64) -> EnvRunnerState {
+        EnvRunnerState {
+            runner_id,
+            is_healthy: true,
+            num_restarts: 0,
+            num_in_flight_requests: 0,
+            last_error: None,
+            policy_lag,
+        }
+    }
+
+    #[test]
+    fn results_name_each_runners_lag_up_to_a_bound_then_the_most_lagging_one() {
+        let few: Vec<_> = (1..=3).map(|id| runner(id, id as f64)).collect();
+        let health = env_runner_health(&SamplerMetrics::default(), &few);
+        assert_eq!(health.get("policy_lag_runner_2"), Some(&2.0));
+        assert_eq!((health["policy_lag_max"], health["policy_lag_max_runner"]), (3.0, 3.0));
+        let many: Vec<_> = (1..=10_000).map(|id| runner(id, (id % 977) as f64)).collect();
+        let health = env_runner_health(&SamplerMetrics::default(), &many);
+        assert!(health.len() < 20, "{} columns", health.len());
+        assert_eq!((health["policy_lag_max"], health["policy_lag_max_runner"]), (976.0, 976.0));
+    }
 }

@@ -186,8 +186,10 @@ pub(crate) fn check_remote_config(config: &ValidatedConfig) -> Result<()> {
 }
 
 /// Refuses `compress_observations` for runners in this process, where fragments never
-/// cross a wire, and Ray env runners, which only the Python package starts.
+/// cross a wire, Ray env runners, which only the Python package starts, and more runner
+/// threads than the machine can start.
 pub(crate) fn check_local_config(config: &ValidatedConfig) -> Result<()> {
+    crate::budget::check_threads(config)?;
     if config.config().env_runner_backend == EnvRunnerBackend::Ray {
         return Err(ImpalaError::EnvOption {
             key: "env_runner_backend",
