@@ -1,6 +1,6 @@
 //! Experiments over `impala train` processes, for users without Ray: hyperparameter searches
 //! with Ray Tune's search spaces in an ordinary config file ([`Experiment`]), the CartPole
-//! time-to-solve and stability benchmark ([`bench`]) and the memory soak ([`soak`]).
+//! time-to-solve and stability benchmark ([`mod@bench`]) and the memory soak ([`soak`]).
 //!
 //! A trial (or a benchmark's seed) is a child `impala train` process in its own run folder, so
 //! its libtorch threads, signals and memory are its own. One [`Supervisor`] starts children
