@@ -28,9 +28,11 @@ Protocol (see impala-gym/src/worker.rs, which is the other side):
   (the agents that act), and both reply once for every agent slot of the env: flags bit 0
   terminated, bit 1 truncated, bit 4 observed (its observation row was written), bit 5 all
   terminated, bit 6 all truncated (RLlib's `"__all__"`).
-- The worker exits when stdin closes (the runner went away) or when its parent process dies,
-  even inside a hung env step (a watchdog thread checks the parent's pid). It ignores SIGINT:
-  a Ctrl-C meant for the trainer reaches its whole process group, and the trainer stops it.
+- The worker exits when stdin closes without `Q` (the runner went away) or when its parent
+  process dies, even inside a hung env step (a watchdog thread checks the parent's pid); it
+  then kills its process group. The runner starts it as the leader of a process group of its
+  own, which the runner kills when the worker stops or dies, so processes the envs fork go
+  with it. It ignores SIGINT (a Ctrl-C meant for the trainer; the trainer stops it).
 """
 
 import importlib
@@ -48,6 +50,14 @@ NUMERICAL_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THR
 REPLY = struct.Struct("<cBHId")
 
 
+def orphaned():
+    """Exit because the runner is gone: with the processes the envs forked, since this worker
+    leads a process group (the runner kills the group itself when it stops a worker)."""
+    if os.getpgrp() == os.getpid():
+        os.killpg(0, signal.SIGKILL)  # the group: this worker and what its envs forked
+    os._exit(1)
+
+
 def exit_with_parent(parent_pid):
     """Exit as soon as the process that started this one is gone (even if it was SIGKILLed and
     this process is stuck inside an env step): a watchdog thread checks the parent's pid."""
@@ -57,10 +67,10 @@ def exit_with_parent(parent_pid):
     def watch():
         while os.getppid() == parent_pid:
             time.sleep(0.2)
-        os._exit(1)
+        orphaned()
 
     if os.getppid() != parent_pid:
-        os._exit(1)
+        orphaned()
     threading.Thread(target=watch, name="impala-parent-watchdog", daemon=True).start()
 
 
@@ -662,13 +672,13 @@ class Commands:
 
 
 def frames(commands):
-    """The runner's commands `(op, has_seed, slot, value)`, one at a time, until it quits (`Q`)
-    or closes the pipe."""
+    """The runner's commands `(op, has_seed, slot, value)`, one at a time, until it quits (`Q`).
+    A pipe closed without `Q` means the runner is gone: see `orphaned`."""
     pending = b""
     while True:
         chunk = commands.read()
         if not chunk:
-            return
+            orphaned()
         pending += chunk
         while len(pending) >= COMMAND.size:
             op, has_seed, slot, _, value = COMMAND.unpack_from(pending)
@@ -693,8 +703,9 @@ def failure(status, slot, message):
 
 
 def main():
-    # Ctrl-C in a terminal reaches the whole process group: the runner stops this worker, so
-    # the worker ignores SIGINT instead of dying as a failed env in the middle of a step.
+    # A SIGINT meant for the trainer (this worker leads a process group of its own, so a
+    # terminal's Ctrl-C no longer reaches it, but a `kill -INT` of a tree may): the runner
+    # stops this worker, so it ignores SIGINT instead of dying as a failed env mid-step.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     # Env workers run side by side, several per core: a thread pool of the numerical libraries
     # (OpenBLAS, MKL, OpenMP) in each would spin against the others' and the learner's. Ray
@@ -745,7 +756,7 @@ def main():
 
     line = sys.stdin.buffer.readline()
     if not line:
-        return 0
+        orphaned()
     shm = json.loads(line)
     count, obs_dim, act_dim = setup["count"], shm["obs_dim"], shm["action_dim"]
     if multi:

@@ -28,11 +28,19 @@
 //!   Seeds of 2^31 or more are reduced modulo 2^31 (ale-py's seeds are 32-bit).
 //! - Faults: a Python exception in `reset` or `step`, a worker that dies, or one that does not
 //!   answer within `sample_timeout_s` (it is killed) is an error of the env, which the runner
-//!   group treats as a failed env runner. With `restart_failed_sub_environments` the worker
-//!   recreates only the env that raised, and its episode ends truncated at its last
+//!   group treats as a failed env runner. A worker's death is seen at once (its pidfd is polled
+//!   with its pipe), also when a process its env forked keeps the pipe open, and reported as
+//!   `exited with status N` or `killed by signal S`. With `restart_failed_sub_environments`
+//!   the worker recreates only the env that raised, and its episode ends truncated at its last
 //!   observation.
+//! - Observations outside a `Box` observation space's finite bounds are warned of once per
+//!   worker (`tracing::warn!`, naming the env, the element, its value and bounds), as
+//!   Gymnasium's passive env checker does; they are passed on unchanged.
 //! - Workers never outlive the process that started them: they exit when their command pipe
-//!   closes or when their parent process is gone (a watchdog thread checks every 0.2 s).
+//!   closes or when their parent process is gone (a watchdog thread checks every 0.2 s). Each
+//!   leads a process group of its own, killed when the worker stops or dies (and by the worker
+//!   itself when its runner is gone), so processes its envs fork (and did not move to a group
+//!   of their own) go too.
 //!
 //! ```no_run
 //! use impala_core::Env;
@@ -242,15 +250,18 @@ impl GymEnvPool {
         Ok((worker, slot))
     }
 
-    /// Kills (SIGKILL) the worker processes whose envs are still in use: what stopping does
-    /// after its grace, when a runner is stuck in an env step (a hung env is not awaited for
-    /// `sample_timeout_s`). The runner then sees the pipe close and ends with an error.
-    /// Workers whose envs were dropped have exited already and are left alone.
+    /// Kills (SIGKILL) the worker processes whose envs are still in use, with their process
+    /// groups (what their envs forked): what stopping does after its grace, when a runner is
+    /// stuck in an env step (a hung env is not awaited for `sample_timeout_s`). The runner then
+    /// sees the worker exit and ends with an error. Workers whose envs were dropped have exited
+    /// already and are left alone.
     pub fn kill_workers_in_use(&self) {
         let workers = self.workers.lock().unwrap_or_else(PoisonError::into_inner);
         for (worker, pid) in workers.values() {
-            if worker.strong_count() > 0 && is_own_child(*pid) {
-                kill(*pid);
+            if worker.strong_count() > 0 {
+                if let Some(leads_group) = own_child(*pid) {
+                    kill(*pid, leads_group);
+                }
             }
         }
     }
@@ -315,7 +326,7 @@ impl GymEnv {
     fn outcome(&mut self, reply: Reply, obs: &mut [f32]) -> Result<StepOutcome> {
         match reply {
             Reply::Ok { reward, terminated, truncated, reset, continues, .. } => {
-                let worker = self.worker();
+                let mut worker = self.worker();
                 if reset {
                     worker.read_final_obs(self.slot, obs);
                 } else {
@@ -418,22 +429,28 @@ impl Env for GymEnv {
 }
 
 /// Whether `pid` is a child of this process (a worker that was reaped could have its pid
-/// reused by an unrelated process, which must not be signalled).
-fn is_own_child(pid: u32) -> bool {
-    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-        return false;
-    };
-    // `pid (comm) state ppid ...`: the fields after the last `)`.
-    let ppid = stat.rsplit(')').next().and_then(|rest| rest.split_whitespace().nth(1));
-    ppid.and_then(|p| p.parse::<u32>().ok()) == Some(std::process::id())
+/// reused by an unrelated process, which must not be signalled), and if so whether it leads
+/// its process group (workers do).
+fn own_child(pid: u32) -> Option<bool> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // `pid (comm) state ppid pgrp ...`: the fields after the last `)`.
+    let mut fields = stat.rsplit(')').next()?.split_whitespace().skip(1);
+    let mut next = || fields.next().and_then(|f| f.parse::<u32>().ok());
+    let (ppid, pgrp) = (next(), next());
+    (ppid == Some(std::process::id())).then_some(pgrp == Some(pid))
 }
 
+/// SIGKILLs `pid`, and its process group if it leads one.
 #[cfg(unix)]
-fn kill(pid: u32) {
-    if let Some(pid) = i32::try_from(pid).ok().and_then(rustix::process::Pid::from_raw) {
-        let _ = rustix::process::kill_process(pid, rustix::process::Signal::KILL);
+fn kill(pid: u32, leads_group: bool) {
+    use rustix::process::{kill_process, kill_process_group, Pid, Signal};
+    if let Some(pid) = i32::try_from(pid).ok().and_then(Pid::from_raw) {
+        if leads_group {
+            let _ = kill_process_group(pid, Signal::KILL);
+        }
+        let _ = kill_process(pid, Signal::KILL);
     }
 }
 
 #[cfg(not(unix))]
-fn kill(_pid: u32) {}
+fn kill(_pid: u32, _leads_group: bool) {}

@@ -3,10 +3,14 @@
 //! The other side is `python/impala_gym_worker.py`, whose docstring describes the protocol.
 //! Commands and replies are 16-byte frames on the worker's stdin and stdout; observations and
 //! actions are in a [`SharedRegion`]. Every read has a deadline (`sample_timeout_s`): a worker
-//! that does not answer is killed.
+//! that does not answer is killed. Each read also watches the worker process itself (a pidfd),
+//! so a worker that exits is reported at once even when a process it forked keeps its pipes
+//! open. Every worker leads a process group of its own, and the group is killed when the
+//! worker stops or dies, so what its envs forked does not outlive it.
 
 use std::io::{Read, Write};
-use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, ChildStdin, ChildStdout, Command, ExitStatus, Stdio};
 use std::time::{Duration, Instant};
 
 use impala_core::{AgentSpec, EnvSpec, MultiAgentSpec, Space};
@@ -54,7 +58,7 @@ pub(crate) enum Reply {
 /// A running worker hosting `layout.count` envs.
 pub(crate) struct EnvWorker {
     env: String,
-    child: Child,
+    process: WorkerProcess,
     commands: Option<ChildStdin>,
     replies: ChildStdout,
     pending: Vec<u8>,
@@ -72,6 +76,8 @@ pub(crate) struct EnvWorker {
     spin: Option<AdaptiveSpin>,
     /// Why the worker is unusable, once it is (every later call fails with this).
     broken: Option<String>,
+    /// The observation bounds checked until an observation falls outside them.
+    bounds: ObsBounds,
 }
 
 /// A spin that adapts as glibc's adaptive mutexes do: waking a sleeping thread costs tens of
@@ -114,7 +120,7 @@ impl std::fmt::Debug for EnvWorker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EnvWorker")
             .field("env", &self.env)
-            .field("pid", &self.child.id())
+            .field("pid", &self.process.pid())
             .field("slots", &self.ready.len())
             .finish_non_exhaustive()
     }
@@ -198,18 +204,21 @@ impl EnvWorker {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
+            // A group of its own, killed with the worker (see `WorkerProcess::stop`). A Ctrl-C
+            // in a terminal then no longer reaches the worker, which ignored it anyway.
+            .process_group(0)
             .spawn()
             .map_err(|e| GymError::PythonNotFound {
                 python: settings.python.display().to_string(),
                 env: env.clone(),
                 reason: e.to_string(),
             })?;
-        let (Some(commands), Some(replies)) = (child.stdin.take(), child.stdout.take()) else {
-            let _ = child.kill();
+        let pipes = (child.stdin.take(), child.stdout.take());
+        // A worker that fails below is killed when `starting` drops.
+        let mut starting = Starting { process: Some(WorkerProcess::new(child)) };
+        let (Some(commands), Some(replies)) = pipes else {
             return Err(GymError::Protocol { env, reason: "no pipes to the worker".into() });
         };
-        // A worker that fails below is killed when `starting` drops.
-        let mut starting = Starting { child: Some(child) };
         let deadline = Instant::now() + settings.timeout;
         let mut io = LineReader {
             env: env.clone(),
@@ -279,13 +288,14 @@ impl EnvWorker {
         }
         shm.unlink();
         let LineReader { replies, pending, .. } = io;
-        let child = starting.child.take().ok_or_else(|| GymError::Protocol {
+        let process = starting.process.take().ok_or_else(|| GymError::Protocol {
             env: env.clone(),
             reason: "worker lost during start-up".into(),
         })?;
+        let bounds = ObsBounds::new(&spec, agents.as_ref());
         Ok(EnvWorker {
             env,
-            child,
+            process,
             commands: Some(commands),
             replies,
             pending,
@@ -297,6 +307,7 @@ impl EnvWorker {
             timeout: settings.timeout,
             spin: settings.spin.then(AdaptiveSpin::new),
             broken: None,
+            bounds,
         })
     }
 
@@ -312,7 +323,7 @@ impl EnvWorker {
 
     /// The worker's process id.
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        self.process.pid()
     }
 
     /// How many envs this worker hosts.
@@ -391,14 +402,50 @@ impl EnvWorker {
     }
 
     /// Copies `slot`'s observation into `obs`.
-    pub fn read_obs(&self, slot: usize, obs: &mut [f32]) {
+    pub fn read_obs(&mut self, slot: usize, obs: &mut [f32]) {
         self.shm.read_obs(slot, obs);
+        self.check_bounds(slot, obs);
     }
 
     /// Copies the final observation of `slot`'s episode (one its step ended and the worker
     /// reset, [`Reply::Ok`]'s `reset`) into `obs`.
-    pub fn read_final_obs(&self, slot: usize, obs: &mut [f32]) {
+    pub fn read_final_obs(&mut self, slot: usize, obs: &mut [f32]) {
         self.shm.read_final_obs(slot, obs);
+        self.check_bounds(slot, obs);
+    }
+
+    /// Warns (once for the worker's envs) about an observation outside its finite Box bounds,
+    /// as Gymnasium's passive env checker does; after that, observations are not checked.
+    fn check_bounds(&mut self, slot: usize, obs: &[f32]) {
+        let Some((agent, low, high)) = self.bounds.for_slot(slot) else {
+            return;
+        };
+        let n = obs.len().min(low.len());
+        let (obs, low, high) = (&obs[..n], &low[..n], &high[..n]);
+        // No early exit: this loop vectorises, and observations are nearly always inside.
+        let outside = obs
+            .iter()
+            .zip(low)
+            .zip(high)
+            .fold(false, |out, ((&x, &lo), &hi)| out | (x < lo) | (x > hi));
+        if !outside {
+            return;
+        }
+        let Some(i) = (0..n).find(|&i| obs[i] < low[i] || obs[i] > high[i]) else {
+            return;
+        };
+        let agent = agent.map(|a| format!(" for agent `{a}`")).unwrap_or_default();
+        let (lo, hi) = (low[i], high[i]);
+        let index = self.bounds.index(slot, i);
+        self.bounds.checking = false;
+        tracing::warn!(
+            "env `{}` returned an observation{agent} outside its observation space: element \
+             {index} is {}, outside [{lo}, {hi}] (Gymnasium's env checker warns of this too); \
+             warned once per env worker (pid {}), later observations are not checked",
+            self.env,
+            obs[i],
+            self.process.pid(),
+        );
     }
 
     fn usable(&self) -> Result<()> {
@@ -406,7 +453,7 @@ impl EnvWorker {
             None => Ok(()),
             Some(reason) => Err(GymError::WorkerDied {
                 env: self.env.clone(),
-                pid: self.child.id(),
+                pid: self.process.pid(),
                 status: reason.clone(),
             }),
         }
@@ -453,12 +500,18 @@ impl EnvWorker {
         let mut chunk = [0u8; 1 << 14];
         while self.pending.len() < n {
             let replies = &self.replies;
-            let now = || wait_readable(replies, Instant::now()).unwrap_or(true);
+            let now = || readable_now(replies).unwrap_or(true);
             let caught = self.spin.as_mut().is_some_and(|spin| spin.wait(now));
-            let readable = if caught { Ok(true) } else { wait_readable(replies, deadline) };
+            let readable = if caught {
+                Ok(Readiness::Readable)
+            } else {
+                wait_readable(replies, &self.process, deadline)
+            };
             match readable {
-                Ok(true) => {}
-                Ok(false) => return Err(self.timed_out(what)),
+                Ok(Readiness::Readable) => {}
+                // The worker is gone though its pipe is open (a process it forked holds it).
+                Ok(Readiness::Exited) => return Err(self.died()),
+                Ok(Readiness::TimedOut) => return Err(self.timed_out(what)),
                 Err(cause) => {
                     return Err(GymError::Io {
                         env: self.env.clone(),
@@ -478,22 +531,23 @@ impl EnvWorker {
     }
 
     fn timed_out(&mut self, what: &'static str) -> GymError {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        self.process.kill();
+        self.process.stop(EXIT_GRACE);
         let seconds = self.timeout.as_secs_f64();
         self.broken = Some(format!("killed after not answering within {seconds} s"));
-        GymError::Timeout { env: self.env.clone(), pid: self.child.id(), seconds, what }
+        GymError::Timeout { env: self.env.clone(), pid: self.process.pid(), seconds, what }
     }
 
     fn died(&mut self) -> GymError {
-        // The pipe closed: the process is gone or going; reap it for its status.
-        let status = wait_briefly(&mut self.child, EXIT_GRACE);
+        // The pipe closed or the process exited: wait for it (briefly) and its status; what it
+        // forked is killed with its group.
+        let status = self.process.stop(EXIT_GRACE);
         self.broken = Some(status.clone());
-        GymError::WorkerDied { env: self.env.clone(), pid: self.child.id(), status }
+        GymError::WorkerDied { env: self.env.clone(), pid: self.process.pid(), status }
     }
 
     fn protocol(&mut self, reason: String) -> GymError {
-        let _ = self.child.kill();
+        self.process.kill();
         self.broken = Some(format!("killed after a protocol error: {reason}"));
         GymError::Protocol { env: self.env.clone(), reason }
     }
@@ -505,47 +559,227 @@ impl Drop for EnvWorker {
             let _ = commands.write_all(&frame(b'Q', 0, 0, 0));
             // Dropping stdin closes it: a worker waiting for commands sees EOF and exits.
         }
-        wait_briefly(&mut self.child, EXIT_GRACE);
+        self.process.stop(EXIT_GRACE);
     }
 }
 
-/// Waits up to `grace` for `child` to exit, then kills it; returns its status, described.
-fn wait_briefly(child: &mut Child, grace: Duration) -> String {
-    let until = Instant::now() + grace;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return status.to_string(),
-            Ok(None) if Instant::now() < until => std::thread::sleep(Duration::from_millis(5)),
-            _ => {
-                let _ = child.kill();
-                return child.wait().map_or_else(|e| e.to_string(), |s| s.to_string());
+/// A worker process, the leader of a process group of its own, watched through a pidfd.
+///
+/// Its group is signalled only while the worker is not reaped: until then its pid, and so the
+/// group's id, cannot be reused by another process.
+struct WorkerProcess {
+    child: Child,
+    /// Readable once the worker exited (Linux 5.3 and later; `None` where it cannot be had,
+    /// and exits are then checked with `waitid` every [`EXIT_CHECK`]).
+    pidfd: Option<rustix::fd::OwnedFd>,
+    /// The described exit status, once reaped.
+    status: Option<String>,
+}
+
+/// How often a worker's exit is checked while waiting for it to answer, where there is no pidfd.
+const EXIT_CHECK: Duration = Duration::from_millis(100);
+
+impl WorkerProcess {
+    fn new(child: Child) -> Self {
+        #[cfg(target_os = "linux")]
+        let pidfd = rustix::process::Pid::from_child(&child);
+        #[cfg(target_os = "linux")]
+        let pidfd = rustix::process::pidfd_open(pidfd, rustix::process::PidfdFlags::empty()).ok();
+        #[cfg(not(target_os = "linux"))]
+        let pidfd = None;
+        WorkerProcess { child, pidfd, status: None }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    fn rustix_pid(&self) -> rustix::process::Pid {
+        rustix::process::Pid::from_child(&self.child)
+    }
+
+    /// Whether the worker exited (without reaping it).
+    fn exited(&self) -> bool {
+        self.wait_exit(Duration::ZERO)
+    }
+
+    /// Waits up to `grace` for the worker to exit (without reaping it); whether it did.
+    fn wait_exit(&self, grace: Duration) -> bool {
+        if self.status.is_some() {
+            return true;
+        }
+        let until = Instant::now() + grace;
+        if let Some(pidfd) = &self.pidfd {
+            use rustix::event::{poll, PollFd, PollFlags};
+            loop {
+                let left = until.saturating_duration_since(Instant::now());
+                let timeout = timespec(left);
+                let mut fds = [PollFd::new(pidfd, PollFlags::IN)];
+                match poll(&mut fds, Some(&timeout)) {
+                    Err(rustix::io::Errno::INTR) => continue,
+                    // An error (which cannot be here) counts as exited: the worker is killed.
+                    polled => return polled.map_or(true, |n| n > 0),
+                }
             }
         }
+        use rustix::process::{waitid, WaitId, WaitIdOptions};
+        let options = WaitIdOptions::EXITED | WaitIdOptions::NOHANG | WaitIdOptions::NOWAIT;
+        loop {
+            // An error (it was reaped, which cannot be here) counts as exited.
+            let exited =
+                waitid(WaitId::Pid(self.rustix_pid()), options).map_or(true, |s| s.is_some());
+            if exited || Instant::now() >= until {
+                return exited;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
+
+    /// SIGKILLs the worker and its process group (what its envs forked), unless it was reaped.
+    fn kill(&mut self) {
+        if self.status.is_none() {
+            let _ = rustix::process::kill_process_group(
+                self.rustix_pid(),
+                rustix::process::Signal::KILL,
+            );
+            let _ = self.child.kill();
+        }
+    }
+
+    /// Waits up to `grace` for the worker to exit, then kills its process group (and it, if it
+    /// is still there) and reaps it; returns its exit status, described. Stopping again returns
+    /// the same status.
+    fn stop(&mut self, grace: Duration) -> String {
+        if let Some(status) = &self.status {
+            return status.clone();
+        }
+        self.wait_exit(grace);
+        self.kill();
+        let status = self.child.wait().map_or_else(|e| e.to_string(), describe_exit);
+        self.status = Some(status.clone());
+        status
+    }
+}
+
+/// `exited with status N` or `killed by signal S (SIGNAME)`.
+fn describe_exit(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exited with status {code}");
+    }
+    let Some(signal) = status.signal() else {
+        return status.to_string();
+    };
+    let name = match signal {
+        1 => " (SIGHUP)",
+        2 => " (SIGINT)",
+        4 => " (SIGILL)",
+        6 => " (SIGABRT)",
+        7 => " (SIGBUS)",
+        8 => " (SIGFPE)",
+        9 => " (SIGKILL)",
+        11 => " (SIGSEGV)",
+        13 => " (SIGPIPE)",
+        15 => " (SIGTERM)",
+        _ => "",
+    };
+    let core = if status.core_dumped() { ", core dumped" } else { "" };
+    format!("killed by signal {signal}{name}{core}")
 }
 
 /// A worker being started: killed and reaped if start-up fails.
 struct Starting {
-    child: Option<Child>,
+    process: Option<WorkerProcess>,
 }
 
 impl Starting {
     fn pid(&self) -> u32 {
-        self.child.as_ref().map_or(0, Child::id)
+        self.process.as_ref().map_or(0, WorkerProcess::pid)
     }
 
     /// The exit status of a worker that stopped during start-up.
     fn status(&mut self) -> String {
-        self.child.as_mut().map_or_else(String::new, |c| wait_briefly(c, EXIT_GRACE))
+        self.process.as_mut().map_or_else(String::new, |p| p.stop(EXIT_GRACE))
     }
 }
 
 impl Drop for Starting {
     fn drop(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
+        if let Some(mut process) = self.process.take() {
+            process.kill();
+            process.stop(Duration::ZERO);
         }
+    }
+}
+
+/// The finite Box bounds that a worker's observations are checked against, per agent (one for
+/// single-agent envs), until one falls outside them.
+struct ObsBounds {
+    /// Per agent: its id (multi-agent envs), its bounds and its Box's shape, or `None` where
+    /// there is nothing to check (not a Box, or no finite bound).
+    agents: Vec<Option<AgentBounds>>,
+    /// Still checking: no observation was outside its bounds yet.
+    checking: bool,
+}
+
+struct AgentBounds {
+    agent: Option<String>,
+    low: Vec<f32>,
+    high: Vec<f32>,
+    shape: Vec<usize>,
+}
+
+impl ObsBounds {
+    fn new(spec: &EnvSpec, agents: Option<&MultiAgentSpec>) -> Self {
+        let bounds = |space: &Space, agent: Option<String>| match space {
+            Space::Box { low, high, shape } if low.iter().chain(high).any(|b| b.is_finite()) => {
+                Some(AgentBounds {
+                    agent,
+                    low: low.clone(),
+                    high: high.clone(),
+                    shape: shape.clone(),
+                })
+            }
+            _ => None,
+        };
+        let agents: Vec<_> = match agents {
+            Some(multi) => multi
+                .agents
+                .iter()
+                .map(|a| bounds(&a.observation_space, Some(a.id.clone())))
+                .collect(),
+            None => vec![bounds(&spec.observation_space, None)],
+        };
+        let checking = agents.iter().any(Option::is_some);
+        ObsBounds { agents, checking }
+    }
+
+    /// The agent, low and high bounds to check `slot`'s observation against, if any.
+    fn for_slot(&self, slot: usize) -> Option<(Option<&str>, &[f32], &[f32])> {
+        if !self.checking {
+            return None;
+        }
+        let bounds = self.agents.get(slot % self.agents.len().max(1))?.as_ref()?;
+        Some((bounds.agent.as_deref(), &bounds.low, &bounds.high))
+    }
+
+    /// Flat element `i` of `slot`'s observation, with its index in the Box's shape where the
+    /// shape has more than one dimension.
+    fn index(&self, slot: usize, i: usize) -> String {
+        let shape = self
+            .agents
+            .get(slot % self.agents.len().max(1))
+            .and_then(Option::as_ref)
+            .map_or(&[][..], |b| &b.shape[..]);
+        if shape.len() < 2 {
+            return i.to_string();
+        }
+        let mut index = vec![0; shape.len()];
+        let mut rest = i;
+        for (d, &size) in index.iter_mut().zip(shape).rev() {
+            *d = rest % size.max(1);
+            rest /= size.max(1);
+        }
+        format!("{i} (index {index:?} of shape {shape:?})")
     }
 }
 
@@ -578,12 +812,29 @@ impl LineReader {
                     reason: "start-up line too long".into(),
                 });
             }
-            let readable = wait_readable(&self.replies, deadline).map_err(|cause| {
-                GymError::Io { env: self.env.clone(), what: "wait for the worker", cause }
-            })?;
-            if !readable {
-                let seconds = self.timeout.as_secs_f64();
-                return Err(GymError::Timeout { env: self.env.clone(), pid, seconds, what });
+            let died = |starting: &mut Starting| GymError::WorkerDied {
+                env: self.env.clone(),
+                pid,
+                status: format!(
+                    "{} during start-up, before it reported (its Python output is above)",
+                    starting.status()
+                ),
+            };
+            let readable = match starting.process.as_ref() {
+                Some(process) => wait_readable(&self.replies, process, deadline),
+                None => Ok(Readiness::Exited),
+            };
+            match readable {
+                Ok(Readiness::Readable) => {}
+                Ok(Readiness::Exited) => return Err(died(starting)),
+                Ok(Readiness::TimedOut) => {
+                    let seconds = self.timeout.as_secs_f64();
+                    return Err(GymError::Timeout { env: self.env.clone(), pid, seconds, what });
+                }
+                Err(cause) => {
+                    let what = "wait for the worker";
+                    return Err(GymError::Io { env: self.env.clone(), what, cause });
+                }
             }
             match self.replies.read(&mut chunk) {
                 Ok(0) => {
@@ -610,20 +861,68 @@ impl LineReader {
     }
 }
 
-/// Whether `pipe` has data (or EOF) before `deadline` (now, for a deadline already passed).
-fn wait_readable(pipe: &ChildStdout, deadline: Instant) -> std::io::Result<bool> {
-    use rustix::event::{poll, PollFd, PollFlags, Timespec};
+/// `d` as poll's timeout.
+fn timespec(d: Duration) -> rustix::event::Timespec {
+    rustix::event::Timespec {
+        tv_sec: d.as_secs().try_into().unwrap_or(i64::MAX),
+        tv_nsec: i64::from(d.subsec_nanos()),
+    }
+}
+
+/// What waiting on a worker's reply pipe came to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Readiness {
+    /// The pipe has data, or EOF.
+    Readable,
+    /// The pipe has nothing, but the worker exited (a process it forked holds the pipe open).
+    Exited,
+    /// Neither before the deadline.
+    TimedOut,
+}
+
+/// Whether `pipe` has data (or EOF) now.
+fn readable_now(pipe: &ChildStdout) -> std::io::Result<bool> {
+    use rustix::event::{poll, PollFd, PollFlags};
+    let mut fds = [PollFd::new(pipe, PollFlags::IN)];
+    let now = timespec(Duration::ZERO);
+    loop {
+        match poll(&mut fds, Some(&now)) {
+            Ok(n) => return Ok(n > 0),
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
+}
+
+/// Waits until `pipe` has data (or EOF), `process` exited, or `deadline` passed (a deadline
+/// already passed: checks once). Data wins over an exit: replies the worker wrote before it
+/// exited are read first.
+fn wait_readable(
+    pipe: &ChildStdout,
+    process: &WorkerProcess,
+    deadline: Instant,
+) -> std::io::Result<Readiness> {
+    use rustix::event::{poll, PollFd, PollFlags};
     loop {
         let left = deadline.saturating_duration_since(Instant::now());
-        let timeout = Timespec {
-            tv_sec: left.as_secs().try_into().unwrap_or(i64::MAX),
-            tv_nsec: i64::from(left.subsec_nanos()),
-        };
-        let mut fds = [PollFd::new(pipe, PollFlags::IN)];
-        match poll(&mut fds, Some(&timeout)) {
-            Ok(0) => return Ok(false),
-            Ok(_) => return Ok(true),
-            Err(rustix::io::Errno::INTR) => continue,
+        // Without a pidfd the exit is checked between slices of the wait.
+        let slice = if process.pidfd.is_some() { left } else { left.min(EXIT_CHECK) };
+        let timeout = timespec(slice);
+        // The pipe, and the pidfd where there is one (else the pipe twice, polled once).
+        let mut fds = [
+            PollFd::new(pipe, PollFlags::IN),
+            match &process.pidfd {
+                Some(pidfd) => PollFd::new(pidfd, PollFlags::IN),
+                None => PollFd::new(pipe, PollFlags::IN),
+            },
+        ];
+        let watched = if process.pidfd.is_some() { 2 } else { 1 };
+        match poll(&mut fds[..watched], Some(&timeout)) {
+            Ok(_) if !fds[0].revents().is_empty() => return Ok(Readiness::Readable),
+            Ok(_) if watched == 2 && !fds[1].revents().is_empty() => return Ok(Readiness::Exited),
+            Ok(_) if process.pidfd.is_none() && process.exited() => return Ok(Readiness::Exited),
+            Ok(_) if left.is_zero() => return Ok(Readiness::TimedOut),
+            Ok(_) | Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(e.into()),
         }
     }

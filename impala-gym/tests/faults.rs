@@ -135,10 +135,76 @@ fn a_hanging_worker_is_killed_after_the_timeout() -> TestResult {
 fn a_worker_that_dies_is_an_error() -> TestResult {
     let mut env = GymEnvPool::new(faulty("die")).make(0, 0, 0)?;
     let message = step_until_error(&mut env);
-    assert!(message.contains("died") && message.contains("exit status: 3"), "{message}");
+    assert!(message.contains("died: exited with status 3"), "{message}");
     // Later calls fail at once with the same cause.
     let mut obs = [0.0f32];
     assert!(env.reset(None, &mut obs).is_err());
+    Ok(())
+}
+
+/// `ForkThenExit` (its step 3 forks a sleeping child, then the worker exits unless `exit` is
+/// false), writing the child's pid to a fresh file named `name` in the temp folder.
+fn forking(name: &str, exit: bool) -> (impala_gym::GymSettings, PathBuf) {
+    let pid_file = tempfile_dir().join(format!("{name}.pid"));
+    let _ = std::fs::remove_file(&pid_file);
+    let mut s = settings("impala_test_envs:ForkThenExit");
+    let path = pid_file.display().to_string();
+    s.env_config = config(&[("pid_file", path.into()), ("exit", exit.into())]);
+    (s, pid_file)
+}
+
+/// The pid a `ForkThenExit` env wrote (and the file removed).
+fn forked_pid(pid_file: &std::path::Path) -> Result<u32, Box<dyn std::error::Error>> {
+    let pid = std::fs::read_to_string(pid_file)?.trim().parse()?;
+    let _ = std::fs::remove_file(pid_file);
+    Ok(pid)
+}
+
+/// Whether process `pid` is gone (or a zombie) within `limit`.
+fn gone_within(pid: u32, limit: Duration) -> bool {
+    let start = Instant::now();
+    while alive(pid) && start.elapsed() < limit {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    !alive(pid)
+}
+
+#[test]
+fn a_worker_that_dies_leaving_a_forked_child_is_reported_at_once() -> TestResult {
+    // The env forks a child that sleeps holding the worker's pipes, then the worker exits: no
+    // EOF on the pipe, yet its death is reported at once (not as a hang at the 30 s timeout),
+    // and the child goes with it (it is in the worker's process group).
+    let (s, pid_file) = forking("forked-child-of-a-dead-worker", true);
+    let pool = GymEnvPool::new(s);
+    let mut env = pool.make(0, 0, 0)?;
+    let start = Instant::now();
+    let message = step_until_error(&mut env);
+    let took = start.elapsed();
+    let child = forked_pid(&pid_file)?;
+    drop(env);
+    drop(pool);
+    let child_gone = gone_within(child, Duration::from_secs(2));
+    assert!(message.contains("died: exited with status 0"), "{message}");
+    assert!(took < Duration::from_secs(5), "the death was reported after {took:?}");
+    assert!(child_gone, "the worker's forked child {child} outlived it");
+    Ok(())
+}
+
+#[test]
+fn what_a_worker_forked_goes_when_the_worker_is_stopped() -> TestResult {
+    let (s, pid_file) = forking("forked-child-of-a-stopped-worker", false);
+    let pool = GymEnvPool::new(s);
+    let mut env = pool.make(0, 0, 0)?;
+    let mut obs = [0.0f32];
+    env.reset(Some(0), &mut obs)?;
+    for _ in 0..5 {
+        env.step(&[0.0], &mut obs)?;
+    }
+    let child = forked_pid(&pid_file)?;
+    assert!(alive(child), "the env's child {child} runs beside its worker");
+    drop(env);
+    drop(pool);
+    assert!(gone_within(child, Duration::from_secs(2)), "child {child} outlived its worker");
     Ok(())
 }
 
@@ -208,14 +274,28 @@ fn an_interpreter_without_gymnasium_is_named() {
     );
 }
 
-/// Run as a child of this test binary (see `workers_die_with_their_parent`): starts a worker,
-/// prints its pid and waits to be killed.
+/// Run as a child of this test binary (see `workers_die_with_their_parent`): starts a worker
+/// (with `IMPALA_GYM_ORPHAN_PARENT=fork:<file>`, one whose env forked a child and wrote its pid
+/// to the file), prints its pid and waits to be killed.
 #[test]
 fn orphan_parent() -> TestResult {
-    if std::env::var_os("IMPALA_GYM_ORPHAN_PARENT").is_none() {
+    let Some(mode) = std::env::var_os("IMPALA_GYM_ORPHAN_PARENT") else {
         return Ok(());
-    }
-    let env = GymEnvPool::new(crate::settings("CartPole-v1")).make(0, 0, 0)?;
+    };
+    let env = match mode.to_str().and_then(|m| m.strip_prefix("fork:")) {
+        Some(pid_file) => {
+            let mut s = settings("impala_test_envs:ForkThenExit");
+            s.env_config = config(&[("pid_file", pid_file.into()), ("exit", false.into())]);
+            let mut env = GymEnvPool::new(s).make(0, 0, 0)?;
+            let mut obs = [0.0f32];
+            env.reset(Some(0), &mut obs)?;
+            for _ in 0..3 {
+                env.step(&[0.0], &mut obs)?;
+            }
+            env
+        }
+        None => GymEnvPool::new(crate::settings("CartPole-v1")).make(0, 0, 0)?,
+    };
     println!("worker-pid={}", env.worker_pid());
     std::thread::sleep(Duration::from_secs(600));
     Ok(())
@@ -223,10 +303,36 @@ fn orphan_parent() -> TestResult {
 
 #[test]
 fn workers_die_with_their_parent() -> TestResult {
+    let (mut parent, pid) = orphan_parent_process("1")?;
+    assert!(alive(pid));
+    parent.kill()?; // SIGKILL: the parent cannot clean up
+    parent.wait()?;
+    assert!(gone_within(pid, Duration::from_secs(5)), "worker {pid} outlived its SIGKILLed parent");
+    Ok(())
+}
+
+#[test]
+fn what_a_worker_forked_dies_with_the_workers_parent() -> TestResult {
+    let pid_file = tempfile_dir().join("forked-child-of-an-orphan.pid");
+    let _ = std::fs::remove_file(&pid_file);
+    let (mut parent, worker) = orphan_parent_process(&format!("fork:{}", pid_file.display()))?;
+    let child = forked_pid(&pid_file)?;
+    assert!(alive(worker) && alive(child));
+    parent.kill()?; // SIGKILL: only the worker's watchdog is left to clean up
+    parent.wait()?;
+    assert!(gone_within(worker, Duration::from_secs(5)), "worker {worker} outlived its parent");
+    assert!(gone_within(child, Duration::from_secs(2)), "the env's child {child} outlived them");
+    Ok(())
+}
+
+/// Runs `orphan_parent` in a child of this test binary; returns the child and its worker's pid.
+fn orphan_parent_process(
+    mode: &str,
+) -> Result<(std::process::Child, u32), Box<dyn std::error::Error>> {
     use std::io::BufRead;
     let mut parent = std::process::Command::new(std::env::current_exe()?)
         .args(["--exact", "faults::orphan_parent", "--nocapture", "--test-threads=1"])
-        .env("IMPALA_GYM_ORPHAN_PARENT", "1")
+        .env("IMPALA_GYM_ORPHAN_PARENT", mode)
         .stdout(std::process::Stdio::piped())
         .spawn()?;
     let stdout = parent.stdout.take().ok_or("no stdout")?;
@@ -240,15 +346,7 @@ fn workers_die_with_their_parent() -> TestResult {
         }
     }
     let pid = pid.ok_or("the parent printed no worker pid")?;
-    assert!(alive(pid));
-    parent.kill()?; // SIGKILL: the parent cannot clean up
-    parent.wait()?;
-    let start = Instant::now();
-    while alive(pid) && start.elapsed() < Duration::from_secs(5) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert!(!alive(pid), "worker {pid} outlived its SIGKILLed parent");
-    Ok(())
+    Ok((parent, pid))
 }
 
 #[test]

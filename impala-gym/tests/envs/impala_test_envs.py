@@ -397,3 +397,61 @@ class JoinAndLeave:
             obs = self._obs("late")
             truncateds["late"] = self.t >= 4
         return obs, rewards, terminateds, truncateds, {}
+
+
+class ForkThenExit(gym.Env):
+    """Counts steps in its observation; step `after` + 1 of its life forks a child that sleeps
+    (holding the pipes it inherited from the env worker open) and then ends the worker with
+    `os._exit(0)`, or with `exit=False` steps on. The child's pid is written to `pid_file`
+    first, so a test can check that it did not outlive the worker."""
+
+    def __init__(self, pid_file, after=2, exit=True):
+        self.pid_file, self.after, self.exit = pid_file, int(after), bool(exit)
+        self.observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
+        self.action_space = spaces.Discrete(3)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.array([0.0], np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t == self.after + 1:
+            child = os.fork()
+            if child == 0:
+                time.sleep(3600)
+                os._exit(0)
+            partial = f"{self.pid_file}.partial"
+            with open(partial, "w") as f:
+                f.write(str(child))
+            os.rename(partial, self.pid_file)
+            if self.exit:
+                os._exit(0)
+        return np.array([float(self.t)], np.float32), 0.0, False, False, {}
+
+
+class OutOfBounds(gym.Env):
+    """Box(-1, 1, (3,)) observations whose element 1 is `value` (outside the bounds when it is)
+    from step `after` of each episode on; episodes last 10 steps."""
+
+    def __init__(self, value=5.0, after=3):
+        self.value, self.after = float(value), int(after)
+        self.observation_space = spaces.Box(-1.0, 1.0, (3,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def _obs(self):
+        obs = np.zeros(3, np.float32)
+        if self.t >= self.after:
+            obs[1] = self.value
+        return obs
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        return self._obs(), 0.0, False, self.t >= 10, {}
