@@ -110,9 +110,9 @@ pub enum RunError {
         /// The checkpoint saved after the failure.
         checkpoint: PathBuf,
     },
-    /// A checkpoint could not be written (a full disk), or training failed and saving the run
-    /// failed too: the cause, why no checkpoint could be written, and which checkpoint is the
-    /// newest to go on from.
+    /// A checkpoint, or the file naming the best one, could not be written (a full disk), or
+    /// training failed and saving the run failed too: the cause, why no checkpoint could be
+    /// written, and which checkpoint is the newest to go on from.
     #[error(
         "{}{}; {}",
         error_chain(cause.as_ref()),
@@ -303,12 +303,13 @@ pub fn run<A: Trainable + ?Sized>(
         let iteration = result.training_iteration;
         if options.checkpoint_every > 0 && iteration % options.checkpoint_every == 0 {
             let checkpoint = algo.save(path).map_err(|e| not_saved(path, e, None))?;
-            let best = keeper.saved(algo.iteration(), score)?;
+            let best =
+                keeper.saved(algo.iteration(), score).map_err(|e| not_saved(path, e, None))?;
             on_event(RunEvent::Checkpoint { path: &checkpoint, score, best: best.as_ref() });
         }
     };
     let checkpoint = algo.save(path).map_err(|e| not_saved(path, e, None))?;
-    let best = keeper.saved(algo.iteration(), score)?;
+    let best = keeper.saved(algo.iteration(), score).map_err(|e| not_saved(path, e, None))?;
     Ok(RunSummary { stop_reason, interrupted, last, checkpoint, best })
 }
 
