@@ -3,84 +3,26 @@
 //! streams of one connection) before any hello must cost the driver a small bounded amount of
 //! memory, and its authorised runner must keep being served.
 
-use std::num::NonZeroUsize;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use http_body::Frame;
-use impala_core::{CoreError, Env, EnvSpec, Policy, Space, StepOutcome, Weights};
+use impala_core::Weights;
 use impala_remote::{
-    run_env_runner, Assignment, BuildRunner, BuiltRunner, ClientSettings, RunEnv, RunSession,
-    RunnerServer, ServerSettings, Token,
+    run_env_runner, ClientSettings, RunEnv, RunSession, RunnerServer, ServerSettings, Token,
 };
-use impala_sampler::{
-    EnvFactory, EnvRunner, EnvRunnerGroup, EnvRunnerGroupSettings, EnvRunnerSettings, RandomPolicy,
-};
+use impala_sampler::{EnvRunnerGroup, EnvRunnerGroupSettings};
 use tonic::codegen::{http, Bytes, Service};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-const TOKEN: &str = "not-the-real-secret";
+mod common;
+use common::{builder, walk_spec, TOKEN};
 
 /// What a flooding client sends after its message header: zeros that cost it no memory.
 static ZEROS: [u8; 64 << 10] = [0; 64 << 10];
-
-/// Ten steps of reward 1, then a time-limit truncation.
-struct Walk {
-    spec: EnvSpec,
-    t: usize,
-}
-
-fn walk_spec() -> EnvSpec {
-    EnvSpec {
-        id: "Walk-v0".into(),
-        observation_space: Space::continuous(vec![0.0], vec![10.0]).expect("a valid space"),
-        action_space: Space::Discrete(2),
-        max_episode_steps: Some(10),
-    }
-}
-
-impl Env for Walk {
-    fn spec(&self) -> &EnvSpec {
-        &self.spec
-    }
-    fn reset(&mut self, _: Option<u64>, obs: &mut [f32]) -> Result<(), CoreError> {
-        self.t = 0;
-        obs.fill(0.0);
-        Ok(())
-    }
-    fn step(&mut self, _: &[f32], obs: &mut [f32]) -> Result<StepOutcome, CoreError> {
-        self.t += 1;
-        obs.fill(self.t as f32);
-        Ok(StepOutcome { reward: 1.0, terminated: false, truncated: self.t == 10 })
-    }
-}
-
-fn builder() -> BuildRunner {
-    Arc::new(move |a: &Assignment, weights: Vec<Arc<Weights>>| {
-        let spec = walk_spec();
-        let envs: EnvFactory = {
-            let spec = spec.clone();
-            Arc::new(move |_| Ok(Box::new(Walk { spec: spec.clone(), t: 0 }) as Box<dyn Env>))
-        };
-        let settings = EnvRunnerSettings {
-            num_envs: NonZeroUsize::new(2).ok_or("zero")?,
-            rollout_fragment_length: NonZeroUsize::new(5).ok_or("zero")?,
-            ..EnvRunnerSettings::default()
-        };
-        EnvRunner::build(&settings, a.runner_id, a.incarnation, &envs, |_| {
-            let mut policy = RandomPolicy::new(&spec, a.runner_id as u64);
-            for w in &weights {
-                policy.set_weights(w)?;
-            }
-            Ok(Box::new(policy) as Box<dyn Policy>)
-        })
-        .map(|runner| BuiltRunner::Single(Box::new(runner)))
-        .map_err(|e| e.to_string())
-    })
-}
 
 /// A field of `/proc/self/status` in bytes (`VmRSS`, `VmHWM`).
 fn proc_status_bytes(field: &str) -> Result<u64, Box<dyn std::error::Error>> {
@@ -176,19 +118,19 @@ fn peers_without_the_token_cannot_make_the_driver_buffer_their_messages() -> Tes
         ..EnvRunnerGroupSettings::default()
     };
     let session = RunSession {
-        env: RunEnv::Single(walk_spec()),
+        env: RunEnv::Single(walk_spec(1)),
         session: vec![],
         compress_observations: false,
     };
     let mut group = EnvRunnerGroup::with_launcher(
         &group_settings,
         Box::new(server.launcher(session)),
-        walk_spec(),
+        walk_spec(1),
     )?;
     group.sync_weights(Arc::new(Weights::new(1, vec![])), &[1]);
     let mut client = ClientSettings::new(addr.clone(), Token::new(TOKEN)?);
     client.reconnect_timeout = Duration::from_secs(3);
-    let runner = std::thread::spawn(move || run_env_runner(&client, builder()));
+    let runner = std::thread::spawn(move || run_env_runner(&client, builder(1)));
     server.wait_for_runners(1, Duration::from_secs(10))?;
     sample_rate(&mut group, Duration::from_millis(500))?;
     let (baseline, _) = sample_rate(&mut group, Duration::from_secs(2))?;
