@@ -310,8 +310,9 @@ fn a_non_finite_value_from_an_env_fails_its_runner_naming_the_agent() -> TestRes
     Ok(())
 }
 
-#[test]
-fn a_runner_failed_by_a_non_finite_value_is_restarted() -> TestResult {
+/// One random policy, acting for both of [`Staggered`]'s agents (they share agent `a`'s
+/// spaces), new for each runner incarnation.
+fn one_random_policy() -> Result<MultiAgentPolicyFactory, CoreError> {
     let agents = Staggered::new()?.spec.agents;
     let spec = EnvSpec {
         id: "a".into(),
@@ -319,9 +320,14 @@ fn a_runner_failed_by_a_non_finite_value_is_restarted() -> TestResult {
         action_space: agents[0].action_space.clone(),
         max_episode_steps: None,
     };
-    let policies: MultiAgentPolicyFactory = Arc::new(move |runner, incarnation, _| {
+    Ok(Arc::new(move |runner, incarnation, _| {
         Ok(vec![Box::new(RandomPolicy::new(&spec, runner as u64 + incarnation)) as Box<dyn Policy>])
-    });
+    }))
+}
+
+#[test]
+fn a_runner_failed_by_a_non_finite_value_is_restarted() -> TestResult {
+    let policies = one_random_policy()?;
     for restart in [true, false] {
         // Only the first env built (the first incarnation's) is spoiled.
         let built = Arc::new(AtomicUsize::new(0));
@@ -363,16 +369,7 @@ fn a_runner_failed_by_a_non_finite_value_is_restarted() -> TestResult {
 
 #[test]
 fn a_multi_agent_env_spoiled_in_every_runner_is_a_broken_env() -> TestResult {
-    let agents = Staggered::new()?.spec.agents;
-    let spec = EnvSpec {
-        id: "a".into(),
-        observation_space: agents[0].observation_space.clone(),
-        action_space: agents[0].action_space.clone(),
-        max_episode_steps: None,
-    };
-    let policies: MultiAgentPolicyFactory = Arc::new(move |runner, incarnation, _| {
-        Ok(vec![Box::new(RandomPolicy::new(&spec, runner as u64 + incarnation)) as Box<dyn Policy>])
-    });
+    let policies = one_random_policy()?;
     // Every env built is spoiled before the first fragment (of 5 steps) is full.
     let envs: MultiAgentEnvFactory = Arc::new(|_| poisoned(Some(Poison::Reward)));
     let settings = MultiAgentGroupSettings {
