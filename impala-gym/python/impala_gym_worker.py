@@ -30,9 +30,9 @@ Protocol (see impala-gym/src/worker.rs, which is the other side):
   terminated, bit 6 all truncated (RLlib's `"__all__"`).
 - The worker exits when stdin closes without `Q` (the runner went away) or when its parent
   process dies, even inside a hung env step (a watchdog thread checks the parent's pid); it
-  then kills its process group. The runner starts it as the leader of a process group of its
-  own, which the runner kills when the worker stops or dies, so processes the envs fork go
-  with it. It ignores SIGINT (a Ctrl-C meant for the trainer; the trainer stops it).
+  then kills its process group. The runner starts it in a process group of its own (whose id
+  is the worker's pid), which the runner kills when the worker stops or dies, so processes the
+  envs fork go with it. It ignores SIGINT (a Ctrl-C meant for the trainer; the trainer stops it).
 """
 
 import importlib

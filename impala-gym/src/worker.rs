@@ -563,7 +563,8 @@ impl Drop for EnvWorker {
     }
 }
 
-/// A worker process, the leader of a process group of its own, watched through a pidfd.
+/// A worker process in a process group of its own (whose id is the worker's pid), watched
+/// through a pidfd.
 ///
 /// Its group is signalled only while the worker is not reaped: until then its pid, and so the
 /// group's id, cannot be reused by another process.
@@ -753,23 +754,24 @@ impl ObsBounds {
         ObsBounds { agents, checking }
     }
 
+    /// The bounds of the agent whose observation `slot` holds (slots go agent by agent).
+    fn of_slot(&self, slot: usize) -> Option<&AgentBounds> {
+        self.agents.get(slot % self.agents.len().max(1))?.as_ref()
+    }
+
     /// The agent, low and high bounds to check `slot`'s observation against, if any.
     fn for_slot(&self, slot: usize) -> Option<(Option<&str>, &[f32], &[f32])> {
         if !self.checking {
             return None;
         }
-        let bounds = self.agents.get(slot % self.agents.len().max(1))?.as_ref()?;
+        let bounds = self.of_slot(slot)?;
         Some((bounds.agent.as_deref(), &bounds.low, &bounds.high))
     }
 
     /// Flat element `i` of `slot`'s observation, with its index in the Box's shape where the
     /// shape has more than one dimension.
     fn index(&self, slot: usize, i: usize) -> String {
-        let shape = self
-            .agents
-            .get(slot % self.agents.len().max(1))
-            .and_then(Option::as_ref)
-            .map_or(&[][..], |b| &b.shape[..]);
+        let shape = self.of_slot(slot).map_or(&[][..], |b| &b.shape[..]);
         if shape.len() < 2 {
             return i.to_string();
         }
