@@ -1,6 +1,6 @@
-//! The memory a run will hold, checked against the machine before anything samples: a setting
-//! the machine cannot hold is refused with the arithmetic, one that takes more than half of it
-//! is warned about.
+//! The memory and the runner threads a run will hold, checked against the machine before
+//! anything samples: a setting the machine cannot hold is refused with the arithmetic, one that
+//! takes more than half of its memory is warned about.
 
 use impala_config::ValidatedConfig;
 use impala_core::{gib, machine_memory_bytes, machine_thread_room, EnvSpec, Space};

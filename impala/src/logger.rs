@@ -83,10 +83,9 @@ impl ResultLogger {
     /// much is left ([`ImpalaError::DiskFull`]).
     pub fn log(&mut self, result: &IterationResult) -> Result<()> {
         let json = result.to_json();
-        let result_path = self.dir.join(RESULT_FILE);
         let mut line = serde_json::to_string(&json).map_err(|source| ImpalaError::Json {
             action: "write",
-            path: result_path.clone(),
+            path: self.dir.join(RESULT_FILE),
             source,
         })?;
         line.push('\n');
