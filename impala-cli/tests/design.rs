@@ -104,3 +104,103 @@ fn the_readme_is_a_guide_with_its_licences() -> Result<(), Box<dyn std::error::E
     }
     Ok(())
 }
+
+/// A crate's top-level modules (`src/<name>.rs` with its `src/<name>/` files) and, per module,
+/// the others its non-test code names (`crate::<module>`, or an item `lib.rs` re-exports from
+/// one), comments left out.
+fn module_imports(src: &Path) -> Result<Crates, Box<dyn std::error::Error>> {
+    let lib = std::fs::read_to_string(src.join("lib.rs"))?;
+    let mut texts: BTreeMap<String, String> = BTreeMap::new();
+    let mut pending = vec![src.to_path_buf()];
+    while let Some(dir) = pending.pop() {
+        for entry in std::fs::read_dir(&dir)? {
+            let path = entry?.path();
+            if path.is_dir() {
+                pending.push(path);
+                continue;
+            }
+            let rel = path.strip_prefix(src)?.to_string_lossy().into_owned();
+            let Some(rel) = rel.strip_suffix(".rs").filter(|r| *r != "lib" && *r != "main") else {
+                continue;
+            };
+            let module = rel.split('/').next().unwrap_or(rel).to_string();
+            let text = std::fs::read_to_string(&path)?;
+            let code = text.split("#[cfg(test)]").next().unwrap_or(&text);
+            let code: Vec<&str> = code.lines().filter(|l| !l.trim().starts_with("//")).collect();
+            texts.entry(module).or_default().push_str(&code.join("\n"));
+        }
+    }
+    // `pub use module::{A, B};` and `pub use module::A;` in lib.rs: which module an item is of.
+    let mut owner = BTreeMap::new();
+    for statement in lib.split(';').filter_map(|s| s.trim().strip_prefix("pub use ")) {
+        let Some((module, items)) = statement.split_once("::") else { continue };
+        if texts.contains_key(module) {
+            for item in items.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+                owner.insert(item.to_string(), module.to_string());
+            }
+        }
+    }
+    let words = |text: &str| -> Vec<String> {
+        text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+            .map(str::to_string)
+            .collect()
+    };
+    let mut imports = Crates::new();
+    for (module, text) in &texts {
+        let mut named = BTreeSet::new();
+        for word in words(text) {
+            let Some(rest) = word.strip_prefix("crate::") else { continue };
+            let first = rest.split("::").next().unwrap_or(rest);
+            named.extend(texts.contains_key(first).then(|| first.to_string()));
+            named.extend(owner.get(first).cloned());
+        }
+        // `use crate::{A, b::C};`: the names inside the braces.
+        for group in text.split("use crate::{").skip(1) {
+            let group = group.split("};").next().unwrap_or(group);
+            for word in words(group) {
+                let first = word.split("::").next().unwrap_or(&word).to_string();
+                if texts.contains_key(&first) {
+                    named.insert(first);
+                } else if let Some(module) = owner.get(&first) {
+                    named.insert(module.clone());
+                }
+            }
+        }
+        named.remove(module);
+        imports.insert(module.clone(), named);
+    }
+    Ok(imports)
+}
+
+/// A path of imports from `from` back to itself, if there is one.
+fn circle(imports: &Crates, from: &str) -> Option<Vec<String>> {
+    let mut stack = vec![vec![from.to_string()]];
+    let mut seen = BTreeSet::new();
+    while let Some(path) = stack.pop() {
+        let last = path.last()?;
+        for next in imports.get(last).into_iter().flatten() {
+            if next == from {
+                return Some([path.clone(), vec![next.clone()]].concat());
+            }
+            if seen.insert(next.clone()) {
+                stack.push([path.clone(), vec![next.clone()]].concat());
+            }
+        }
+    }
+    None
+}
+
+/// The `impala` crate's modules are layered (docs/DESIGN.md, "Layers"): the run's envs, its
+/// policies, its runners, evaluation, the algorithm, its builder, run folders; none imports a
+/// module that imports it back.
+#[test]
+fn the_algorithm_crate_has_no_circle_of_imports_between_its_modules(
+) -> Result<(), Box<dyn std::error::Error>> {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../impala/src");
+    let imports = module_imports(&src)?;
+    assert!(imports.len() > 10 && imports["algorithm"].contains("policies"), "{imports:?}");
+    let circles: Vec<String> =
+        imports.keys().filter_map(|m| circle(&imports, m)).map(|path| path.join(" -> ")).collect();
+    assert!(circles.is_empty(), "modules that import each other:\n{}", circles.join("\n"));
+    Ok(())
+}

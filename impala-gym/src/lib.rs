@@ -190,7 +190,7 @@ impl GymEnvPool {
             return Err(GymError::WrongKind {
                 env: self.settings.env.clone(),
                 found: "a multi-agent env",
-                fix: "train it as one (`MultiAgentImpala`, which `impala train` picks for it)",
+                fix: "train it as one (`Impala` and `impala train` take either kind of env)",
             });
         }
         let spec = guard.spec().clone();
@@ -273,7 +273,7 @@ impl GymEnvPool {
             EnvKind::Multi(_) => Err(GymError::WrongKind {
                 env: self.settings.env.clone(),
                 found: "a multi-agent env",
-                fix: "train it as one (`MultiAgentImpala`, which `impala train` picks for it)",
+                fix: "train it as one (`Impala` and `impala train` take either kind of env)",
             }),
         }
     }

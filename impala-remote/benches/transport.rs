@@ -15,7 +15,8 @@ use impala_remote::{
     ServerSettings, Token,
 };
 use impala_sampler::{
-    EnvFactory, EnvRunner, EnvRunnerGroup, EnvRunnerGroupSettings, EnvRunnerSettings, RandomPolicy,
+    EnvFactory, EnvRunner, EnvRunnerGroup, EnvRunnerGroupSettings, EnvRunnerSettings, Fragment,
+    RandomPolicy,
 };
 
 /// An env that costs nothing: a fixed frame (a Pong-like mostly-flat image), reward 0.
@@ -63,12 +64,11 @@ fn measure(
     };
     let env = RunEnv::Single(spec.clone());
     let session = RunSession { env, session: Vec::new(), compress_observations: compress };
-    let mut group = EnvRunnerGroup::with_launcher(
+    let mut group = EnvRunnerGroup::<Fragment>::with_launcher(
         &group_settings,
         Box::new(server.launcher(session)),
-        spec.clone(),
+        vec![Arc::new(Weights::new(1, vec![]))],
     )?;
-    group.sync_weights(Arc::new(Weights::new(1, vec![])), &[1]);
     let build: BuildRunner = Arc::new(move |a, _weights| {
         let (spec, frame, policy_spec) = (spec.clone(), frame.clone(), spec.clone());
         let envs: EnvFactory = Arc::new(move |_| {

@@ -7,9 +7,9 @@
 //! envs and policy for the driver's run and then samples fragments on request. On the driver
 //! each session is a [`Claim`](impala_runner_pool::Claim) on the server's
 //! [`RunnerPool`](impala_runner_pool::RunnerPool), whose slots are ordinary members of an
-//! [`impala_sampler::EnvRunnerGroup`] (or, for a multi-agent env, of an
-//! [`impala_sampler::MultiAgentRunnerGroup`], whose runners send a batch per policy and get
-//! weights per policy), so in-flight caps, weight broadcast (sent once per broadcast per
+//! [`impala_sampler::EnvRunnerGroup`] (for a multi-agent env, one of
+//! [`MultiAgentFragment`](impala_sampler::MultiAgentFragment)s, whose runners send a batch per
+//! policy and get weights per policy), so in-flight caps, weight broadcast (sent once per broadcast per
 //! runner), restarts and counting stay the group's; the server is a
 //! [`RunnerTransport`](impala_runner_pool::RunnerTransport). A lost, silent or misbehaving
 //! runner is a failed runner; a runner process that reconnects (or a new one) takes the slot

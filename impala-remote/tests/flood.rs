@@ -13,7 +13,7 @@ use impala_core::Weights;
 use impala_remote::{
     run_env_runner, ClientSettings, RunEnv, RunSession, RunnerServer, ServerSettings, Token,
 };
-use impala_sampler::{EnvRunnerGroup, EnvRunnerGroupSettings};
+use impala_sampler::{EnvRunnerGroup, EnvRunnerGroupSettings, Fragment};
 use tonic::codegen::{http, Bytes, Service};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -122,12 +122,11 @@ fn peers_without_the_token_cannot_make_the_driver_buffer_their_messages() -> Tes
         session: vec![],
         compress_observations: false,
     };
-    let mut group = EnvRunnerGroup::with_launcher(
+    let mut group = EnvRunnerGroup::<Fragment>::with_launcher(
         &group_settings,
         Box::new(server.launcher(session)),
-        walk_spec(1),
+        vec![Arc::new(Weights::new(1, vec![]))],
     )?;
-    group.sync_weights(Arc::new(Weights::new(1, vec![])), &[1]);
     let mut client = ClientSettings::new(addr.clone(), Token::new(TOKEN)?);
     client.reconnect_timeout = Duration::from_secs(3);
     let runner = std::thread::spawn(move || run_env_runner(&client, builder(1)));

@@ -14,8 +14,7 @@ use impala_remote::{
 };
 use impala_sampler::{
     EnvRunnerGroup, EnvRunnerGroupSettings, Fragment, MultiAgentEnvFactory, MultiAgentEnvRunner,
-    MultiAgentFragment, MultiAgentGroupSettings, MultiAgentRunnerGroup, MultiAgentSettings,
-    RandomPolicy,
+    MultiAgentFragment, MultiAgentSettings, RandomPolicy,
 };
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -52,10 +51,8 @@ fn group_of_width(
     let env = RunEnv::Single(walk_spec(width));
     let session = RunSession { env, session: b"{}".to_vec(), compress_observations: false };
     let launcher = Box::new(server.launcher(session));
-    let mut group = EnvRunnerGroup::with_launcher(&settings, launcher, walk_spec(width))?;
-    let ids: Vec<usize> = (1..=runners).collect();
-    group.sync_weights(Arc::new(Weights::new(1, vec![])), &ids);
-    Ok(group)
+    let weights = vec![Arc::new(Weights::new(1, vec![]))];
+    Ok(EnvRunnerGroup::with_launcher(&settings, launcher, weights)?)
 }
 
 fn client(server: &RunnerServer, token: &str) -> Result<ClientSettings, RemoteError> {
@@ -100,7 +97,7 @@ fn remote_runners_sample_for_the_group_and_act_with_the_broadcast_weights() -> T
     })?;
     assert!(first.iter().all(|f| f.batch.weights_version == vec![1, 1]));
     assert!(first.iter().all(|f| f.batch.env_steps() == 10 && f.batch.obs.len() == 10));
-    group.sync_weights(Arc::new(Weights::new(2, vec![])), &[1, 2]);
+    group.sync_weights(0, Arc::new(Weights::new(2, vec![])), &[1, 2]);
     sample_until(&mut group, Duration::from_secs(10), |f| {
         [1, 2]
             .iter()
@@ -559,9 +556,9 @@ fn failing_multi_agent_builder(fail_after: Option<usize>) -> BuildRunner {
     })
 }
 
-/// Waits on `group` until `done` holds for the fragments so far, or fails after 10 s.
+/// Samples `group` until `done` holds for the fragments so far, or fails after 10 s.
 fn wait_until(
-    group: &mut MultiAgentRunnerGroup,
+    group: &mut EnvRunnerGroup<MultiAgentFragment>,
     mut done: impl FnMut(&[MultiAgentFragment]) -> bool,
 ) -> Result<Vec<MultiAgentFragment>, Box<dyn std::error::Error>> {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -570,7 +567,7 @@ fn wait_until(
         if Instant::now() > deadline {
             return Err(format!("gave up after {} fragments: {group:?}", all.len()).into());
         }
-        all.extend(group.wait(Duration::from_millis(50))?);
+        all.extend(group.sample()?);
     }
     Ok(all)
 }
@@ -581,7 +578,7 @@ fn multi_agent_group(
     server: &RunnerServer,
     runners: usize,
     versions: [u64; 2],
-) -> Result<MultiAgentRunnerGroup, Box<dyn std::error::Error>> {
+) -> Result<EnvRunnerGroup<MultiAgentFragment>, Box<dyn std::error::Error>> {
     multi_agent_group_restarting(server, runners, versions, false)
 }
 
@@ -591,26 +588,22 @@ fn multi_agent_group_restarting(
     runners: usize,
     versions: [u64; 2],
     restart: bool,
-) -> Result<MultiAgentRunnerGroup, Box<dyn std::error::Error>> {
+) -> Result<EnvRunnerGroup<MultiAgentFragment>, Box<dyn std::error::Error>> {
     let (spec, policies) = cartpoles()?;
     let env = RunEnv::Multi { spec, policies };
     let session = RunSession { env, session: b"{}".to_vec(), compress_observations: false };
-    let settings = MultiAgentGroupSettings {
+    // The runners build their own envs and sampling (`multi_agent_builder`); the group holds two
+    // fragments in flight per runner and waits up to 50 ms per `sample`.
+    let settings = EnvRunnerGroupSettings {
         num_env_runners: runners,
-        num_envs_per_env_runner: 2,
-        max_requests_in_flight: 2,
-        runner: MultiAgentSettings {
-            policy_of_agent: vec![0, 1],
-            rollout_fragment_length: 5,
-            seed: Some(0),
-            explore: true,
-        },
+        sample_timeout: Some(Duration::from_millis(50)),
         restart_failed_env_runners: restart,
         max_num_env_runner_restarts: 2,
+        ..EnvRunnerGroupSettings::default()
     };
     let weights = versions.iter().map(|&v| Arc::new(Weights::new(v, vec![]))).collect();
     let launcher = Box::new(server.launcher(session));
-    Ok(MultiAgentRunnerGroup::with_launcher(settings, launcher, weights)?)
+    Ok(EnvRunnerGroup::with_launcher(&settings, launcher, weights)?)
 }
 
 #[test]
@@ -636,14 +629,15 @@ fn remote_runners_of_a_multi_agent_env_send_a_batch_per_policy_and_take_weights_
         assert!(in_rows <= f.agent_steps && f.agent_steps <= 2 * f.env_steps, "{in_rows} {f:?}");
     }
     // Only policy 1 changes: its runners act with 12 from then on, policy 0 stays at 1.
-    group.set_weights(1, Arc::new(Weights::new(12, vec![])));
+    let ids = group.healthy_runner_ids();
+    group.sync_weights(1, Arc::new(Weights::new(12, vec![])), &ids);
     let later = wait_until(&mut group, |f| {
         [1, 2].iter().all(|id| {
             f.iter().any(|x| x.runner_id == *id && x.batches[1].weights_version.contains(&12))
         })
     })?;
     assert!(later.iter().all(|f| f.batches[0].weights_version.iter().all(|&v| v == 1)));
-    assert_eq!(group.num_failures(), 0);
+    assert_eq!(group.metrics().num_env_runner_failures, 0);
     server.finish("the test is over");
     for runner in runners {
         assert_eq!(runner.join().map_err(|_| "runner panicked")??, "the test is over");
@@ -680,9 +674,10 @@ fn a_remote_multi_agent_runner_that_fails_is_relaunched_and_its_process_serves_t
     });
     assert_eq!(server.wait_for_runners(1, Duration::from_secs(10))?, 1);
     let fragments = wait_until(&mut group, |f| f.len() >= 6)?;
-    assert_eq!((group.num_failures(), group.num_restarts()), (1, 1), "{group:?}");
+    let m = group.metrics();
+    assert_eq!((m.num_env_runner_failures, m.num_env_runner_restarts), (1, 1), "{m:?}");
     assert!(fragments.iter().all(|f| f.runner_id == 1 && f.batches.len() == 2));
-    assert_eq!(group.num_healthy(), 1);
+    assert_eq!(m.num_healthy_env_runners, 1);
     server.finish("the test is over");
     assert_eq!(runner.join().map_err(|_| "runner panicked")??, "the test is over");
     group.shutdown()?;

@@ -17,7 +17,7 @@
 //! use impala_runner_pool::{BuildRunner, BuiltRunner, RunEnv, RunSession, RunnerPool, Wakeup};
 //! use impala_sampler::{
 //!     EnvFactory, EnvRunner, EnvRunnerGroup, EnvRunnerGroupSettings, EnvRunnerSettings,
-//!     RandomPolicy,
+//!     Fragment, RandomPolicy,
 //! };
 //!
 //! /// Ten steps of reward 1, then a time-limit truncation.
@@ -48,8 +48,8 @@
 //! let run = RunSession { env, session: Vec::new(), compress_observations: false };
 //! let settings = EnvRunnerGroupSettings { num_env_runners: 1, ..Default::default() };
 //! let launcher = Box::new(pool.launcher(run));
-//! let mut group = EnvRunnerGroup::with_launcher(&settings, launcher, spec.clone())?;
-//! group.sync_weights(Arc::new(Weights::new(1, vec![])), &[1]);
+//! let weights = vec![Arc::new(Weights::new(1, vec![]))]; // policy 0's, sent to each runner
+//! let mut group = EnvRunnerGroup::<Fragment>::with_launcher(&settings, launcher, weights)?;
 //!
 //! // A transport's session claims the slot and hands its runner the assignment and weights...
 //! let nothing_waits: Wakeup = Arc::new(|| {});

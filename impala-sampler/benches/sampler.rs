@@ -117,7 +117,8 @@ fn weight_publication_to_use(c: &mut Criterion) {
     g.sample_size(10);
     let envs = 16;
     let Ok(mut sampler) = group(1, envs, Some(&[256, 256])) else { return };
-    let Ok(policy) = MlpPolicy::new(sampler.env_spec(), &[256, 256], 0) else { return };
+    let Ok(env) = impala_envs::make("CartPole-v1", &Default::default()) else { return };
+    let Ok(policy) = MlpPolicy::new(env.spec(), &[256, 256], 0) else { return };
     let mut version = 0;
     g.throughput(Throughput::Elements(1));
     g.bench_function(format!("runners_1_envs_{envs}"), |b| {
@@ -127,7 +128,7 @@ fn weight_publication_to_use(c: &mut Criterion) {
                 version += 1;
                 let weights = Arc::new(policy.weights(version));
                 let start = Instant::now();
-                sampler.sync_weights(weights, &[1]);
+                sampler.sync_weights(0, weights, &[1]);
                 // Until a delivered fragment was sampled with the new weights.
                 'wait: loop {
                     let Ok(fragments) = sampler.sample() else { return Duration::MAX };

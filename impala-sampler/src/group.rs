@@ -1,14 +1,17 @@
-//! RLlib's `EnvRunnerGroup` with its `FaultTolerantActorManager`: env runners behind the one
-//! runner seam ([`EnvRunnerLauncher`]), in-flight caps, collection with a timeout, health,
-//! restarts and weight sync.
+//! RLlib's `EnvRunnerGroup` with its `FaultTolerantActorManager`: env runners of either kind
+//! (single- or multi-agent) behind the one runner seam ([`EnvRunnerLauncher`]), in-flight caps,
+//! collection with a timeout, health, restarts and weight sync per policy. One group for both
+//! kinds, generic over the fragment it delivers ([`RunnerFragment`]), so fault tolerance and
+//! counting are written once.
 
 use impala_profile::{span, Activity};
+use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
-use impala_core::{EnvSpec, Weights};
+use impala_core::Weights;
 
 use crate::context::{by_runner_id, ContextPolicyFactory};
 use crate::error::panic_message;
@@ -16,8 +19,9 @@ use crate::seam::{EnvRunnerHandle, RunnerMessage, RunnerReply, RunnerRequest};
 use crate::streak::FailureStreak;
 use crate::threads::{deadline_after, receive_until};
 use crate::{
-    policy_lag, EnvFactory, EnvRunner, EnvRunnerGroupSettings, EnvRunnerLauncher, Fragment,
-    PolicyFactory, ReplySender, Result, SamplerError, ThreadLauncher,
+    EnvFactory, EnvRunnerGroupSettings, EnvRunnerLauncher, Fragment, MultiAgentEnvFactory,
+    MultiAgentFragment, MultiAgentPolicyFactory, MultiAgentSettings, MultiAgentThreadLauncher,
+    PolicyFactory, ReplySender, Result, RunnerFragment, SamplerError, ServedRunner, ThreadLauncher,
 };
 
 /// The group's health and weight-sync counters, named as RLlib reports them where RLlib has
@@ -39,10 +43,11 @@ pub struct SamplerMetrics {
     pub num_fragments_dropped: u64,
     /// Env steps in those dropped fragments.
     pub num_env_steps_dropped: u64,
-    /// Version of the newest weights the group holds.
+    /// Version of the newest weights of policy 0 the group holds (the only policy of a
+    /// single-agent run).
     pub latest_weights_version: Option<u64>,
-    /// Mean policy lag (newest weights version minus behaviour version) of the fragments the
-    /// last `sample` call delivered; 0 when it delivered none.
+    /// Mean policy lag (its policy's newest weights version minus the behaviour version, per
+    /// row) of the fragments the last `sample` call delivered; 0 when it delivered none.
     pub policy_lag_mean: f64,
     /// Weight snapshots loaded by runners' policies.
     pub num_weight_syncs_applied: u64,
@@ -68,6 +73,59 @@ pub struct EnvRunnerState {
     pub policy_lag: f64,
 }
 
+/// Per policy, the weights version last sent (to one runner incarnation, or by the group's
+/// broadcast), so each runner is sent each version of each policy once.
+#[derive(Debug, Clone, Default)]
+struct SentVersions(Vec<Option<u64>>);
+
+/// The version of each policy's newest weights, if any.
+fn versions(latest: &[Option<Arc<Weights>>]) -> Vec<Option<u64>> {
+    latest.iter().map(|w| w.as_ref().map(|w| w.version)).collect()
+}
+
+impl SentVersions {
+    /// Every policy's newest weights, as sent.
+    fn of(latest: &[Option<Arc<Weights>>]) -> Self {
+        SentVersions(versions(latest))
+    }
+
+    fn get(&self, policy: usize) -> Option<u64> {
+        self.0.get(policy).copied().flatten()
+    }
+
+    /// Whether some policy's newest weights are not the version sent.
+    fn lacks(&self, latest: &[Option<Arc<Weights>>]) -> bool {
+        latest
+            .iter()
+            .enumerate()
+            .any(|(p, w)| w.as_ref().is_some_and(|w| self.get(p) != Some(w.version)))
+    }
+
+    /// Offers `send` the newest weights of each policy whose version was not sent; those it
+    /// sends (`true`) are recorded. The newest wins whatever its version, so restoring an older
+    /// checkpoint reaches the runners.
+    fn send_unsent(
+        &mut self,
+        latest: &[Option<Arc<Weights>>],
+        mut send: impl FnMut(usize, &Arc<Weights>) -> bool,
+    ) {
+        for (policy, weights) in latest.iter().enumerate() {
+            let Some(weights) = weights else { continue };
+            if self.get(policy) != Some(weights.version) && send(policy, weights) {
+                if self.0.len() <= policy {
+                    self.0.resize(policy + 1, None);
+                }
+                self.0[policy] = Some(weights.version);
+            }
+        }
+    }
+}
+
+/// A request to act with `weights` for `policy`, stamped now for the weight-sync latency.
+fn set_weights(policy: usize, weights: &Arc<Weights>) -> RunnerRequest {
+    RunnerRequest::SetWeights { policy, weights: Arc::clone(weights), sent: Instant::now() }
+}
+
 /// One runner's slot in the group.
 struct Member {
     id: usize,
@@ -80,19 +138,63 @@ struct Member {
     /// See [`EnvRunnerState::policy_lag`].
     policy_lag: f64,
     streak: FailureStreak,
+    /// What its running incarnation was sent.
+    sent: SentVersions,
+}
+
+impl Member {
+    fn new(id: usize) -> Self {
+        Member {
+            id,
+            incarnation: 0,
+            healthy: true,
+            handle: None,
+            in_flight: 0,
+            last_error: None,
+            policy_lag: 0.0,
+            streak: FailureStreak::default(),
+            sent: SentVersions::default(),
+        }
+    }
+
+    /// Makes `handle` its running incarnation: every policy's newest weights first, then a full
+    /// allowance of `cap` sample requests.
+    fn start(
+        &mut self,
+        mut handle: Box<dyn EnvRunnerHandle>,
+        latest: &[Option<Arc<Weights>>],
+        cap: usize,
+    ) {
+        self.sent = SentVersions::default();
+        self.sent.send_unsent(latest, |policy, weights| handle.send(set_weights(policy, weights)));
+        // A runner that is already gone reports itself on the replies channel.
+        self.in_flight = (0..cap).filter(|_| handle.send(RunnerRequest::Sample)).count();
+        self.handle = Some(handle);
+        self.healthy = true;
+    }
+}
+
+/// The runner sampling on the calling thread when `num_env_runners == 0` (RLlib's local
+/// worker), of either kind.
+struct Local {
+    runner: Box<dyn ServedRunner>,
+    sent: SentVersions,
 }
 
 /// RLlib's `EnvRunnerGroup` + `FaultTolerantActorManager` for sampling: `num_env_runners`
 /// env runners (ids 1..; 0 is the local runner used when `num_env_runners == 0`), started by an
-/// [`EnvRunnerLauncher`] (threads by default) and driven through [`RunnerRequest`]s.
+/// [`EnvRunnerLauncher`] (threads by default) and driven through [`RunnerRequest`]s. `F` is
+/// the fragment it delivers: [`Fragment`] for single-agent runs, [`MultiAgentFragment`] (a batch
+/// per policy) for multi-agent ones, whose runners may also be single-agent ones.
 ///
 /// Each runner holds at most `max_requests_in_flight` sample requests; it waits once that many
 /// of its fragments are uncollected, and gets a new request for each fragment
 /// [`sample`](Self::sample) delivers. A runner whose env or policy errors or panics, or that is
 /// lost, is marked unhealthy, its uncollected fragments are dropped, and it is relaunched (up to
-/// `max_num_env_runner_restarts` restarts over the group) with the newest weights as its next
-/// incarnation, whose envs (and, with [`EnvRunnerGroup::with_context_policies`], policy) draw
-/// new random streams; the others go on sampling. Dropping the group (or [`shutdown`](Self::shutdown)) stops every runner.
+/// `max_num_env_runner_restarts` restarts over the group) with every policy's newest weights as
+/// its next incarnation, whose envs (and, with [`EnvRunnerGroup::with_context_policies`] or a
+/// [`MultiAgentPolicyFactory`], policies) draw new random streams; the others go on sampling.
+/// Dropping the group (or [`shutdown`](Self::shutdown)) stops every runner.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -133,43 +235,45 @@ struct Member {
 /// let fragments = group.sample()?;
 /// assert!(!fragments.is_empty());
 /// let ids: Vec<usize> = fragments.iter().map(|f| f.runner_id).collect();
-/// group.sync_weights(Arc::new(Weights::new(1, vec![])), &ids);
+/// group.sync_weights(0, Arc::new(Weights::new(1, vec![])), &ids);
 /// assert_eq!(group.metrics().num_healthy_env_runners, 2);
 /// group.shutdown()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
 #[doc(alias = "FaultTolerantActorManager")]
 #[doc(alias = "AsyncRequestsManager")]
-pub struct EnvRunnerGroup {
+pub struct EnvRunnerGroup<F: RunnerFragment = Fragment> {
     settings: EnvRunnerGroupSettings,
-    spec: EnvSpec,
-    /// Starts (and restarts) the runners; `None` when sampling locally.
-    launcher: Option<Box<dyn EnvRunnerLauncher>>,
-    local: Option<EnvRunner>,
+    /// Starts (and restarts) the runners; when sampling locally, the one that built the local
+    /// runner, then unused.
+    launcher: Box<dyn EnvRunnerLauncher>,
+    local: Option<Local>,
     members: Vec<Member>,
     replies_tx: Sender<RunnerMessage>,
     replies_rx: Receiver<RunnerMessage>,
-    /// The newest weights: given to restarted runners and broadcast on request. The group's
-    /// copy is the only one; the algorithm hands the learner's snapshots straight here.
-    latest_weights: Option<Arc<Weights>>,
-    /// The version of the weights last sent by [`sync_weights`](Self::sync_weights).
-    broadcast_version: Option<u64>,
+    /// Per policy, the newest weights: given to restarted runners and sent on request. The
+    /// group's copy is the only one; the algorithm hands the learner's snapshots straight here.
+    latest: Vec<Option<Arc<Weights>>>,
+    /// What [`send_latest_weights`](Self::send_latest_weights) sent last (the weights given at
+    /// construction count: every runner starts with them).
+    broadcast: SentVersions,
     metrics: SamplerMetrics,
     /// Sum of weight-sync latencies, in seconds.
     weight_sync_seconds: f64,
     shut_down: bool,
+    fragments: PhantomData<fn() -> F>,
 }
 
-impl std::fmt::Debug for EnvRunnerGroup {
+impl<F: RunnerFragment> std::fmt::Debug for EnvRunnerGroup<F> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EnvRunnerGroup")
-            .field("env", &self.spec.id)
+            .field("local", &self.local.is_some())
             .field("metrics", &self.metrics())
             .finish_non_exhaustive()
     }
 }
 
-impl EnvRunnerGroup {
+impl EnvRunnerGroup<Fragment> {
     /// Runner threads built from the factories ([`ThreadLauncher`]), or the local runner when
     /// `num_env_runners == 0`. Runners are built on the calling thread, so env and config
     /// errors surface here; each then starts with its full allowance of sample requests.
@@ -183,7 +287,75 @@ impl EnvRunnerGroup {
     ) -> Result<Self> {
         Self::with_context_policies(settings, env_factory, by_runner_id(policy_factory))
     }
+}
 
+impl EnvRunnerGroup<MultiAgentFragment> {
+    /// Multi-agent runner threads ([`MultiAgentThreadLauncher`], each runner built on its own
+    /// thread), or a local [`MultiAgentEnvRunner`](crate::MultiAgentEnvRunner) on the calling
+    /// thread when `settings.num_env_runners == 0`. `settings.runner.num_envs` is the envs per
+    /// runner (its other fields are single-agent ones: `runner` says how multi-agent runners
+    /// sample); `runner` is the group's base, each runner's own coming from
+    /// [`MultiAgentSettings::for_runner`]. `policies` builds each runner's policies acting with
+    /// `weights` (one per policy; empty for policies that need none, as random ones), which are
+    /// also every policy's newest weights.
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use impala_core::{EnvSpec, MultiAgentEnv, Policy, Space};
+    /// use impala_envs::HalfObserved;
+    /// use impala_sampler::{
+    ///     EnvRunnerGroup, EnvRunnerGroupSettings, MultiAgentEnvFactory, MultiAgentPolicyFactory,
+    ///     MultiAgentSettings, RandomPolicy,
+    /// };
+    ///
+    /// let envs: MultiAgentEnvFactory =
+    ///     Arc::new(|_| Ok(Box::new(HalfObserved::new()) as Box<dyn MultiAgentEnv>));
+    /// let spec = EnvSpec {
+    ///     id: "bit".into(),
+    ///     observation_space: Space::Discrete(2),
+    ///     action_space: Space::Discrete(2),
+    ///     max_episode_steps: None,
+    /// };
+    /// let policies: MultiAgentPolicyFactory = Arc::new(move |runner, _, _| {
+    ///     Ok(vec![Box::new(RandomPolicy::new(&spec, runner as u64)) as Box<dyn Policy>])
+    /// });
+    /// let settings = EnvRunnerGroupSettings {
+    ///     num_env_runners: 2,
+    ///     sample_timeout: Some(Duration::from_secs(10)), // wait for the first fragments
+    ///     ..EnvRunnerGroupSettings::default()
+    /// };
+    /// let runner = MultiAgentSettings {
+    ///     policy_of_agent: vec![0, 0],
+    ///     rollout_fragment_length: 10,
+    ///     seed: Some(0),
+    ///     explore: true,
+    /// };
+    /// let mut group = EnvRunnerGroup::multi_agent(&settings, envs, runner, policies, vec![])?;
+    /// let fragments = group.sample()?;
+    /// assert!(!fragments.is_empty() && fragments[0].env_steps == 10);
+    /// group.shutdown()?;
+    /// # Ok::<(), impala_sampler::SamplerError>(())
+    /// ```
+    pub fn multi_agent(
+        settings: &EnvRunnerGroupSettings,
+        envs: MultiAgentEnvFactory,
+        runner: MultiAgentSettings,
+        policies: MultiAgentPolicyFactory,
+        weights: Vec<Arc<Weights>>,
+    ) -> Result<Self> {
+        let num_envs = settings.runner.num_envs;
+        let launcher =
+            MultiAgentThreadLauncher::new(num_envs, runner, envs, policies, weights.clone());
+        if settings.num_env_runners == 0 {
+            let local = launcher.builder(0, 0)()?;
+            return Ok(Self::local(settings, Box::new(launcher), Box::new(local), weights));
+        }
+        Self::with_launcher(settings, Box::new(launcher), weights)
+    }
+}
+
+impl<F: RunnerFragment> EnvRunnerGroup<F> {
     /// As [`EnvRunnerGroup::new`], with each runner's policy built from the runner's
     /// [`EnvContext`](crate::EnvContext) (that of its env 0: runner index, incarnation, seed),
     /// so a restarted runner samples actions from a new stream as well as stepping new env
@@ -198,31 +370,18 @@ impl EnvRunnerGroup {
             ThreadLauncher::with_context_policies(settings.runner.clone(), env_factory, policies);
         if settings.num_env_runners == 0 {
             let local = launcher.build(0, 0)?;
-            let spec = local.spec().clone();
-            let mut group = Self::empty(settings, spec, None);
-            group.local = Some(local);
-            return Ok(group);
+            return Ok(Self::local(settings, Box::new(launcher), Box::new(local), Vec::new()));
         }
-        // Build runner 1 here for the spec; the launcher builds the others the same way.
-        let first = launcher.build(1, 0)?;
-        let spec = first.spec().clone();
-        let mut group = Self::empty(settings, spec, None);
-        let replies = ReplySender::new(1, 0, group.replies_tx.clone());
-        let handle = crate::seam::serve_on_thread(first, replies)?;
-        group.add_member(1, handle);
-        group.launcher = Some(Box::new(launcher));
-        for id in 2..=settings.num_env_runners {
-            group.launch_member(id)?;
-        }
-        Ok(group)
+        Self::with_launcher(settings, Box::new(launcher), Vec::new())
     }
 
     /// `num_env_runners` (at least 1) runners started by `launcher`, e.g. runners in other
-    /// processes or on other hosts, whose envs have `spec`.
+    /// processes or on other hosts. `weights` are the newest weights per policy index (may be
+    /// empty), sent to each runner before its first sample request.
     pub fn with_launcher(
         settings: &EnvRunnerGroupSettings,
         launcher: Box<dyn EnvRunnerLauncher>,
-        spec: EnvSpec,
+        weights: Vec<Arc<Weights>>,
     ) -> Result<Self> {
         if settings.num_env_runners == 0 {
             return Err(SamplerError::InvalidConfig {
@@ -230,74 +389,54 @@ impl EnvRunnerGroup {
                 reason: "must be at least 1 for runners started by a launcher".into(),
             });
         }
-        let mut group = Self::empty(settings, spec, Some(launcher));
+        let mut group = Self::empty(settings, launcher, weights);
+        let cap = settings.max_requests_in_flight.get();
         for id in 1..=settings.num_env_runners {
-            group.launch_member(id)?;
+            let handle =
+                group.launcher.launch(ReplySender::new(id, 0, group.replies_tx.clone()))?;
+            let mut member = Member::new(id);
+            member.start(handle, &group.latest, cap);
+            group.members.push(member);
         }
         Ok(group)
     }
 
+    /// A group sampling with `runner` on the calling thread, which acts with `weights` already.
+    fn local(
+        settings: &EnvRunnerGroupSettings,
+        launcher: Box<dyn EnvRunnerLauncher>,
+        runner: Box<dyn ServedRunner>,
+        weights: Vec<Arc<Weights>>,
+    ) -> Self {
+        let mut group = Self::empty(settings, launcher, weights);
+        group.local = Some(Local { runner, sent: SentVersions::of(&group.latest) });
+        group
+    }
+
     fn empty(
         settings: &EnvRunnerGroupSettings,
-        spec: EnvSpec,
-        launcher: Option<Box<dyn EnvRunnerLauncher>>,
+        launcher: Box<dyn EnvRunnerLauncher>,
+        weights: Vec<Arc<Weights>>,
     ) -> Self {
         let (replies_tx, replies_rx) = crossbeam_channel::unbounded();
+        let latest: Vec<_> = weights.into_iter().map(Some).collect();
         EnvRunnerGroup {
             settings: settings.clone(),
-            spec,
             launcher,
             local: None,
             members: Vec::with_capacity(settings.num_env_runners),
             replies_tx,
             replies_rx,
-            latest_weights: None,
-            broadcast_version: None,
+            broadcast: SentVersions::of(&latest),
+            latest,
             metrics: SamplerMetrics {
                 num_env_runners: settings.num_env_runners,
                 ..Default::default()
             },
             weight_sync_seconds: 0.0,
             shut_down: false,
+            fragments: PhantomData,
         }
-    }
-
-    /// Launches member `id` (incarnation 0) and records it.
-    fn launch_member(&mut self, id: usize) -> Result<()> {
-        let replies = ReplySender::new(id, 0, self.replies_tx.clone());
-        let launcher = self.launcher.as_mut().ok_or(SamplerError::InvalidConfig {
-            field: "num_env_runners",
-            reason: "runners cannot be launched when sampling locally".into(),
-        })?;
-        let handle = launcher.launch(replies)?;
-        self.add_member(id, handle);
-        Ok(())
-    }
-
-    fn add_member(&mut self, id: usize, handle: Box<dyn EnvRunnerHandle>) {
-        let mut member = Member {
-            id,
-            incarnation: 0,
-            healthy: true,
-            handle: None,
-            in_flight: 0,
-            last_error: None,
-            policy_lag: 0.0,
-            streak: FailureStreak::default(),
-        };
-        self.start(&mut member, handle);
-        self.members.push(member);
-    }
-
-    /// Makes `handle` the member's running incarnation (see [`start_member`]).
-    fn start(&self, member: &mut Member, handle: Box<dyn EnvRunnerHandle>) {
-        let cap = self.settings.max_requests_in_flight.get();
-        start_member(member, handle, self.latest_weights.as_ref(), cap);
-    }
-
-    /// The environments' spec (observation and action spaces for building the learner).
-    pub fn env_spec(&self) -> &EnvSpec {
-        &self.spec
     }
 
     /// RLlib's `get_samples_from_workers`: the fragments ready now, waiting at most
@@ -307,24 +446,9 @@ impl EnvRunnerGroup {
     ///
     /// Errors when a runner failed and `restart_failed_env_runners` is off or the restarts are
     /// used up, or when the local runner fails.
-    pub fn sample(&mut self) -> Result<Vec<Fragment>> {
+    pub fn sample(&mut self) -> Result<Vec<F>> {
         if let Some(local) = self.local.as_mut() {
-            let fragment = match catch_unwind(AssertUnwindSafe(|| local.sample())) {
-                Ok(Ok(fragment)) => fragment,
-                Ok(Err(e)) => {
-                    return Err(SamplerError::EnvRunnerFailed {
-                        runner_id: 0,
-                        reason: e.to_string(),
-                    })
-                }
-                Err(payload) => {
-                    return Err(SamplerError::EnvRunnerFailed {
-                        runner_id: 0,
-                        reason: panic_message(payload.as_ref()),
-                    })
-                }
-            };
-            let fragments = vec![fragment];
+            let fragments = vec![sample_locally(local.runner.as_mut())?];
             self.measure_lag(&fragments);
             return Ok(fragments);
         }
@@ -351,7 +475,7 @@ impl EnvRunnerGroup {
         // Restart first: when that fails, training ends and nothing here counts as sampled.
         self.restore_failed()?;
         for fragment in &ready {
-            let member = &mut self.members[fragment.runner_id - 1];
+            let member = &mut self.members[fragment.runner_id() - 1];
             if let Some(handle) = member.handle.as_mut() {
                 // A runner that died meanwhile reports itself on the replies channel.
                 if handle.send(RunnerRequest::Sample) {
@@ -364,44 +488,41 @@ impl EnvRunnerGroup {
     }
 
     /// Processes one reply: keeps current fragments, drops stale ones, marks failures.
-    fn handle(&mut self, msg: RunnerMessage, ready: &mut Vec<Fragment>) {
+    fn handle(&mut self, msg: RunnerMessage, ready: &mut Vec<F>) {
         let Some(member) = self.members.get_mut(msg.runner_id.wrapping_sub(1)) else {
             return;
         };
         let current = member.incarnation == msg.incarnation && member.healthy;
-        match msg.reply {
-            RunnerReply::Fragment(fragment) => {
-                if current && fragment.runner_id == member.id {
-                    member.in_flight = member.in_flight.saturating_sub(1);
-                    member.streak.delivered();
-                    ready.push(*fragment);
-                } else {
-                    self.metrics.num_fragments_dropped += 1;
-                    self.metrics.num_env_steps_dropped += fragment.batch.env_steps() as u64;
-                }
-            }
+        let reason = match msg.reply {
             RunnerReply::WeightsApplied { latency, .. } => {
                 self.metrics.num_weight_syncs_applied += 1;
                 self.weight_sync_seconds += latency.as_secs_f64();
+                return;
             }
-            RunnerReply::Failed(reason) => {
-                if current {
-                    let runner_id = member.id;
-                    self.mark_failed(runner_id, reason, ready);
+            RunnerReply::Failed(reason) => reason,
+            reply => match F::from_reply(reply) {
+                Ok(fragment) if current && fragment.runner_id() == member.id => {
+                    member.in_flight = member.in_flight.saturating_sub(1);
+                    member.streak.delivered();
+                    ready.push(fragment);
+                    return;
                 }
-            }
-            RunnerReply::MultiAgentFragment(_) => {
-                if current {
-                    let runner_id = member.id;
-                    let reason = "sent a multi-agent fragment to a single-agent run".to_string();
-                    self.mark_failed(runner_id, reason, ready);
+                Ok(fragment) => {
+                    self.metrics.num_fragments_dropped += 1;
+                    self.metrics.num_env_steps_dropped += fragment.env_steps() as u64;
+                    return;
                 }
-            }
+                Err(reply) => unexpected::<F>(&reply),
+            },
+        };
+        if current {
+            let runner_id = member.id;
+            self.mark_failed(runner_id, reason, ready);
         }
     }
 
     /// Marks a runner failed and drops its uncollected fragments.
-    fn mark_failed(&mut self, runner_id: usize, reason: String, ready: &mut Vec<Fragment>) {
+    fn mark_failed(&mut self, runner_id: usize, reason: String, ready: &mut Vec<F>) {
         tracing::warn!(runner_id, %reason, "env runner failed");
         let member = &mut self.members[runner_id - 1];
         member.healthy = false;
@@ -411,9 +532,9 @@ impl EnvRunnerGroup {
         let mut dropped_steps = 0;
         let before = ready.len();
         ready.retain(|f| {
-            let keep = f.runner_id != runner_id;
+            let keep = f.runner_id() != runner_id;
             if !keep {
-                dropped_steps += f.batch.env_steps() as u64;
+                dropped_steps += f.env_steps() as u64;
             }
             keep
         });
@@ -421,18 +542,16 @@ impl EnvRunnerGroup {
         self.metrics.num_env_steps_dropped += dropped_steps;
     }
 
-    /// Mean policy lag of delivered fragments against the newest weights.
-    fn measure_lag(&mut self, fragments: &[Fragment]) {
-        let latest = self.metrics.latest_weights_version;
+    /// Mean policy lag of delivered fragments against each policy's newest weights.
+    fn measure_lag(&mut self, fragments: &[F]) {
+        let latest = versions(&self.latest);
         let mut lag = 0.0;
-        if let Some(v) = latest {
-            for f in fragments {
-                let fragment_lag = policy_lag(&f.batch, v);
-                if let Some(member) = self.members.get_mut(f.runner_id.wrapping_sub(1)) {
-                    member.policy_lag = fragment_lag;
-                }
-                lag += fragment_lag;
+        for f in fragments {
+            let fragment_lag = f.policy_lag(&latest);
+            if let Some(member) = self.members.get_mut(f.runner_id().wrapping_sub(1)) {
+                member.policy_lag = fragment_lag;
             }
+            lag += fragment_lag;
         }
         self.metrics.policy_lag_mean =
             if fragments.is_empty() { 0.0 } else { lag / fragments.len() as f64 };
@@ -440,14 +559,10 @@ impl EnvRunnerGroup {
 
     /// Relaunches unhealthy runners (RLlib's `restore_workers`), or says why it may not.
     fn restore_failed(&mut self) -> Result<()> {
-        let grace = self.settings.stop_grace;
-        for idx in 0..self.members.len() {
-            if self.members[idx].healthy {
-                continue;
-            }
-            let member = &mut self.members[idx];
-            let (runner_id, reason) =
-                (member.id, member.last_error.clone().unwrap_or_else(|| "unknown".into()));
+        let cap = self.settings.max_requests_in_flight.get();
+        for member in self.members.iter_mut().filter(|m| !m.healthy) {
+            let runner_id = member.id;
+            let reason = member.last_error.clone().unwrap_or_else(|| "unknown".into());
             if !self.settings.restart_failed_env_runners {
                 return Err(SamplerError::EnvRunnerFailed { runner_id, reason });
             }
@@ -457,28 +572,17 @@ impl EnvRunnerGroup {
             }
             member.streak.failed(runner_id, &reason)?;
             self.metrics.num_env_runner_restarts += 1;
-            if let Some(mut handle) = member.handle.take() {
-                handle.send(RunnerRequest::Stop);
-                // The failure is recorded already; a panic that escaped the runner is a bug
-                // in the runner's transport, logged and not fatal.
-                if let Err(e) = handle.join(deadline_after(grace)) {
-                    tracing::error!(runner_id, error = %e, "env runner did not end cleanly");
-                }
+            // The failure is recorded already; a panic that escaped the runner is a bug in the
+            // runner's transport, logged and not fatal.
+            let deadline = deadline_after(self.settings.stop_grace);
+            if let Err(e) = stop_and_join(member.handle.take(), deadline) {
+                tracing::error!(runner_id, error = %e, "env runner did not end cleanly");
             }
             member.incarnation += 1;
             let replies = ReplySender::new(runner_id, member.incarnation, self.replies_tx.clone());
-            let launched = match self.launcher.as_mut() {
-                Some(launcher) => launcher.launch(replies),
-                None => Err(SamplerError::InvalidConfig {
-                    field: "num_env_runners",
-                    reason: "the local runner cannot be restarted".into(),
-                }),
-            };
-            match launched {
+            match self.launcher.launch(replies) {
                 Ok(handle) => {
-                    let cap = self.settings.max_requests_in_flight.get();
-                    let member = &mut self.members[idx];
-                    start_member(member, handle, self.latest_weights.as_ref(), cap);
+                    member.start(handle, &self.latest, cap);
                     tracing::info!(
                         runner_id,
                         incarnation = member.incarnation,
@@ -486,58 +590,66 @@ impl EnvRunnerGroup {
                     );
                 }
                 // Stays unhealthy; the next `sample` call tries again while restarts remain.
-                Err(e) => self.members[idx].last_error = Some(e.to_string()),
+                Err(e) => member.last_error = Some(e.to_string()),
             }
         }
         Ok(())
     }
 
-    /// Makes `weights` the newest weights without sending them: restarted runners start with
-    /// them, and the next [`sync_weights`](Self::sync_weights) sends them.
-    pub fn set_latest_weights(&mut self, weights: Arc<Weights>) {
-        self.metrics.latest_weights_version = Some(weights.version);
-        self.latest_weights = Some(weights);
+    /// Makes `weights` the newest of policy `policy` without sending them: restarted runners
+    /// start with them, and the next [`send_latest_weights`](Self::send_latest_weights) sends
+    /// them.
+    pub fn set_latest_weights(&mut self, policy: usize, weights: Arc<Weights>) {
+        if self.latest.len() <= policy {
+            self.latest.resize(policy + 1, None);
+        }
+        self.latest[policy] = Some(weights);
     }
 
-    /// The newest weights, if any were given.
-    pub fn latest_weights(&self) -> Option<&Arc<Weights>> {
-        self.latest_weights.as_ref()
+    /// The newest weights of policy `policy`, if any were given.
+    pub fn latest_weights(&self, policy: usize) -> Option<&Arc<Weights>> {
+        self.latest.get(policy)?.as_ref()
     }
 
-    /// Whether the newest weights differ from the last ones sent.
+    /// Whether some policy's newest weights were not sent yet by
+    /// [`send_latest_weights`](Self::send_latest_weights) (or given at construction).
     pub fn has_unsent_weights(&self) -> bool {
-        self.latest_weights.as_ref().is_some_and(|w| Some(w.version) != self.broadcast_version)
+        self.broadcast.lacks(&self.latest)
     }
 
-    /// Fire-and-forget weight sync: makes `weights` the newest and sends them to each listed
-    /// runner (0 = local), which loads them before its next fragment. Unknown ids are ignored.
-    pub fn sync_weights(&mut self, weights: Arc<Weights>, runner_ids: &[usize]) {
-        self.set_latest_weights(weights);
+    /// Fire-and-forget weight sync: makes `weights` the newest of policy `policy` and sends the
+    /// newest weights to each listed runner (see
+    /// [`send_latest_weights`](Self::send_latest_weights)).
+    pub fn sync_weights(&mut self, policy: usize, weights: Arc<Weights>, runner_ids: &[usize]) {
+        self.set_latest_weights(policy, weights);
         self.send_latest_weights(runner_ids);
     }
 
-    /// Sends the newest weights (if any) to each listed runner (0 = local).
+    /// Sends each listed runner (0 = local) every policy's newest weights that it was not sent
+    /// yet, a `SetWeights` message each (the local runner loads them at once), so a broadcast
+    /// costs only what changed. Unknown ids are ignored.
     pub fn send_latest_weights(&mut self, runner_ids: &[usize]) {
-        let Some(weights) = self.latest_weights.clone() else { return };
         let _sending = span(Activity::WeightBroadcast);
-        self.broadcast_version = Some(weights.version);
+        self.broadcast = SentVersions::of(&self.latest);
         for &id in runner_ids {
             if id == 0 {
-                if let Some(local) = self.local.as_mut() {
-                    match local.set_weights(&weights) {
-                        Ok(()) => self.metrics.num_weight_syncs_applied += 1,
-                        // The local runner fails its next fragment the same way, which ends
-                        // training with the cause.
-                        Err(e) => tracing::warn!(error = %e, "local env runner rejected weights"),
+                let Some(local) = self.local.as_mut() else { continue };
+                let applied = &mut self.metrics.num_weight_syncs_applied;
+                local.sent.send_unsent(&self.latest, |policy, weights| {
+                    match local.runner.set_weights(policy, weights) {
+                        Ok(()) => *applied += 1,
+                        // It goes on with the weights it has; the next send tries again.
+                        Err(e) => {
+                            tracing::warn!(policy, error = %e, "local env runner rejected weights");
+                            return false;
+                        }
                     }
-                }
-            } else if let Some(handle) =
-                self.members.get_mut(id - 1).and_then(|m| m.handle.as_mut())
-            {
-                handle.send(RunnerRequest::SetWeights {
-                    policy: 0,
-                    weights: Arc::clone(&weights),
-                    sent: Instant::now(),
+                    true
+                });
+            } else if let Some(member) = self.members.get_mut(id - 1) {
+                let Some(handle) = member.handle.as_mut() else { continue };
+                member.sent.send_unsent(&self.latest, |policy, weights| {
+                    handle.send(set_weights(policy, weights))
                 });
             }
         }
@@ -571,6 +683,7 @@ impl EnvRunnerGroup {
         let mut m = self.metrics.clone();
         m.num_healthy_env_runners = self.members.iter().filter(|r| r.healthy).count();
         m.num_in_flight_requests = self.members.iter().map(|r| r.in_flight).sum();
+        m.latest_weights_version = self.latest_weights(0).map(|w| w.version);
         m.weight_sync_latency_mean_s = if m.num_weight_syncs_applied == 0 {
             0.0
         } else {
@@ -582,21 +695,21 @@ impl EnvRunnerGroup {
     /// Stops every runner and waits for it; returns the first failure a runner reported that
     /// `sample` had not collected yet, or one that escaped a runner.
     pub fn shutdown(mut self) -> Result<()> {
-        self.stop_and_join()
+        self.stop()
     }
 
-    fn stop_and_join(&mut self) -> Result<()> {
+    fn stop(&mut self) -> Result<()> {
         if self.shut_down {
             return Ok(());
         }
         self.shut_down = true;
         let handles = self.members.iter_mut().filter_map(|m| m.handle.take());
         let mut first_error =
-            crate::seam::stop_and_join(handles, deadline_after(self.settings.stop_grace)).err();
+            stop_and_join(handles, deadline_after(self.settings.stop_grace)).err();
         while let Ok(msg) = self.replies_rx.try_recv() {
             if let RunnerReply::Failed(reason) = msg.reply {
-                let member = &self.members[msg.runner_id - 1];
-                if member.incarnation == msg.incarnation && member.healthy {
+                let member = self.members.get(msg.runner_id.wrapping_sub(1));
+                if member.is_some_and(|m| m.incarnation == msg.incarnation && m.healthy) {
                     first_error.get_or_insert(SamplerError::EnvRunnerFailed {
                         runner_id: msg.runner_id,
                         reason,
@@ -608,31 +721,57 @@ impl EnvRunnerGroup {
     }
 }
 
-/// Makes `handle` the member's running incarnation: the newest weights first, then a full
-/// allowance of `cap` sample requests.
-fn start_member(
-    member: &mut Member,
-    mut handle: Box<dyn EnvRunnerHandle>,
-    latest_weights: Option<&Arc<Weights>>,
-    cap: usize,
-) {
-    if let Some(weights) = latest_weights {
-        handle.send(RunnerRequest::SetWeights {
-            policy: 0,
-            weights: Arc::clone(weights),
-            sent: Instant::now(),
-        });
-    }
-    // A runner that is already gone reports itself on the replies channel.
-    member.in_flight = (0..cap).filter(|_| handle.send(RunnerRequest::Sample)).count();
-    member.handle = Some(handle);
-    member.healthy = true;
-}
-
-impl Drop for EnvRunnerGroup {
+impl<F: RunnerFragment> Drop for EnvRunnerGroup<F> {
     fn drop(&mut self) {
-        if let Err(e) = self.stop_and_join() {
+        if let Err(e) = self.stop() {
             tracing::error!(error = %e, "env runner group shut down with an error");
         }
     }
+}
+
+/// One fragment from the local runner; its error or panic fails the run (it cannot be
+/// restarted).
+fn sample_locally<F: RunnerFragment>(runner: &mut dyn ServedRunner) -> Result<F> {
+    let failed = |reason| SamplerError::EnvRunnerFailed { runner_id: 0, reason };
+    let reply = match catch_unwind(AssertUnwindSafe(|| runner.sample_reply())) {
+        Ok(Ok(reply)) => reply,
+        Ok(Err(e)) => return Err(failed(e.to_string())),
+        Err(payload) => return Err(failed(panic_message(payload.as_ref()))),
+    };
+    F::from_reply(reply).map_err(|reply| failed(unexpected::<F>(&reply)))
+}
+
+/// Why a reply that carries no fragment of the group's kind fails its runner.
+fn unexpected<F>(reply: &RunnerReply) -> String {
+    let what = match reply {
+        RunnerReply::Fragment(_) => "a single-agent fragment",
+        RunnerReply::MultiAgentFragment(_) => "a multi-agent fragment",
+        RunnerReply::WeightsApplied { .. } => "a weights report",
+        RunnerReply::Failed(_) => "a failure",
+    };
+    let kind = std::any::type_name::<F>().rsplit("::").next().unwrap_or("fragment");
+    format!("sent {what} to a group of `{kind}`s")
+}
+
+/// Stops every runner of `handles` (all asked first, so they finish their fragments together)
+/// and waits for each until `deadline`; a runner stuck in a hung env step is not awaited past
+/// it, so a run ends well within the 30 s Kubernetes and Slurm give before SIGKILL. Returns the
+/// first failure that escaped a runner.
+fn stop_and_join(
+    handles: impl IntoIterator<Item = Box<dyn EnvRunnerHandle>>,
+    deadline: Option<Instant>,
+) -> Result<()> {
+    let mut handles: Vec<Box<dyn EnvRunnerHandle>> = handles.into_iter().collect();
+    for handle in &mut handles {
+        handle.send(RunnerRequest::Stop);
+    }
+    let mut first_error = Ok(());
+    for handle in handles {
+        if let Err(e) = handle.join(deadline) {
+            if first_error.is_ok() {
+                first_error = Err(e);
+            }
+        }
+    }
+    first_error
 }

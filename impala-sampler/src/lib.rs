@@ -1,12 +1,16 @@
 //! Asynchronous env runners for IMPALA, with RLlib's sampling semantics: env runners that each
-//! step `num_envs_per_env_runner` environments with their own policy copy ([`EnvRunner`]), and
-//! the group that drives them ([`EnvRunnerGroup`], RLlib's `EnvRunnerGroup` +
-//! `FaultTolerantActorManager`): in-flight caps, collection timeouts, health, restarts and
-//! versioned weight sync ([`WeightBroadcaster`]). The group talks to every runner through one
-//! message seam ([`RunnerRequest`] / [`RunnerReply`], started by an [`EnvRunnerLauncher`]):
-//! runner threads here ([`ThreadLauncher`]), and runners in other processes or hosts, plug in
-//! the same way. Sampled batches become train batches in one stage ([`TrainBatchBuilder`]:
-//! mix-in replay, on the driver or on [`AggregationWorkers`], then concatenation).
+//! step `num_envs_per_env_runner` environments with their own policy copy ([`EnvRunner`], or
+//! [`MultiAgentEnvRunner`] with a policy copy per policy), and the one group that drives either
+//! kind ([`EnvRunnerGroup`], RLlib's `EnvRunnerGroup` + `FaultTolerantActorManager`): in-flight
+//! caps, collection timeouts, health, restarts and versioned weight sync per policy
+//! ([`WeightBroadcaster`]). The group is generic over the fragment it delivers
+//! ([`RunnerFragment`]: [`Fragment`], or [`MultiAgentFragment`] with a batch per policy), so
+//! fault tolerance and counting are written once for both. It talks to every runner through
+//! one message seam ([`RunnerRequest`] / [`RunnerReply`], started by an [`EnvRunnerLauncher`]):
+//! runner threads here ([`ThreadLauncher`], [`MultiAgentThreadLauncher`]), and runners in other
+//! processes or hosts, plug in the same way. Sampled batches become train batches in one stage
+//! ([`TrainBatchBuilder`]: mix-in replay, on the driver or on [`AggregationWorkers`], then
+//! concatenation).
 //!
 //! The crate has no libtorch: it drives any [`impala_core::Policy`]. [`RandomPolicy`] is a
 //! pure-Rust policy for debugging. Its settings ([`EnvRunnerGroupSettings`],
@@ -77,9 +81,9 @@ mod aggregation;
 mod batching;
 mod context;
 mod error;
+mod fragment;
 mod group;
 mod multi_agent;
-mod multi_agent_group;
 mod policies;
 mod runner;
 mod seam;
@@ -92,19 +96,17 @@ pub use aggregation::{AggregationWorkers, ReplayParts};
 pub use batching::TrainBatchBuilder;
 pub use context::{stream_seed, EnvContext, EnvFactory, PolicyFactory};
 pub use error::{panic_message, Result, SamplerError};
+pub use fragment::RunnerFragment;
 pub use group::{EnvRunnerGroup, EnvRunnerState, SamplerMetrics};
 pub use multi_agent::{
-    policy_specs, MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentFragment, MultiAgentSettings,
-};
-pub use multi_agent_group::{
-    MultiAgentGroupSettings, MultiAgentPolicyFactory, MultiAgentRunnerGroup,
-    MultiAgentThreadLauncher,
+    policy_specs, MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentFragment,
+    MultiAgentPolicyFactory, MultiAgentSettings,
 };
 pub use policies::RandomPolicy;
 pub use runner::{EnvRunner, Fragment};
 pub use seam::{
-    serve, serve_on_thread, EnvRunnerHandle, EnvRunnerLauncher, ReplySender, RunnerMessage,
-    RunnerReply, RunnerRequest, ServedRunner, ThreadLauncher,
+    serve, serve_on_thread, EnvRunnerHandle, EnvRunnerLauncher, MultiAgentThreadLauncher,
+    ReplySender, RunnerMessage, RunnerReply, RunnerRequest, ServedRunner, ThreadLauncher,
 };
 pub use settings::{BatchingSettings, EnvRunnerGroupSettings, EnvRunnerSettings};
 pub use streak::BROKEN_ENV_FAILURES;

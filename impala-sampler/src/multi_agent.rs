@@ -19,11 +19,19 @@ use impala_core::{
     PolicyInput, PolicyOutput, SampleBatch, Space, Weights,
 };
 
-use crate::{Result, SamplerError};
+use crate::{Fragment, Result, SamplerError};
 
 /// Builds one multi-agent env per call, for env index `i` of a runner.
 pub type MultiAgentEnvFactory =
     Arc<dyn Fn(usize) -> std::result::Result<Box<dyn MultiAgentEnv>, CoreError> + Send + Sync>;
+
+/// Builds the policies of runner `runner_id`'s incarnation `incarnation` (one per policy
+/// index, acting with the given weights).
+pub type MultiAgentPolicyFactory = Arc<
+    dyn Fn(usize, u64, &[Arc<Weights>]) -> std::result::Result<Vec<Box<dyn Policy>>, CoreError>
+        + Send
+        + Sync,
+>;
 
 /// One sample result of a [`MultiAgentEnvRunner`]: per policy, the rows that were completed.
 #[derive(Debug, Clone, PartialEq)]
@@ -42,6 +50,36 @@ pub struct MultiAgentFragment {
     /// Per ended episode, per policy, the sum of the rewards of the agents mapped to it
     /// (RLlib's `policy_reward_mean/<policy id>` averages these).
     pub policy_returns: Vec<Vec<f64>>,
+}
+
+/// A single-agent fragment as a multi-agent one of one policy, so a group of multi-agent
+/// fragments can drive single-agent runners too (RLlib runs a single-agent env as a multi-agent
+/// one with one module): every agent step is an env step, every episode's return is its
+/// policy's.
+///
+/// ```
+/// use impala_core::{EpisodeStats, SampleBatch, Space};
+/// use impala_sampler::{Fragment, MultiAgentFragment};
+/// let batch = SampleBatch::zeros(5, 2, &Space::Discrete(2), &Space::Discrete(2), 0);
+/// let episode = EpisodeStats { episode_return: 3.0, episode_len: 3, truncated: false };
+/// let fragment = Fragment { runner_id: 1, batch, episodes: vec![episode] };
+/// let multi = MultiAgentFragment::from(fragment.clone());
+/// assert_eq!((multi.runner_id, multi.env_steps, multi.agent_steps), (1, 10, 10));
+/// assert_eq!(multi.batches, vec![fragment.batch]);
+/// assert_eq!(multi.policy_returns, vec![vec![3.0]]);
+/// ```
+impl From<Fragment> for MultiAgentFragment {
+    fn from(fragment: Fragment) -> Self {
+        let Fragment { runner_id, batch, episodes } = fragment;
+        MultiAgentFragment {
+            runner_id,
+            env_steps: batch.env_steps(),
+            agent_steps: batch.agent_steps(),
+            policy_returns: episodes.iter().map(|e| vec![e.episode_return]).collect(),
+            episodes,
+            batches: vec![batch],
+        }
+    }
 }
 
 /// How the runner samples: which policy acts for each agent and the fragment's length.

@@ -1,12 +1,13 @@
-//! The one seam between the [`EnvRunnerGroup`](crate::EnvRunnerGroup) and its env runners: the
-//! group sends [`RunnerRequest`]s through an [`EnvRunnerHandle`] and receives
-//! [`RunnerReply`]s on one shared channel. Runner threads in this process
-//! ([`ThreadLauncher`]) use it; a transport for runners in other processes or hosts implements
-//! [`EnvRunnerLauncher`] and plugs in with
+//! The one seam between the [`EnvRunnerGroup`](crate::EnvRunnerGroup) and its env runners, of
+//! either kind: the group sends [`RunnerRequest`]s through an [`EnvRunnerHandle`] and receives
+//! [`RunnerReply`]s on one shared channel. Runner threads in this process ([`ThreadLauncher`],
+//! [`MultiAgentThreadLauncher`]) use it; a transport for runners in other processes or hosts
+//! implements [`EnvRunnerLauncher`] and plugs in with
 //! [`EnvRunnerGroup::with_launcher`](crate::EnvRunnerGroup::with_launcher), leaving in-flight
 //! caps, weight broadcast, fault tolerance and counting to the group.
 
 use impala_profile::{span, Activity};
+use std::num::NonZeroUsize;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -18,8 +19,9 @@ use impala_core::Weights;
 use crate::context::{by_runner_id, ContextPolicyFactory};
 use crate::error::panic_message;
 use crate::{
-    EnvFactory, EnvRunner, EnvRunnerSettings, Fragment, MultiAgentEnvRunner, MultiAgentFragment,
-    PolicyFactory, Result, SamplerError,
+    EnvFactory, EnvRunner, EnvRunnerSettings, Fragment, MultiAgentEnvFactory, MultiAgentEnvRunner,
+    MultiAgentFragment, MultiAgentPolicyFactory, MultiAgentSettings, PolicyFactory, Result,
+    SamplerError,
 };
 
 /// What the group asks of an env runner (RLlib's remote calls on an `EnvRunner` actor).
@@ -163,29 +165,6 @@ pub trait EnvRunnerHandle: Send {
     fn join(self: Box<Self>, deadline: Option<Instant>) -> Result<()>;
 }
 
-/// Stops every runner of `handles` (all asked first, so they finish their fragments together)
-/// and waits for each until `deadline`; a runner stuck in a hung env step is not awaited past
-/// it, so a run ends well within the 30 s Kubernetes and Slurm give before SIGKILL. Returns the
-/// first failure that escaped a runner. What both runner groups do when they shut down.
-pub(crate) fn stop_and_join(
-    handles: impl IntoIterator<Item = Box<dyn EnvRunnerHandle>>,
-    deadline: Option<Instant>,
-) -> Result<()> {
-    let mut handles: Vec<Box<dyn EnvRunnerHandle>> = handles.into_iter().collect();
-    for handle in &mut handles {
-        handle.send(RunnerRequest::Stop);
-    }
-    let mut first_error = Ok(());
-    for handle in handles {
-        if let Err(e) = handle.join(deadline) {
-            if first_error.is_ok() {
-                first_error = Err(e);
-            }
-        }
-    }
-    first_error
-}
-
 /// Starts env runners: threads here, worker processes, or runners on other hosts.
 pub trait EnvRunnerLauncher: Send {
     /// Starts runner `replies.runner_id()` (its incarnation `replies.incarnation()`); it serves requests and answers on `replies` until
@@ -247,6 +226,64 @@ impl EnvRunnerLauncher for ThreadLauncher {
     }
 }
 
+/// Runs each multi-agent env runner on a thread of this process, building it there (its envs'
+/// worker processes are then that thread's own).
+pub struct MultiAgentThreadLauncher {
+    num_envs: NonZeroUsize,
+    runner: MultiAgentSettings,
+    envs: MultiAgentEnvFactory,
+    policies: MultiAgentPolicyFactory,
+    weights: Vec<Arc<Weights>>,
+}
+
+impl std::fmt::Debug for MultiAgentThreadLauncher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MultiAgentThreadLauncher")
+            .field("num_envs", &self.num_envs)
+            .field("runner", &self.runner)
+            .finish_non_exhaustive()
+    }
+}
+
+impl MultiAgentThreadLauncher {
+    /// A launcher building each runner's `num_envs` envs from `envs` and its policies from
+    /// `policies`, first acting with `weights` (the group sends the newest right after each
+    /// launch). `runner` is the group's base: each runner samples with
+    /// [`MultiAgentSettings::for_runner`], so every runner and incarnation seeds its own envs.
+    pub fn new(
+        num_envs: NonZeroUsize,
+        runner: MultiAgentSettings,
+        envs: MultiAgentEnvFactory,
+        policies: MultiAgentPolicyFactory,
+        weights: Vec<Arc<Weights>>,
+    ) -> Self {
+        MultiAgentThreadLauncher { num_envs, runner, envs, policies, weights }
+    }
+
+    /// What builds incarnation `incarnation` of runner `runner_id`, to call on the thread that
+    /// will step its envs.
+    pub(crate) fn builder(
+        &self,
+        runner_id: usize,
+        incarnation: u64,
+    ) -> impl FnOnce() -> Result<MultiAgentEnvRunner> + Send + 'static {
+        let settings = self.runner.for_runner(runner_id, incarnation);
+        let (envs, policies, weights) =
+            (Arc::clone(&self.envs), Arc::clone(&self.policies), self.weights.clone());
+        let num_envs = self.num_envs.get();
+        move || {
+            let policies = policies(runner_id, incarnation, &weights)?;
+            MultiAgentEnvRunner::new(runner_id, num_envs, &envs, policies, &settings)
+        }
+    }
+}
+
+impl EnvRunnerLauncher for MultiAgentThreadLauncher {
+    fn launch(&mut self, replies: ReplySender) -> Result<Box<dyn EnvRunnerHandle>> {
+        build_and_serve_on_thread(self.builder(replies.runner_id(), replies.incarnation()), replies)
+    }
+}
+
 /// Runs an already built runner on a thread of its own, [`serve`]-ing the requests sent through
 /// the returned handle and answering on `replies`: what [`ThreadLauncher`] does with each runner
 /// it builds, and what a transport's runner side does with the runner it built for its slot
@@ -297,7 +334,7 @@ pub fn serve_on_thread(
 
 /// As [`serve_on_thread`], building the runner on its thread first (a runner whose envs must be
 /// made on the thread that steps them); a failed build is replied as [`RunnerReply::Failed`].
-pub(crate) fn build_and_serve_on_thread<R: ServedRunner>(
+fn build_and_serve_on_thread<R: ServedRunner>(
     build: impl FnOnce() -> Result<R> + Send + 'static,
     replies: ReplySender,
 ) -> Result<Box<dyn EnvRunnerHandle>> {

@@ -53,7 +53,8 @@ impl Default for EnvRunnerSettings {
 pub struct EnvRunnerGroupSettings {
     /// Env runners (`num_env_runners`; 0 samples on the calling thread).
     pub num_env_runners: usize,
-    /// Each runner's settings.
+    /// Each runner's settings. Multi-agent runners take only `num_envs` from them (their
+    /// sampling is a [`MultiAgentSettings`](crate::MultiAgentSettings)).
     pub runner: EnvRunnerSettings,
     /// Uncollected fragments allowed per runner (`max_requests_in_flight_per_env_runner`).
     pub max_requests_in_flight: NonZeroUsize,

@@ -30,7 +30,7 @@ fn run_with_fault(fault: Fault) -> TestResult {
     let mut s = settings(2, 2, 5);
     s.sample_timeout = Some(Duration::from_millis(500));
     let mut group = EnvRunnerGroup::new(&s, setup.factory(), counting_policies())?;
-    group.sync_weights(Arc::new(Weights::new(9, vec![])), &[1, 2]);
+    group.sync_weights(0, Arc::new(Weights::new(9, vec![])), &[1, 2]);
     let mut fragments = Vec::new();
     let mut restarted_runner_fragments = 0;
     let deadline = Deadline::start();
@@ -169,7 +169,8 @@ fn a_restarted_runner_draws_new_env_and_action_streams() -> TestResult {
         seen.lock().map_err(|_| CoreError::Policy { reason: "poisoned".into() })?.push(ctx.clone());
         Ok(Box::new(CountingPolicy::default()) as Box<dyn Policy>)
     });
-    let mut group = EnvRunnerGroup::with_context_policies(&s, setup.factory(), policies)?;
+    let mut group =
+        EnvRunnerGroup::<Fragment>::with_context_policies(&s, setup.factory(), policies)?;
     let deadline = Deadline::start();
     let mut restarted_fragments = 0;
     while restarted_fragments == 0 {

@@ -5,12 +5,14 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use impala_core::Weights;
-use impala_sampler::{policy_lag, EnvRunnerGroup, Fragment, WeightBroadcaster};
+use impala_core::{Policy, Weights};
+use impala_sampler::{
+    policy_lag, EnvContext, EnvRunnerGroup, Fragment, MultiAgentFragment, WeightBroadcaster,
+};
 
 use crate::support::{
-    counting_policies, nz, reporting_policies, settings, wait_for_calls, Deadline, EnvSetup,
-    Sampled, TestResult,
+    counting_policies, nz, reporting_policies, sampled_in, settings, spec, wait_for_calls,
+    CountingPolicy, Deadline, EnvSetup, Sampled, TestResult,
 };
 
 /// Samples until at least `n` fragments arrived (each call waits up to the settings' timeout).
@@ -58,8 +60,8 @@ fn local_runner_samples_on_the_calling_thread() -> TestResult {
     assert_eq!(group.healthy_runner_ids(), vec![0]);
     let s = Sampled::of(&fragments);
     assert_eq!((s.env_steps, s.fragments, s.episodes), (10, 1, 2));
-    assert_eq!(group.env_spec().id, "TestEnv");
-    group.sync_weights(Arc::new(Weights::new(2, vec![])), &[0]);
+    assert!(fragments.iter().all(|f| sampled_in(&f.batch, &spec(None))));
+    group.sync_weights(0, Arc::new(Weights::new(2, vec![])), &[0]);
     assert_eq!(group.sample()?[0].batch.weights_version, vec![2, 2]);
     assert_eq!(group.metrics().num_weight_syncs_applied, 1);
     Ok(group.shutdown()?)
@@ -125,7 +127,7 @@ fn weights_reach_the_runners_they_are_sent_to() -> TestResult {
     let mut broadcaster = WeightBroadcaster::new(1);
     // Only runner 2 gets version 3.
     let _ = collect(&mut group, 1)?;
-    group.sync_weights(Arc::new(Weights::new(3, vec![])), &[2]);
+    group.sync_weights(0, Arc::new(Weights::new(3, vec![])), &[2]);
     let mut seen = BTreeSet::new();
     let deadline = Deadline::start();
     while !seen.contains(&(2, 3)) {
@@ -147,7 +149,7 @@ fn weights_reach_the_runners_they_are_sent_to() -> TestResult {
         None => Vec::new(),
     };
     assert!(!ids.is_empty());
-    group.sync_weights(Arc::new(Weights::new(4, vec![])), &ids);
+    group.sync_weights(0, Arc::new(Weights::new(4, vec![])), &ids);
     let mut fresh = BTreeSet::new();
     let deadline = Deadline::start();
     while fresh.len() < ids.len() {
@@ -175,8 +177,8 @@ fn an_older_version_sent_later_is_applied() -> TestResult {
     s.sample_timeout = Some(Duration::from_secs(1));
     let mut group = EnvRunnerGroup::new(&s, setup.factory(), counting_policies())?;
     for version in [5, 3] {
-        group.sync_weights(Arc::new(Weights::new(version, vec![])), &[1, 2]);
-        assert_eq!(group.latest_weights().map(|w| w.version), Some(version));
+        group.sync_weights(0, Arc::new(Weights::new(version, vec![])), &[1, 2]);
+        assert_eq!(group.latest_weights(0).map(|w| w.version), Some(version));
         let mut fresh = BTreeSet::new();
         sample_until(&mut group, &format!("version {version} from both runners"), |f| {
             if f.batch.weights_version[0] == version {
@@ -193,9 +195,9 @@ fn an_older_version_sent_later_is_applied() -> TestResult {
 
     // The local runner loads what it is given, too.
     let mut local = EnvRunnerGroup::new(&settings(0, 1, 5), setup.factory(), counting_policies())?;
-    local.sync_weights(Arc::new(Weights::new(5, vec![])), &[0]);
+    local.sync_weights(0, Arc::new(Weights::new(5, vec![])), &[0]);
     assert_eq!(local.sample()?[0].batch.weights_version, vec![5]);
-    local.sync_weights(Arc::new(Weights::new(3, vec![])), &[0]);
+    local.sync_weights(0, Arc::new(Weights::new(3, vec![])), &[0]);
     assert_eq!(local.sample()?[0].batch.weights_version, vec![3]);
     Ok(local.shutdown()?)
 }
@@ -206,9 +208,9 @@ fn latest_weights_are_kept_until_sent() -> TestResult {
     let mut s = settings(1, 1, 5);
     s.sample_timeout = Some(Duration::from_secs(1));
     let mut group = EnvRunnerGroup::new(&s, setup.factory(), counting_policies())?;
-    assert!(group.latest_weights().is_none());
+    assert!(group.latest_weights(0).is_none());
     assert!(!group.has_unsent_weights());
-    group.set_latest_weights(Arc::new(Weights::new(1, vec![])));
+    group.set_latest_weights(0, Arc::new(Weights::new(1, vec![])));
     assert!(group.has_unsent_weights());
     assert_eq!(group.metrics().latest_weights_version, Some(1));
     // Not sent: the runner goes on with its own weights.
@@ -218,9 +220,9 @@ fn latest_weights_are_kept_until_sent() -> TestResult {
     assert!(!group.has_unsent_weights());
     sample_until(&mut group, "version 1", |f| f.batch.weights_version == vec![1])?;
     // The same version again is nothing new; a new one is.
-    group.sync_weights(Arc::new(Weights::new(1, vec![])), &[1]);
+    group.sync_weights(0, Arc::new(Weights::new(1, vec![])), &[1]);
     assert!(!group.has_unsent_weights());
-    group.set_latest_weights(Arc::new(Weights::new(2, vec![])));
+    group.set_latest_weights(0, Arc::new(Weights::new(2, vec![])));
     assert!(group.has_unsent_weights());
     Ok(group.shutdown()?)
 }
@@ -232,7 +234,7 @@ fn weight_syncs_applied_are_counted_for_threads_and_the_local_runner() -> TestRe
     s.sample_timeout = Some(Duration::from_secs(1));
     let mut group = EnvRunnerGroup::new(&s, setup.factory(), counting_policies())?;
     assert_eq!(group.metrics().num_weight_syncs_applied, 0);
-    group.sync_weights(Arc::new(Weights::new(1, vec![])), &[1, 2]);
+    group.sync_weights(0, Arc::new(Weights::new(1, vec![])), &[1, 2]);
     let mut fresh = BTreeSet::new();
     sample_until(&mut group, "version 1 from both runners", |f| {
         if f.batch.weights_version == vec![1] {
@@ -244,7 +246,7 @@ fn weight_syncs_applied_are_counted_for_threads_and_the_local_runner() -> TestRe
     let m = group.metrics();
     assert_eq!(m.num_weight_syncs_applied, 2);
     assert!(m.weight_sync_latency_mean_s > 0.0);
-    group.sync_weights(Arc::new(Weights::new(2, vec![])), &[2]);
+    group.sync_weights(0, Arc::new(Weights::new(2, vec![])), &[2]);
     sample_until(&mut group, "version 2 from runner 2", |f| {
         f.runner_id == 2 && f.batch.weights_version == vec![2]
     })?;
@@ -252,9 +254,9 @@ fn weight_syncs_applied_are_counted_for_threads_and_the_local_runner() -> TestRe
     group.shutdown()?;
 
     let mut local = EnvRunnerGroup::new(&settings(0, 1, 5), setup.factory(), counting_policies())?;
-    local.sync_weights(Arc::new(Weights::new(1, vec![])), &[0]);
+    local.sync_weights(0, Arc::new(Weights::new(1, vec![])), &[0]);
     assert_eq!(local.metrics().num_weight_syncs_applied, 1);
-    local.sync_weights(Arc::new(Weights::new(2, vec![])), &[0, 7]); // 7: unknown, ignored
+    local.sync_weights(0, Arc::new(Weights::new(2, vec![])), &[0, 7]); // 7: unknown, ignored
     assert_eq!(local.metrics().num_weight_syncs_applied, 2);
     assert_eq!(local.sample()?[0].batch.weights_version, vec![2]);
     Ok(local.shutdown()?)
@@ -272,7 +274,7 @@ fn syncs_sent_before_the_next_fragment_are_applied_once_newest_message_first() -
     // collects this one, so the three syncs all wait for the fragment after it.
     wait_for_calls(&events, 1, 1)?;
     for version in [1, 3, 2] {
-        group.sync_weights(Arc::new(Weights::new(version, vec![])), &[1]);
+        group.sync_weights(0, Arc::new(Weights::new(version, vec![])), &[1]);
     }
     let first = group.sample()?;
     assert_eq!(first.iter().map(|f| f.batch.weights_version[0]).collect::<Vec<_>>(), vec![0]);
@@ -291,5 +293,45 @@ fn dropping_the_group_joins_blocked_runners() -> TestResult {
     drop(group);
     let after = setup.steps.load(Ordering::Relaxed);
     assert!(after <= 3 * 2 * 2 * 5);
+    Ok(())
+}
+
+#[test]
+fn a_group_of_multi_agent_fragments_drives_single_agent_runners_as_one_policy() -> TestResult {
+    let setup = EnvSetup::default();
+    // The local runner (one fragment a call, two calls) and two runner threads (both requests
+    // in flight of each, as the timeout waits for them): every env steps 10 times, finishing 2
+    // episodes of 4.
+    for (runners, fragments, episodes) in [(0, 2, 4), (2, 4, 8)] {
+        let mut s = settings(runners, 2, 5);
+        s.sample_timeout = Some(Duration::from_secs(10));
+        let policies =
+            Arc::new(|_: &EnvContext| Ok(Box::new(CountingPolicy::default()) as Box<dyn Policy>));
+        let mut group = EnvRunnerGroup::<MultiAgentFragment>::with_context_policies(
+            &s,
+            setup.factory(),
+            policies,
+        )?;
+        // Known but not sent: every row acted 3 versions behind.
+        group.set_latest_weights(0, Arc::new(Weights::new(3, vec![])));
+        let mut got = group.sample()?;
+        if runners == 0 {
+            got.extend(group.sample()?);
+        }
+        assert_eq!(got.len(), fragments, "{runners} runners");
+        for f in &got {
+            let [batch] = f.batches.as_slice() else { panic!("one batch: {f:?}") };
+            assert_eq!((f.env_steps, f.agent_steps, batch.env_steps()), (10, 10, 10));
+            assert!(sampled_in(batch, &spec(None)));
+            let returns: Vec<Vec<f64>> =
+                f.episodes.iter().map(|e| vec![e.episode_return]).collect();
+            assert_eq!(f.policy_returns, returns);
+            assert!(f.episodes.iter().all(|e| (e.episode_return, e.episode_len) == (4.0, 4)));
+        }
+        let all: usize = got.iter().map(|f| f.episodes.len()).sum();
+        assert_eq!(all, episodes);
+        assert_eq!(group.metrics().policy_lag_mean, 3.0);
+        group.shutdown()?;
+    }
     Ok(())
 }

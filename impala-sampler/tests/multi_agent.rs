@@ -1,20 +1,27 @@
 //! The multi-agent runner: per-policy rows from lanes, agents joining and leaving mid-episode,
-//! per-policy returns, mappings that do not fit, and non-finite values from envs.
+//! per-policy returns, mappings that do not fit, and non-finite values from envs; and the runner
+//! group driving multi-agent runners: restarts, dropped fragments, weights per policy and runner,
+//! sampling on the calling thread.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use impala_core::{
-    AgentSpec, CoreError, EnvSpec, MultiAgentEnv, MultiAgentSpec, MultiAgentStep, Policy, Space,
+    AgentSpec, CoreError, EnvSpec, MultiAgentEnv, MultiAgentSpec, MultiAgentStep, Policy,
+    PolicyInput, PolicyOutput, Space, Weights,
 };
 use impala_envs::{HalfObserved, MultiAgentCartPole};
 use impala_sampler::{
-    MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentGroupSettings, MultiAgentPolicyFactory,
-    MultiAgentRunnerGroup, MultiAgentSettings, RandomPolicy, SamplerError, BROKEN_ENV_FAILURES,
+    EnvRunnerGroup, EnvRunnerGroupSettings, EnvRunnerHandle, EnvRunnerLauncher,
+    MultiAgentEnvFactory, MultiAgentEnvRunner, MultiAgentFragment, MultiAgentPolicyFactory,
+    MultiAgentSettings, MultiAgentThreadLauncher, RandomPolicy, ReplySender, RunnerRequest,
+    SamplerError, BROKEN_ENV_FAILURES,
 };
 
-type TestResult = Result<(), Box<dyn std::error::Error>>;
+use crate::support::{nz, Deadline, TestResult, WAIT};
 
 fn policy_for(agent: &AgentSpec, seed: u64) -> Box<dyn Policy> {
     let spec = EnvSpec {
@@ -325,6 +332,24 @@ fn one_random_policy() -> Result<MultiAgentPolicyFactory, CoreError> {
     }))
 }
 
+/// A group of `num_env_runners` multi-agent runners of one env each (two fragments in flight
+/// each), waiting up to 100 ms per `sample`, restarting failed runners up to `max_restarts`
+/// times when `restart`.
+fn group_settings(
+    num_env_runners: usize,
+    restart: bool,
+    max_restarts: usize,
+) -> EnvRunnerGroupSettings {
+    EnvRunnerGroupSettings {
+        num_env_runners,
+        runner: crate::support::runner_settings(1, 1),
+        sample_timeout: Some(Duration::from_millis(100)),
+        restart_failed_env_runners: restart,
+        max_num_env_runner_restarts: max_restarts,
+        ..EnvRunnerGroupSettings::default()
+    }
+}
+
 #[test]
 fn a_runner_failed_by_a_non_finite_value_is_restarted() -> TestResult {
     let policies = one_random_policy()?;
@@ -335,19 +360,17 @@ fn a_runner_failed_by_a_non_finite_value_is_restarted() -> TestResult {
             let first = built.fetch_add(1, Ordering::SeqCst) == 0;
             poisoned(first.then_some(Poison::Observation))
         });
-        let settings = MultiAgentGroupSettings {
-            num_env_runners: 1,
-            num_envs_per_env_runner: 1,
-            max_requests_in_flight: 2,
-            runner: settings(vec![0, 0], 5),
-            restart_failed_env_runners: restart,
-            max_num_env_runner_restarts: 1,
-        };
-        let mut group = MultiAgentRunnerGroup::new(settings, envs, Arc::clone(&policies), vec![])?;
+        let mut group = EnvRunnerGroup::multi_agent(
+            &group_settings(1, restart, 1),
+            envs,
+            settings(vec![0, 0], 5),
+            Arc::clone(&policies),
+            vec![],
+        )?;
         let deadline = Instant::now() + Duration::from_secs(30);
         let mut fragments = 0;
         let outcome = loop {
-            match group.wait(Duration::from_millis(100)) {
+            match group.sample() {
                 Ok(got) => fragments += got.len(),
                 Err(e) => break Err(e.to_string()),
             }
@@ -357,7 +380,7 @@ fn a_runner_failed_by_a_non_finite_value_is_restarted() -> TestResult {
         };
         if restart {
             assert!(matches!(outcome, Ok(n) if n >= 4), "the restarted runner samples on");
-            assert_eq!(group.num_restarts(), 1);
+            assert_eq!(group.metrics().num_env_runner_restarts, 1);
         } else {
             let error = outcome.err().unwrap_or_default();
             assert!(error.contains("non-finite observation for agent `a`"), "{error}");
@@ -368,29 +391,57 @@ fn a_runner_failed_by_a_non_finite_value_is_restarted() -> TestResult {
 }
 
 #[test]
+fn a_failed_runner_s_uncollected_fragments_are_dropped_and_counted() -> TestResult {
+    // Only the first env built is spoiled, at its third step: its runner sends its first
+    // fragment (2 steps) and fails in its second.
+    let built = Arc::new(AtomicUsize::new(0));
+    let envs: MultiAgentEnvFactory = Arc::new(move |_| {
+        let first = built.fetch_add(1, Ordering::SeqCst) == 0;
+        poisoned(first.then_some(Poison::Observation))
+    });
+    let mut s = group_settings(1, true, 1);
+    s.sample_timeout = Some(WAIT); // both fragments in flight, or the failure
+    let policies = one_random_policy()?;
+    let mut group =
+        EnvRunnerGroup::multi_agent(&s, envs, settings(vec![0, 0], 2), policies, vec![])?;
+    let first = group.sample()?;
+    assert!(first.is_empty(), "the failed runner's fragment was delivered: {first:?}");
+    let m = group.metrics();
+    assert_eq!((m.num_env_runner_failures, m.num_env_runner_restarts), (1, 1));
+    assert_eq!((m.num_fragments_dropped, m.num_env_steps_dropped), (1, 2), "{m:?}");
+    let state = &group.runner_states()[0];
+    assert_eq!((state.num_restarts, state.is_healthy, state.num_in_flight_requests), (1, true, 2));
+    let error = state.last_error.clone().unwrap_or_default();
+    assert!(error.contains("non-finite observation for agent `a`"), "{error}");
+    // The restarted runner delivers both fragments it was asked for.
+    let next = group.sample()?;
+    assert_eq!(next.iter().map(|f| (f.runner_id, f.env_steps)).collect::<Vec<_>>(), [(1, 2); 2]);
+    assert_eq!(group.metrics().num_fragments_dropped, 1);
+    Ok(group.shutdown()?)
+}
+
+#[test]
 fn a_multi_agent_env_spoiled_in_every_runner_is_a_broken_env() -> TestResult {
     let policies = one_random_policy()?;
     // Every env built is spoiled before the first fragment (of 5 steps) is full.
     let envs: MultiAgentEnvFactory = Arc::new(|_| poisoned(Some(Poison::Reward)));
-    let settings = MultiAgentGroupSettings {
-        num_env_runners: 1,
-        num_envs_per_env_runner: 1,
-        max_requests_in_flight: 2,
-        runner: settings(vec![0, 0], 5),
-        restart_failed_env_runners: true,
-        max_num_env_runner_restarts: 1000,
-    };
-    let mut group = MultiAgentRunnerGroup::new(settings, envs, policies, vec![])?;
+    let mut group = EnvRunnerGroup::multi_agent(
+        &group_settings(1, true, 1000),
+        envs,
+        settings(vec![0, 0], 5),
+        policies,
+        vec![],
+    )?;
     let deadline = Instant::now() + Duration::from_secs(30);
     let error = loop {
-        match group.wait(Duration::from_millis(100)) {
+        match group.sample() {
             Ok(got) => assert!(got.is_empty(), "a spoiled env delivered a fragment"),
             Err(e) => break e,
         }
         assert!(
             Instant::now() < deadline,
             "still restarting after {} restarts",
-            group.num_restarts()
+            group.metrics().num_env_runner_restarts
         );
     };
     assert!(
@@ -398,7 +449,201 @@ fn a_multi_agent_env_spoiled_in_every_runner_is_a_broken_env() -> TestResult {
             if *failures == BROKEN_ENV_FAILURES && first_error.contains("non-finite reward")),
         "{error}"
     );
-    assert_eq!(group.num_restarts(), BROKEN_ENV_FAILURES - 1);
+    assert_eq!(group.metrics().num_env_runner_restarts, BROKEN_ENV_FAILURES as u64 - 1);
     let _ = group.shutdown();
     Ok(())
+}
+
+/// A policy that notes the threads it acts on and fails once `fail` is set.
+struct Watched {
+    inner: Box<dyn Policy>,
+    threads: Arc<Mutex<HashSet<ThreadId>>>,
+    fail: Arc<AtomicBool>,
+}
+
+impl Policy for Watched {
+    fn compute_actions(
+        &mut self,
+        input: &PolicyInput<'_>,
+        out: &mut PolicyOutput,
+    ) -> Result<(), CoreError> {
+        let poisoned = |_| CoreError::Policy { reason: "poisoned".into() };
+        self.threads.lock().map_err(poisoned)?.insert(std::thread::current().id());
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(CoreError::Policy { reason: "told to fail".into() });
+        }
+        self.inner.compute_actions(input, out)
+    }
+    fn compute_values(
+        &mut self,
+        obs: &[f32],
+        num_envs: usize,
+        state: &[f32],
+    ) -> Result<Vec<f32>, CoreError> {
+        self.inner.compute_values(obs, num_envs, state)
+    }
+    fn state_dim(&self) -> usize {
+        self.inner.state_dim()
+    }
+    fn set_weights(&mut self, weights: &Arc<Weights>) -> Result<(), CoreError> {
+        self.inner.set_weights(weights)
+    }
+    fn weights_version(&self) -> u64 {
+        self.inner.weights_version()
+    }
+}
+
+/// Random policies for the agents of `agents` (one each, acting with the weights given), noting
+/// where they act in `threads`; the policies of runner 1's first incarnation fail once `fail`
+/// is set.
+fn watched_policies(
+    agents: Vec<AgentSpec>,
+    threads: &Arc<Mutex<HashSet<ThreadId>>>,
+    fail: &Arc<AtomicBool>,
+) -> MultiAgentPolicyFactory {
+    let (threads, fail) = (Arc::clone(threads), Arc::clone(fail));
+    Arc::new(move |runner, incarnation, weights| {
+        let fails = if (runner, incarnation) == (1, 0) {
+            Arc::clone(&fail)
+        } else {
+            Arc::new(AtomicBool::new(false))
+        };
+        let mut policies = Vec::with_capacity(agents.len());
+        for (p, agent) in agents.iter().enumerate() {
+            let mut inner = policy_for(agent, runner as u64 + incarnation);
+            if let Some(w) = weights.get(p) {
+                inner.set_weights(w)?;
+            }
+            let threads = Arc::clone(&threads);
+            policies
+                .push(Box::new(Watched { inner, threads, fail: Arc::clone(&fails) })
+                    as Box<dyn Policy>);
+        }
+        Ok(policies)
+    })
+}
+
+/// Weights of version `v`, without tensors: the test policies only note the version.
+fn version(v: u64) -> Arc<Weights> {
+    Arc::new(Weights::new(v, vec![]))
+}
+
+#[test]
+fn a_multi_agent_group_without_runners_samples_on_the_calling_thread() -> TestResult {
+    let envs: MultiAgentEnvFactory =
+        Arc::new(|_| Ok(Box::new(HalfObserved::new()) as Box<dyn MultiAgentEnv>));
+    let agents = HalfObserved::new().spec().agents.clone();
+    let threads = Arc::default();
+    let policies = watched_policies(agents, &threads, &Arc::default());
+    let mut s = group_settings(0, true, 1);
+    s.runner.num_envs = nz(2);
+    let mut group = EnvRunnerGroup::multi_agent(
+        &s,
+        envs,
+        settings(vec![0, 1], 5),
+        policies,
+        vec![version(1), version(11)],
+    )?;
+    assert_eq!(group.healthy_runner_ids(), vec![0]);
+    let fragments = group.sample()?;
+    let [f] = fragments.as_slice() else { panic!("one fragment: {fragments:?}") };
+    assert_eq!((f.runner_id, f.env_steps, f.batches.len()), (0, 10, 2));
+    assert!(f.batches[0].weights_version.iter().all(|&v| v == 1));
+    assert!(f.batches[1].weights_version.iter().all(|&v| v == 11));
+    // Only policy 1 changes: the local runner loads just it, at once, and acts with it.
+    group.sync_weights(1, version(12), &[0]);
+    assert_eq!(group.metrics().num_weight_syncs_applied, 1);
+    let fragments = group.sample()?;
+    assert!(fragments[0].batches[0].weights_version.iter().all(|&v| v == 1));
+    assert!(fragments[0].batches[1].weights_version.iter().all(|&v| v == 12));
+    let acting = threads.lock().map_err(|_| "poisoned")?.clone();
+    assert_eq!(acting, HashSet::from([std::thread::current().id()]));
+    Ok(group.shutdown()?)
+}
+
+/// Which weights each runner incarnation was sent: `(runner, incarnation, policy, version)`.
+type SentLog = Arc<Mutex<Vec<(usize, u64, usize, u64)>>>;
+
+/// Multi-agent runner threads whose handles log the weights they are sent.
+struct Recording {
+    threads: MultiAgentThreadLauncher,
+    log: SentLog,
+}
+
+impl EnvRunnerLauncher for Recording {
+    fn launch(&mut self, replies: ReplySender) -> impala_sampler::Result<Box<dyn EnvRunnerHandle>> {
+        let runner = (replies.runner_id(), replies.incarnation());
+        let inner = self.threads.launch(replies)?;
+        Ok(Box::new(RecordingHandle { inner, runner, log: Arc::clone(&self.log) }))
+    }
+}
+
+/// A runner's handle that logs the weights it is sent.
+struct RecordingHandle {
+    inner: Box<dyn EnvRunnerHandle>,
+    runner: (usize, u64),
+    log: SentLog,
+}
+
+impl EnvRunnerHandle for RecordingHandle {
+    fn send(&mut self, request: RunnerRequest) -> bool {
+        if let RunnerRequest::SetWeights { policy, weights, .. } = &request {
+            let (runner, incarnation) = self.runner;
+            if let Ok(mut log) = self.log.lock() {
+                log.push((runner, incarnation, *policy, weights.version));
+            }
+        }
+        self.inner.send(request)
+    }
+
+    fn join(self: Box<Self>, deadline: Option<Instant>) -> impala_sampler::Result<()> {
+        self.inner.join(deadline)
+    }
+}
+
+#[test]
+fn runners_are_sent_only_weights_they_lack_and_a_restarted_one_every_policy_s_newest() -> TestResult
+{
+    let envs: MultiAgentEnvFactory =
+        Arc::new(|_| Ok(Box::new(Staggered::new()?) as Box<dyn MultiAgentEnv>));
+    let (threads, fail) = (Arc::default(), Arc::new(AtomicBool::new(false)));
+    let policies = watched_policies(Staggered::new()?.spec.agents, &threads, &fail);
+    let weights = vec![version(1), version(1)];
+    let runner = settings(vec![0, 1], 3);
+    let threads = MultiAgentThreadLauncher::new(nz(1), runner, envs, policies, weights.clone());
+    let log = SentLog::default();
+    let launcher = Recording { threads, log: Arc::clone(&log) };
+    let mut group = EnvRunnerGroup::<MultiAgentFragment>::with_launcher(
+        &group_settings(2, true, 1),
+        Box::new(launcher),
+        weights,
+    )?;
+    assert!(!group.has_unsent_weights(), "every runner starts with the weights given");
+    group.set_latest_weights(0, version(2));
+    assert!(group.has_unsent_weights());
+    group.send_latest_weights(&[1]);
+    assert!(!group.has_unsent_weights());
+    group.send_latest_weights(&[1, 2]); // runner 1 has policy 0's version 2 already
+    group.sync_weights(1, version(3), &[2]);
+    assert_eq!(group.latest_weights(1).map(|w| w.version), Some(3));
+    // Runner 1 fails at its next step and is restarted.
+    fail.store(true, Ordering::SeqCst);
+    let deadline = Deadline::start();
+    loop {
+        deadline.check("a fragment of the restarted runner 1")?;
+        let got = group.sample()?;
+        // The failed incarnation's fragments are dropped in the call that restarts it.
+        if group.metrics().num_env_runner_restarts == 1 && got.iter().any(|f| f.runner_id == 1) {
+            break;
+        }
+    }
+    let log = log.lock().map_err(|_| "poisoned")?.clone();
+    let sent = |runner, incarnation| -> Vec<(usize, u64)> {
+        log.iter().filter(|e| (e.0, e.1) == (runner, incarnation)).map(|e| (e.2, e.3)).collect()
+    };
+    assert_eq!(sent(1, 0), [(0, 1), (1, 1), (0, 2)]);
+    assert_eq!(sent(2, 0), [(0, 1), (1, 1), (0, 2), (1, 3)]);
+    assert_eq!(sent(1, 1), [(0, 2), (1, 3)], "the restarted runner starts with the newest");
+    assert_eq!(log.len(), 9);
+    Ok(group.shutdown()?)
 }

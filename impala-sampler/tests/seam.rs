@@ -13,8 +13,8 @@ use impala_sampler::{
 };
 
 use crate::support::{
-    counting_policies, reporting_policies, settings, spec, unique_steps, wait_for_calls, Deadline,
-    EnvSetup, Sampled, TestResult,
+    counting_policies, reporting_policies, sampled_in, settings, spec, unique_steps,
+    wait_for_calls, Deadline, EnvSetup, Sampled, TestResult,
 };
 
 /// Runner threads from a [`ThreadLauncher`], counted; the first incarnation of runner
@@ -84,13 +84,13 @@ fn the_group_samples_through_a_launcher() -> TestResult {
     let launches = Arc::clone(&launcher.launches);
     let mut s = settings(2, 1, 5);
     s.sample_timeout = Some(Duration::from_secs(10)); // wait for every request in flight
-    let mut group = EnvRunnerGroup::with_launcher(&s, Box::new(launcher), spec(None))?;
+    let mut group = EnvRunnerGroup::<Fragment>::with_launcher(&s, Box::new(launcher), vec![])?;
     assert_eq!(launches.load(Ordering::SeqCst), 2);
-    assert_eq!(group.env_spec().id, "TestEnv");
     let fragments = group.sample()?;
+    assert!(fragments.iter().all(|f| sampled_in(&f.batch, &spec(None))));
     let per_runner = |id| fragments.iter().filter(|f| f.runner_id == id).count();
     assert_eq!((per_runner(1), per_runner(2)), (2, 2));
-    group.sync_weights(Arc::new(Weights::new(4, vec![])), &[1, 2]);
+    group.sync_weights(0, Arc::new(Weights::new(4, vec![])), &[1, 2]);
     let deadline = Deadline::start();
     let mut fresh = BTreeSet::new();
     while fresh.len() < 2 {
@@ -117,7 +117,7 @@ fn a_lost_runner_is_relaunched_and_its_fragments_dropped() -> TestResult {
     let launches = Arc::clone(&launcher.launches);
     let mut s = settings(2, 1, 5);
     s.sample_timeout = Some(Duration::from_secs(10)); // wait for every healthy request in flight
-    let mut group = EnvRunnerGroup::with_launcher(&s, Box::new(launcher), spec(None))?;
+    let mut group = EnvRunnerGroup::<Fragment>::with_launcher(&s, Box::new(launcher), vec![])?;
     let mut delivered: Vec<Fragment> = group.sample()?;
     assert_eq!(delivered.iter().filter(|f| f.runner_id == 1).count(), 2);
     let lost_instance =
@@ -125,7 +125,7 @@ fn a_lost_runner_is_relaunched_and_its_fragments_dropped() -> TestResult {
     // Runner 1 has two more fragments requested; once it starts the second (its 16th step of
     // 5-step fragments), the first is on the reply channel. Then its connection is lost.
     wait_for_calls(&events, 1, 3 * 5 + 1)?;
-    group.sync_weights(Arc::new(Weights::new(1, vec![])), &[1]);
+    group.sync_weights(0, Arc::new(Weights::new(1, vec![])), &[1]);
 
     let after_loss = group.sample()?;
     assert!(after_loss.iter().all(|f| f.runner_id == 2), "{after_loss:?}");
@@ -172,7 +172,8 @@ fn a_launcher_needs_at_least_one_runner() {
     let launcher = launcher(&setup, None);
     let launches = Arc::clone(&launcher.launches);
     let err =
-        EnvRunnerGroup::with_launcher(&settings(0, 1, 5), Box::new(launcher), spec(None)).err();
+        EnvRunnerGroup::<Fragment>::with_launcher(&settings(0, 1, 5), Box::new(launcher), vec![])
+            .err();
     assert!(
         matches!(&err, Some(SamplerError::InvalidConfig { field: "num_env_runners", .. })),
         "{err:?}"

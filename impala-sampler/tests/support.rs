@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use impala_core::{
-    CoreError, Env, EnvSpec, Policy, PolicyInput, PolicyOutput, Space, StepOutcome, Weights,
+    CoreError, Env, EnvSpec, Policy, PolicyInput, PolicyOutput, SampleBatch, Space, StepOutcome,
+    Weights,
 };
 use impala_envs::TimeLimit;
 use impala_sampler::{
@@ -365,6 +366,14 @@ pub fn batching(train_batch_size: usize) -> BatchingSettings {
         seed: Some(0),
         ..BatchingSettings::default()
     }
+}
+
+/// Whether `batch` was sampled in envs of `spec`: its observations and actions have the shapes of
+/// the spec's spaces.
+pub fn sampled_in(batch: &SampleBatch, spec: &EnvSpec) -> bool {
+    batch.obs_shape == SampleBatch::obs_shape_of(&spec.observation_space)
+        && batch.action_dim == spec.action_space.flat_dim()
+        && batch.dist_inputs_dim == spec.action_space.dist_inputs_dim()
 }
 
 /// What a caller counts from the fragments `sample()` returned (what the group's

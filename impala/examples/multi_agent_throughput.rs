@@ -11,7 +11,7 @@
 use std::time::Instant;
 
 use impala::config::ImpalaConfig;
-use impala::{Impala, IterationResult, MultiAgentImpala, Trainable};
+use impala::{Impala, IterationResult, Trainable};
 
 const LANES: usize = 8;
 
@@ -54,11 +54,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         shared.env = "MultiAgentCartPole".into();
         shared.num_envs_per_env_runner = LANES / 2;
         let (shared_sampled, shared_trained) =
-            measure(&mut MultiAgentImpala::new(shared.clone().validate()?)?)?;
+            measure(&mut Impala::new(shared.clone().validate()?)?)?;
         let mut per_agent = shared;
         per_agent.policies = vec!["agent_0".into(), "agent_1".into()];
-        let (two_sampled, two_trained) =
-            measure(&mut MultiAgentImpala::new(per_agent.validate()?)?)?;
+        let (two_sampled, two_trained) = measure(&mut Impala::new(per_agent.validate()?)?)?;
         println!(
             "{}",
             serde_json::json!({

@@ -1,33 +1,36 @@
-//! [`Impala`]: RLlib's `Impala` algorithm object (old API stack) on threads: env runners
-//! (impala-sampler), a learner thread (impala-learner), and the driver's `training_step` loop
-//! that connects them, compiles iteration results and saves/restores checkpoints.
+//! [`Impala`]: RLlib's `Impala` algorithm object (old API stack) on threads, for any number of
+//! policies: env runners (impala-sampler) delivering a batch per policy, one learner thread
+//! training every policy to train (impala-learner), and the driver's `training_step` loop that
+//! connects them, compiles iteration results and saves/restores checkpoints. A single-agent run
+//! is a run with one policy, `default_policy`, as in RLlib.
 
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use impala_config::ValidatedConfig;
-use impala_core::{CustomModel, EnvSpec, NamedTensor, SampleBatch, Weights};
-use impala_envs::{MeanStdFilter, SharedMeanStdFilter};
-use impala_learner::{Learner, LearnerError, LearnerHandle, LearnerStats};
+use impala_config::{CountStepsBy, PolicyMap, ValidatedConfig};
+use impala_core::{CustomModel, EnvSpec, EpisodeStats, MultiAgentSpec, NamedTensor, Weights};
+use impala_envs::MeanStdFilter;
+use impala_learner::LearnerError;
 use impala_profile::{span, Activity};
-use impala_runner_pool::RunnerTransport;
-use impala_sampler::{
-    EnvFactory, EnvRunnerGroup, EnvRunnerState, Fragment, SamplerError, SamplerMetrics,
-    TrainBatchBuilder, WeightBroadcaster,
-};
+use impala_runner_pool::{RunEnv, RunnerTransport};
+use impala_sampler::{EnvRunnerState, SamplerError, SamplerMetrics, WeightBroadcaster};
 use tch::Device;
 
-use crate::builder::{batching_stage, new_learner, PolicySource, Streams};
 use crate::checkpoint::{
     checkpoint_name, find_checkpoint, put_saved_filter, read_checkpoint, save_checkpoint,
     sha256_hex, AlgorithmState, Counters, LEARNER_DIR,
 };
 use crate::evaluation::Evaluator;
+use crate::policies::{
+    batching_stage, start_learners, PolicyLearner, PolicySlot, StatsMean, Streams,
+};
 use crate::policy::TrainedPolicy;
 use crate::result::{LearnerQueueInfo, DEFAULT_POLICY_ID};
+use crate::run_envs::RunEnvs;
+use crate::runners::{local_runners, EnvRunnerGroup, PolicyFragment};
 use crate::settings;
 use crate::torchscript::SharedModule;
 use crate::{
@@ -41,41 +44,6 @@ const STALE_POLICY_LAG: f64 = 8.0;
 /// How long the driver sleeps when a training step found nothing to do, instead of spinning a
 /// core that the runners and the learner need (RLlib's `timeout_s_sampler_manager = 0` polls).
 const IDLE_SLEEP: Duration = Duration::from_micros(500);
-
-/// Running sums of the learner stats of one iteration (RLlib's `LearnerInfoBuilder` mean).
-#[derive(Default)]
-pub(crate) struct StatsMean {
-    sums: BTreeMap<&'static str, f64>,
-    pub(crate) count: usize,
-}
-
-impl StatsMean {
-    pub(crate) fn add(&mut self, s: &LearnerStats) {
-        for (k, v) in stats_fields(s) {
-            *self.sums.entry(k).or_insert(0.0) += v;
-        }
-        self.count += 1;
-    }
-
-    pub(crate) fn mean(&self) -> BTreeMap<String, f64> {
-        self.sums.iter().map(|(k, v)| ((*k).to_string(), v / self.count as f64)).collect()
-    }
-}
-
-fn stats_fields(s: &LearnerStats) -> [(&'static str, f64); 10] {
-    [
-        ("total_loss", s.total_loss),
-        ("policy_loss", s.policy_loss),
-        ("vf_loss", s.vf_loss),
-        ("entropy", s.entropy),
-        ("vf_explained_var", s.vf_explained_var),
-        ("grad_gnorm", s.grad_gnorm),
-        ("var_gnorm", s.var_gnorm),
-        ("cur_lr", s.cur_lr),
-        ("entropy_coeff", s.entropy_coeff),
-        ("policy_lag", s.policy_lag),
-    ]
-}
 
 /// The IMPALA algorithm: build it from a validated config with [`Impala::builder`] (or
 /// [`Impala::new`] for a registered env), call [`Impala::train`] once per iteration,
@@ -92,35 +60,46 @@ fn stats_fields(s: &LearnerStats) -> [(&'static str, f64); 10] {
 /// algo.stop()?;
 /// # Ok::<(), Box<dyn std::error::Error>>(())
 /// ```
+///
+/// A multi-agent env (native, or Python's PettingZoo / RLlib `MultiAgentEnv`) trains its
+/// config's `policies`, each agent acting with the policy `policy_mapping` names, each policy
+/// with its own learner (model, optimizer, schedules, V-trace) and batching:
+///
+/// ```
+/// use impala::config::ImpalaConfig;
+/// use impala::Impala;
+///
+/// let mut config = ImpalaConfig::default();
+/// config.env = "HalfObserved".into(); // two agents, each seeing one bit of the state
+/// config.policies = vec!["left".into(), "right".into()];
+/// config.num_env_runners = 1;
+/// config.min_time_s_per_iteration = 0.2;
+/// let mut algo = Impala::new(config.validate()?)?;
+/// let result = algo.train()?;
+/// assert!(result.num_agent_steps_sampled == 2 * result.num_env_steps_sampled);
+/// assert!(result.info.learner.contains_key("left"));
+/// let right = algo.get_policy_by_id("right")?;
+/// algo.stop()?;
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
 #[doc(alias = "IMPALA")]
 pub struct Impala {
     pub(crate) config: ValidatedConfig,
-    pub(crate) spec: EnvSpec,
-    /// Builds the runners' envs (the caller's or the registry's, wrapped).
-    pub(crate) env_factory: EnvFactory,
-    /// The run's observation filter (with `normalize_observations`), kept in checkpoints.
-    pub(crate) observation_filter: Option<SharedMeanStdFilter>,
-    /// Builds the runners' policies.
-    pub(crate) policies: PolicySource,
-    /// The sampling runners, acting with the learner's weights from their start: started by
+    /// The envs, and how their agents map to the policies.
+    pub(crate) envs: RunEnvs,
+    /// The policies, in the mapping's order (one, `default_policy`, for a single-agent env).
+    pub(crate) policies: Vec<PolicySlot>,
+    /// The sampling runners, acting with the learners' weights from their start: started by
     /// the builder, replaced by `restore()` (so none samples with pre-restore weights), and
     /// started again on demand if starting them failed.
     pub(crate) runners: Option<EnvRunnerGroup>,
-    pub(crate) learner: Option<LearnerHandle>,
-    /// A learner no thread runs: one whose thread died, with its last good weights and
-    /// optimizer state for `save()`, `evaluate()` and `restore()`; or, while the builder
-    /// restores a checkpoint, the new learner before it loads and its thread starts.
-    pub(crate) idle_learner: Option<Learner>,
-    /// Why the learner thread died (reported once by `train()`, then on every use).
+    /// Why the learner thread died (reported once by `train()`, then on every use); the
+    /// policies then hold their learners' last good state for `save()`, `evaluate()` and
+    /// `restore()`.
     pub(crate) learner_death: Option<String>,
     /// `stop()` was called.
     pub(crate) stopped: bool,
     pub(crate) broadcaster: WeightBroadcaster,
-    /// The one batching stage; `None` with `_env_runners_only` (samples are discarded).
-    pub(crate) batching: Option<TrainBatchBuilder>,
-    /// RLlib's `batches_to_place_on_learner`: train batches the learner queue had no room for,
-    /// oldest first; retried every step, never dropped.
-    pub(crate) to_place: VecDeque<SampleBatch>,
     pub(crate) counters: Counters,
     pub(crate) episodes: EpisodeWindow,
     pub(crate) iteration: u64,
@@ -128,7 +107,6 @@ pub struct Impala {
     pub(crate) base_seed: u64,
     /// Restores so far over the run's life (checkpointed): picks the run's random streams.
     pub(crate) num_restores: u64,
-    pub(crate) last_learner_stats: BTreeMap<String, f64>,
     pub(crate) interrupt: Option<Arc<AtomicBool>>,
     pub(crate) evaluator: Evaluator,
     pub(crate) last_evaluation: Option<EvaluationResult>,
@@ -141,15 +119,13 @@ pub struct Impala {
     /// The TorchScript module `model.custom_model` names, as read when the run started:
     /// checkpoints keep a copy, remote env runners get it in their session.
     pub(crate) script: Option<SharedModule>,
-    /// The Python env workers' pool, when the envs are Python's: `stop()` kills the workers
-    /// that runners stuck in an env step still hold.
-    pub(crate) python_pool: Option<Arc<impala_gym::GymEnvPool>>,
 }
 
 impl std::fmt::Debug for Impala {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Impala")
-            .field("env", &self.spec.id)
+            .field("env", &self.config.config().env)
+            .field("policies", &self.policy_ids())
             .field("iteration", &self.iteration)
             .field("counters", &self.counters)
             .finish_non_exhaustive()
@@ -177,9 +153,33 @@ impl Impala {
         &self.config
     }
 
-    /// The environment's spec.
+    /// The spaces the first policy acts in: a single-agent env's spec (after the run's
+    /// wrappers); for a multi-agent env, its first policy's agents' (see
+    /// [`Impala::multi_agent_spec`]).
     pub fn env_spec(&self) -> &EnvSpec {
-        &self.spec
+        &self.policies[0].source.spec
+    }
+
+    /// A multi-agent env's agents and spaces; `None` for a single-agent env.
+    pub fn multi_agent_spec(&self) -> Option<&MultiAgentSpec> {
+        match &self.envs {
+            RunEnvs::Multi(multi) => Some(&multi.spec),
+            RunEnvs::Single(_) => None,
+        }
+    }
+
+    /// A multi-agent env's policy mapping (the policy ids, which agent maps to which, which
+    /// policies train); `None` for a single-agent env.
+    pub fn policy_map(&self) -> Option<&PolicyMap> {
+        match &self.envs {
+            RunEnvs::Multi(multi) => Some(&multi.map),
+            RunEnvs::Single(_) => None,
+        }
+    }
+
+    /// The policy ids, in order: `default_policy` for a single-agent env.
+    pub fn policy_ids(&self) -> Vec<String> {
+        self.policies.iter().map(|p| p.id.clone()).collect()
     }
 
     /// Iterations completed (the `training_iteration` of the last result).
@@ -196,48 +196,79 @@ impl Impala {
     /// envs merge their observations into and normalise with; checkpoints keep it). `None`
     /// without `normalize_observations`, or before any env synced with it.
     pub fn observation_filter(&self) -> Result<Option<MeanStdFilter>> {
-        match &self.observation_filter {
-            Some(filter) => Ok(filter.snapshot()?),
-            None => Ok(None),
+        match &self.envs {
+            RunEnvs::Single(envs) => match &envs.filter {
+                Some(filter) => Ok(filter.snapshot()?),
+                None => Ok(None),
+            },
+            RunEnvs::Multi(_) => Ok(None),
         }
     }
 
-    /// The policy as the learner has it now (RLlib's `algo.get_policy()`): the model with a
-    /// snapshot of the learner's current weights (the broadcast's) and the run's observation
-    /// filter, acting on the CPU. It is a copy: later training does not change it
-    /// ([`Impala::update_policy`] brings it up to date).
+    /// The default policy as the learner has it now (RLlib's `algo.get_policy()`): see
+    /// [`Impala::get_policy_by_id`]. A multi-agent run without a `default_policy` names one.
     pub fn get_policy(&self) -> Result<TrainedPolicy> {
-        let clip_actions = self.config.config().clip_actions;
-        let filter = self.observation_filter()?;
+        self.get_policy_by_id(DEFAULT_POLICY_ID)
+    }
+
+    /// Policy `policy_id` as its learner has it now (RLlib's `algo.get_policy(policy_id)`):
+    /// the model with a snapshot of the learner's current weights (the broadcast's) and the
+    /// run's observation filter, acting on the CPU. It is a copy: later training does not
+    /// change it ([`Impala::update_policy`] brings it up to date).
+    pub fn get_policy_by_id(&self, policy_id: &str) -> Result<TrainedPolicy> {
+        let policy = self.policy(policy_id)?;
         TrainedPolicy::new(
-            &self.policies,
-            filter,
-            clip_actions,
-            self.current_weights()?,
+            &policy.source,
+            self.observation_filter()?,
+            self.config.config().clip_actions,
+            self.live_weights(policy)?,
             Device::Cpu,
         )
     }
 
-    /// Gives `policy` (one of [`Impala::get_policy`]) the learner's current weights and the
-    /// run's current observation filter.
-    pub fn update_policy(&self, policy: &mut TrainedPolicy) -> Result<()> {
-        policy.update(self.current_weights()?, self.observation_filter()?)
+    /// The current weights of policy `policy_id` (RLlib's `algo.get_weights([policy_id])`).
+    pub fn get_weights(&self, policy_id: &str) -> Result<Arc<Weights>> {
+        self.live_weights(self.policy(policy_id)?)
     }
 
-    /// Replaces the learner's weights (RLlib's `algo.set_weights()`): one tensor per model
-    /// parameter, by name, in any order, as [`TrainedPolicy::get_weights`] gives them. A
-    /// missing, unknown or misshapen parameter is an [`ImpalaError::PolicyInput`] naming it,
-    /// and nothing changes. The env runners act with the new weights from their next
-    /// fragment; the optimizer state and the learner's version stay as they were.
+    /// Gives `policy` (one of [`Impala::get_policy`]) the default policy's current weights and
+    /// the run's current observation filter.
+    pub fn update_policy(&self, policy: &mut TrainedPolicy) -> Result<()> {
+        self.update_policy_of(DEFAULT_POLICY_ID, policy)
+    }
+
+    /// Gives `policy` (one of [`Impala::get_policy_by_id`]) policy `policy_id`'s current
+    /// weights and the run's current observation filter.
+    pub fn update_policy_of(&self, policy_id: &str, policy: &mut TrainedPolicy) -> Result<()> {
+        policy.update(self.get_weights(policy_id)?, self.observation_filter()?)
+    }
+
+    /// Replaces the default policy's learner weights (RLlib's `algo.set_weights()`): see
+    /// [`Impala::set_weights_of`].
     pub fn set_weights(&mut self, weights: Vec<NamedTensor>) -> Result<()> {
+        self.set_weights_of(DEFAULT_POLICY_ID, weights)
+    }
+
+    /// Replaces policy `policy_id`'s learner weights: one tensor per model parameter, by name,
+    /// in any order, as [`TrainedPolicy::get_weights`] gives them. A missing, unknown or
+    /// misshapen parameter is an [`ImpalaError::PolicyInput`] naming it, and nothing changes.
+    /// The env runners act with the new weights from their next fragment; the optimizer state
+    /// and the learner's version stay as they were.
+    pub fn set_weights_of(&mut self, policy_id: &str, weights: Vec<NamedTensor>) -> Result<()> {
         // A policy of the run's model checks the weights by name, as a loaded policy does.
-        let mut policy = self.get_policy()?;
+        let mut policy = self.get_policy_by_id(policy_id)?;
         policy.set_weights(weights)?;
         let weights = Arc::clone(policy.snapshot());
-        self.learner()?.set_weights(Arc::clone(&weights))?;
+        let p = self.policy_index(policy_id)?;
+        self.alive()?;
+        match &mut self.policies[p].learner {
+            PolicyLearner::Training(handle) => handle.set_weights(Arc::clone(&weights))?,
+            PolicyLearner::Held(learner) => learner.set_weights(&weights)?,
+            PolicyLearner::Gone => return Err(ImpalaError::Stopped),
+        }
         if let Some(group) = self.runners.as_mut() {
             let ids = group.healthy_runner_ids();
-            group.sync_weights(weights, &ids);
+            group.sync_weights(p, weights, &ids);
         }
         Ok(())
     }
@@ -252,18 +283,51 @@ impl Impala {
         self.interrupt.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
     }
 
-    fn learner(&self) -> Result<&LearnerHandle> {
-        match (&self.learner, &self.learner_death) {
-            (Some(handle), _) if !self.stopped => Ok(handle),
-            (None, Some(cause)) if !self.stopped => {
-                Err(ImpalaError::LearnerDiedEarlier { cause: cause.clone() })
+    fn policy_index(&self, policy_id: &str) -> Result<usize> {
+        self.policies.iter().position(|p| p.id == policy_id).ok_or_else(|| {
+            ImpalaError::MultiAgentOption {
+                key: "policies",
+                reason: format!(
+                    "there is no policy `{policy_id}`; the policies are {}",
+                    self.policy_ids().join(", ")
+                ),
             }
-            _ => Err(ImpalaError::Stopped),
+        })
+    }
+
+    fn policy(&self, policy_id: &str) -> Result<&PolicySlot> {
+        Ok(&self.policies[self.policy_index(policy_id)?])
+    }
+
+    /// Fails once `stop()` was called, or with the cause once the learner thread died.
+    fn alive(&self) -> Result<()> {
+        match (&self.learner_death, self.stopped) {
+            (_, true) => Err(ImpalaError::Stopped),
+            (Some(cause), false) => Err(ImpalaError::LearnerDiedEarlier { cause: cause.clone() }),
+            (None, false) => Ok(()),
         }
     }
 
+    /// `policy`'s learner's current weights: from its thread, or the last good ones of a
+    /// learner whose thread died.
+    fn live_weights(&self, policy: &PolicySlot) -> Result<Arc<Weights>> {
+        if self.stopped {
+            return Err(ImpalaError::Stopped);
+        }
+        match (&policy.learner, &self.learner_death) {
+            (PolicyLearner::Gone, Some(cause)) => {
+                Err(ImpalaError::LearnerDiedEarlier { cause: cause.clone() })
+            }
+            _ => policy.weights(),
+        }
+    }
+
+    fn all_weights(&self) -> Result<Vec<Arc<Weights>>> {
+        self.policies.iter().map(|p| self.live_weights(p)).collect()
+    }
+
     /// The sampling env runners (RLlib's `algo.env_runner_group`), started now (with the
-    /// learner's current weights) if they are not running. Every fragment they deliver was
+    /// learners' current weights) if they are not running. Every fragment they deliver was
     /// sampled with the weights they started with or newer ones. Fragments taken from the
     /// group directly are neither counted nor trained on.
     pub fn env_runner_group(&mut self) -> Result<&mut EnvRunnerGroup> {
@@ -275,33 +339,35 @@ impl Impala {
             return Err(ImpalaError::Stopped);
         }
         if self.runners.is_none() {
-            let weights = self.current_weights()?;
+            let weights = self.all_weights()?;
             let streams = self.streams();
             let mut settings = settings::env_runner_group(&self.config);
             settings.runner.seed = streams.env_seed;
             self.runners = Some(match &self.remote {
                 Some(transport) => {
+                    let env = match &self.envs {
+                        RunEnvs::Single(_) => RunEnv::Single(self.env_spec().clone()),
+                        RunEnvs::Multi(multi) => RunEnv::Multi {
+                            spec: multi.spec.clone(),
+                            policies: multi.policy_specs.clone(),
+                        },
+                    };
                     let session = crate::remote::run_session(
                         transport.as_ref(),
                         &self.config,
-                        impala_runner_pool::RunEnv::Single(self.spec.clone()),
+                        env,
                         streams,
                         self.base_seed,
                         self.script.as_deref(),
                     )?;
                     let launcher = Box::new(transport.pool().launcher(session));
-                    let mut group =
-                        EnvRunnerGroup::with_launcher(&settings, launcher, self.spec.clone())?;
-                    let ids: Vec<usize> = (1..=settings.num_env_runners).collect();
-                    group.sync_weights(weights, &ids);
-                    group
+                    EnvRunnerGroup::with_launcher(&settings, launcher, weights)?
                 }
-                None => self.policies.start_runners(
-                    &settings,
-                    &self.env_factory,
-                    weights,
-                    streams.sample_seed,
-                )?,
+                None => {
+                    let sources: Vec<_> = self.policies.iter().map(|p| p.source.clone()).collect();
+                    let seed = streams.sample_seed;
+                    local_runners(&self.envs, false, &settings, &sources, weights, seed)?
+                }
             });
         }
         self.runners.as_mut().ok_or(ImpalaError::Stopped)
@@ -312,59 +378,76 @@ impl Impala {
         Streams::new(&self.config, self.base_seed, self.num_restores)
     }
 
-    /// The learner's current weights: from its thread, or the last good ones of a learner
-    /// that died.
-    fn current_weights(&self) -> Result<Arc<Weights>> {
-        if let (None, Some(learner), false) = (&self.learner, &self.idle_learner, self.stopped) {
-            return Ok(learner.weights()?);
-        }
-        Ok(self.learner()?.current_weights()?)
-    }
-
-    /// Takes the learner off a thread that died with `cause`, keeping its last good state.
-    fn keep_dead_learner(&mut self, cause: &LearnerError) {
-        if let Some(handle) = self.learner.take() {
-            let (learner, _) = handle.finish();
-            self.idle_learner = learner;
+    /// The learner thread died with `cause`: every policy holds its learner's last good state.
+    fn keep_dead_learners(&mut self, cause: &LearnerError) {
+        for policy in &mut self.policies {
+            if let PolicyLearner::Training(_) = policy.learner {
+                let PolicyLearner::Training(handle) =
+                    std::mem::replace(&mut policy.learner, PolicyLearner::Gone)
+                else {
+                    continue;
+                };
+                if let Some(learner) = handle.finish().0 {
+                    policy.learner = PolicyLearner::Held(learner);
+                }
+            }
         }
         self.learner_death = Some(cause.to_string());
     }
 
+    /// Steps sampled so far, as `count_steps_by` counts them.
+    fn sampled(&self) -> u64 {
+        match self.config.config().count_steps_by {
+            CountStepsBy::EnvSteps => self.counters.num_env_steps_sampled,
+            CountStepsBy::AgentSteps => self.counters.num_agent_steps_sampled,
+        }
+    }
+
+    /// Steps trained so far, as `count_steps_by` counts them.
+    fn trained(&self) -> u64 {
+        match self.config.config().count_steps_by {
+            CountStepsBy::EnvSteps => self.counters.num_env_steps_trained,
+            CountStepsBy::AgentSteps => self.counters.num_agent_steps_trained,
+        }
+    }
+
     /// Runs `training_step` until `min_time_s_per_iteration` has passed and at least
-    /// `min_sample_timesteps_per_iteration` / `min_train_timesteps_per_iteration` steps were
-    /// sampled / trained (RLlib's `Algorithm.train`), then returns the iteration's result.
-    /// With `evaluation_parallel_to_training`, an evaluation due this iteration runs on the
-    /// evaluation env runners meanwhile, and the iteration also waits for it.
+    /// `min_sample_timesteps_per_iteration` / `min_train_timesteps_per_iteration` steps (as
+    /// `count_steps_by` counts) were sampled / trained (RLlib's `Algorithm.train`), then
+    /// returns the iteration's result. With `evaluation_parallel_to_training`, an evaluation
+    /// due this iteration runs on the evaluation env runners meanwhile, and the iteration also
+    /// waits for it.
     #[doc(alias = "training_step")]
     pub fn train(&mut self) -> Result<IterationResult> {
+        self.alive()?;
         let started = Instant::now();
         let before = self.counters;
+        let (sampled_before, trained_before) = (self.sampled(), self.trained());
         let min_time = self.config.durations().min_time_per_iteration;
-        let evaluation_due = self
-            .config
-            .config()
-            .evaluation_interval
-            .is_some_and(|n| n > 0 && (self.iteration + 1) % n as u64 == 0);
-        let parallel = evaluation_due && self.config.config().evaluation_parallel_to_training;
+        let c = self.config.config();
+        let (min_sampled, min_trained) = (
+            c.min_sample_timesteps_per_iteration as u64,
+            c.min_train_timesteps_per_iteration as u64,
+        );
+        let evaluation_due =
+            c.evaluation_interval.is_some_and(|n| n > 0 && (self.iteration + 1) % n as u64 == 0);
+        let parallel = evaluation_due && c.evaluation_parallel_to_training;
         if parallel {
-            let weights = self.current_weights()?;
-            self.evaluator.start(weights)?;
+            let weights = self.all_weights()?;
+            self.evaluator.start(&self.envs, weights)?;
         }
         let mut evaluation = None;
-        let mut stats = StatsMean::default();
         let mut num_episodes = 0u64;
         let _driving = span(Activity::DriverLoop);
         loop {
-            let activity = self.training_step(&mut stats)?;
+            let activity = self.training_step()?;
             num_episodes += activity.episodes;
             if parallel && evaluation.is_none() {
                 evaluation = self.evaluator.poll()?;
             }
-            let sampled = self.counters.num_env_steps_sampled - before.num_env_steps_sampled;
-            let trained = self.counters.num_env_steps_trained - before.num_env_steps_trained;
             let done = started.elapsed() >= min_time
-                && sampled >= self.config.config().min_sample_timesteps_per_iteration as u64
-                && trained >= self.config.config().min_train_timesteps_per_iteration as u64
+                && self.sampled() - sampled_before >= min_sampled
+                && self.trained() - trained_before >= min_trained
                 && (!parallel || evaluation.is_some());
             if done || self.interrupted() {
                 break;
@@ -378,8 +461,11 @@ impl Impala {
             // Interrupted: finish the evaluation that is under way, so no episode is lost.
             evaluation = Some(self.evaluator.finish()?);
         }
-        if stats.count > 0 {
-            self.last_learner_stats = stats.mean();
+        for policy in &mut self.policies {
+            if policy.stats.count > 0 {
+                policy.last_stats = policy.stats.mean();
+            }
+            policy.stats = StatsMean::default();
         }
         self.iteration += 1;
         let time_this_iter_s = started.elapsed().as_secs_f64();
@@ -395,11 +481,21 @@ impl Impala {
         Ok(self.compile_result(&before, time_this_iter_s, num_episodes))
     }
 
+    /// The learner queues' stats, over the policies that train.
+    fn queue_stats(&self) -> Vec<impala_learner::LearnerQueueStats> {
+        self.policies
+            .iter()
+            .filter_map(|p| match &p.learner {
+                PolicyLearner::Training(handle) => Some(handle.queue_stats()),
+                _ => None,
+            })
+            .collect()
+    }
+
     /// Logs learner stalls (waits of `learner_queue_timeout` without data) seen since the last
     /// iteration: not fatal, but a sign that sampling cannot keep up or is blocked.
     fn report_stalls(&mut self) {
-        let stalls =
-            self.learner.as_ref().map_or(0, |l| l.queue_stats().num_learner_queue_timeouts);
+        let stalls: u64 = self.queue_stats().iter().map(|q| q.num_learner_queue_timeouts).sum();
         if stalls > self.stalls_reported {
             tracing::warn!(
                 new_stalls = stalls - self.stalls_reported,
@@ -418,7 +514,11 @@ impl Impala {
     /// suffers: the embedded CartPole config trains on batches 17-19 updates old and stayed
     /// solved on 30 of 30 seeds, against 29 of 30 with a queue of 2.)
     fn report_staleness(&mut self) {
-        let lag = self.last_learner_stats.get("policy_lag").copied().unwrap_or(0.0);
+        let lag = self
+            .policies
+            .iter()
+            .filter_map(|p| p.last_stats.get("policy_lag").copied())
+            .fold(0.0, f64::max);
         if lag > STALE_POLICY_LAG && !self.staleness_reported {
             tracing::warn!(
                 policy_lag = lag,
@@ -433,20 +533,21 @@ impl Impala {
     }
 
     /// RLlib's `Impala.training_step`: collect ready fragments (counted here, once), batch
-    /// them, place train batches on the learner queue, drain the learner's results and
-    /// broadcast weights when due. `_env_runners_only` discards the fragments;
+    /// each policy's rows, place train batches on the learner queues, drain the learners'
+    /// results and broadcast weights when due. `_env_runners_only` discards the fragments;
     /// `_skip_learners` builds train batches and discards them instead of training.
-    fn training_step(&mut self, stats: &mut StatsMean) -> Result<StepActivity> {
+    fn training_step(&mut self) -> Result<StepActivity> {
         self.counters.num_training_step_calls += 1;
         let mut activity = StepActivity::default();
         // RLlib checks that the learner thread is alive first; a dead learner reports its cause.
-        activity.trained += self.process_trained_results(stats)?;
+        activity.trained += self.process_trained_results()?;
 
-        // Backpressure: while train batches wait for room on the learner queue (or fragments
+        // Backpressure: while train batches wait for room on a learner queue (or fragments
         // for a free aggregation worker), leave the runners' fragments uncollected (they stop
         // at their in-flight cap), so the driver never piles up batches.
-        let backlog = !self.to_place.is_empty()
-            || self.batching.as_ref().is_some_and(|b| b.num_waiting() > 0);
+        let backlog = self.policies.iter().any(|p| {
+            !p.to_place.is_empty() || p.batching.as_ref().is_some_and(|b| b.num_waiting() > 0)
+        });
         let mut runners_that_returned = BTreeSet::new();
         if !backlog {
             let fragments = self.runners()?.sample()?;
@@ -454,90 +555,137 @@ impl Impala {
             for fragment in fragments {
                 runners_that_returned.insert(fragment.runner_id);
                 activity.episodes += fragment.episodes.len() as u64;
-                let batch = self.count_sampled(fragment);
-                if let Some(batching) = self.batching.as_mut() {
-                    self.to_place.extend(batching.add(batch)?);
-                }
+                self.add_fragment(fragment)?;
             }
         }
-        if let Some(batching) = self.batching.as_mut() {
-            self.to_place.extend(batching.ready()?);
+        let skip_learners = self.config.config().skip_learners;
+        for policy in &mut self.policies {
+            if let Some(batching) = policy.batching.as_mut() {
+                policy.to_place.extend(batching.ready()?);
+            }
+            if skip_learners {
+                policy.to_place.clear();
+            }
         }
-        if self.config.config().skip_learners {
-            self.to_place.clear();
-        }
-        activity.placed = self.place_on_learner_queue()?;
-        activity.trained += self.process_trained_results(stats)?;
+        activity.placed = self.place_on_learner_queues();
+        activity.trained += self.process_trained_results()?;
         let returned: Vec<usize> = runners_that_returned.into_iter().collect();
         self.update_workers_if_necessary(&returned)?;
         Ok(activity)
     }
 
-    /// Counts a delivered fragment: the one place sampled steps and episodes are counted.
-    fn count_sampled(&mut self, fragment: Fragment) -> SampleBatch {
+    /// Counts a delivered fragment (the one place sampled steps and episodes are counted) and
+    /// hands each trained policy's rows to its batching.
+    fn add_fragment(&mut self, fragment: PolicyFragment) -> Result<()> {
         let c = &mut self.counters;
-        c.num_env_steps_sampled += fragment.batch.env_steps() as u64;
-        c.num_agent_steps_sampled += fragment.batch.agent_steps() as u64;
+        c.num_env_steps_sampled += fragment.env_steps as u64;
+        c.num_agent_steps_sampled += fragment.agent_steps as u64;
         c.episodes_total += fragment.episodes.len() as u64;
         self.episodes.extend(&fragment.episodes);
-        fragment.batch
+        if self.envs.is_multi_agent() {
+            for (episode, returns) in fragment.episodes.iter().zip(&fragment.policy_returns) {
+                for (policy, &episode_return) in self.policies.iter_mut().zip(returns) {
+                    policy.episodes.extend(&[EpisodeStats { episode_return, ..*episode }]);
+                }
+            }
+        }
+        for (policy, batch) in self.policies.iter_mut().zip(fragment.batches) {
+            if let (Some(batching), true) = (policy.batching.as_mut(), batch.num_rows > 0) {
+                policy.to_place.extend(batching.add(batch)?);
+            }
+        }
+        Ok(())
     }
 
     /// RLlib's `place_processed_samples_on_learner_thread_queue` with a non-blocking put: a
     /// batch that does not fit is kept (and counted in `num_times_learner_queue_full`).
-    fn place_on_learner_queue(&mut self) -> Result<usize> {
+    fn place_on_learner_queues(&mut self) -> usize {
         let mut placed = 0;
-        while let Some(batch) = self.to_place.pop_front() {
-            match self.learner()?.try_enqueue(batch) {
-                Ok(()) => placed += 1,
-                Err(batch) => {
-                    self.to_place.push_front(batch);
-                    self.counters.num_times_learner_queue_full += 1;
-                    break;
+        for policy in &mut self.policies {
+            let PolicyLearner::Training(handle) = &policy.learner else { continue };
+            while let Some(batch) = policy.to_place.pop_front() {
+                match handle.try_enqueue(batch) {
+                    Ok(()) => placed += 1,
+                    Err(batch) => {
+                        policy.to_place.push_front(batch);
+                        self.counters.num_times_learner_queue_full += 1;
+                        break;
+                    }
                 }
             }
         }
-        Ok(placed)
+        placed
     }
 
-    /// RLlib's `process_trained_results`: drain the learner's outqueue into the counters and
-    /// the iteration's stats. A learner that died surfaces here with its cause.
-    fn process_trained_results(&mut self, stats: &mut StatsMean) -> Result<usize> {
-        let outputs = match self.learner()?.drain() {
-            Ok(outputs) => outputs,
-            Err(cause) => {
-                // Its last good weights stay savable (RLlib's last good checkpoint).
-                self.keep_dead_learner(&cause);
-                return Err(ImpalaError::LearnerDied { cause });
-            }
+    /// RLlib's `process_trained_results`: drain every learner's outqueue into the counters
+    /// and its policy's stats. Env steps trained count the env steps the trained agent steps
+    /// stand for (agent steps over the agents acting per env step so far; one for a single
+    /// agent). A learner that died surfaces here with its cause.
+    fn process_trained_results(&mut self) -> Result<usize> {
+        self.alive()?;
+        let agents_per_env_step = if self.counters.num_env_steps_sampled > 0 {
+            self.counters.num_agent_steps_sampled as f64
+                / self.counters.num_env_steps_sampled as f64
+        } else {
+            1.0
         };
-        for out in &outputs {
-            self.counters.num_env_steps_trained += out.env_steps as u64;
-            self.counters.num_agent_steps_trained += out.agent_steps as u64;
-            self.counters.num_grad_updates = out.stats.num_grad_updates;
-            stats.add(&out.stats);
+        let mut trained = 0;
+        let mut death = None;
+        for policy in &mut self.policies {
+            let PolicyLearner::Training(handle) = &policy.learner else { continue };
+            let outputs = match handle.drain() {
+                Ok(outputs) => outputs,
+                Err(cause) => {
+                    death = Some(cause);
+                    break;
+                }
+            };
+            for out in &outputs {
+                policy.agent_steps_trained += out.agent_steps as u64;
+                policy.num_grad_updates = out.stats.num_grad_updates;
+                policy.stats.add(&out.stats);
+                self.counters.num_agent_steps_trained += out.agent_steps as u64;
+                self.counters.num_env_steps_trained +=
+                    (out.agent_steps as f64 / agents_per_env_step).round() as u64;
+            }
+            trained += outputs.len();
         }
-        Ok(outputs.len())
+        if let Some(cause) = death {
+            // The last good weights stay savable (RLlib's last good checkpoint).
+            self.keep_dead_learners(&cause);
+            return Err(ImpalaError::LearnerDied { cause });
+        }
+        self.counters.num_grad_updates = self.policies.iter().map(|p| p.num_grad_updates).sum();
+        Ok(trained)
     }
 
     /// RLlib's `update_workers_if_necessary`: every `broadcast_interval` steps, send the newest
-    /// weights to the runners that returned samples since the last broadcast. The learner
-    /// copies its weights to the CPU only when a broadcast is due and it has moved on.
+    /// weights of every policy that changed to the runners that returned samples since the
+    /// last broadcast. A learner copies its weights to the CPU only when a broadcast is due and
+    /// it has moved on.
     fn update_workers_if_necessary(&mut self, runners_that_returned: &[usize]) -> Result<()> {
-        if let Some(weights) = self.learner()?.take_new_weights() {
-            self.runners()?.set_latest_weights(weights);
-        }
         let runners = self.runners.as_mut().ok_or(ImpalaError::Stopped)?;
+        for (p, policy) in self.policies.iter().enumerate() {
+            if let PolicyLearner::Training(handle) = &policy.learner {
+                if let Some(weights) = handle.take_new_weights() {
+                    runners.set_latest_weights(p, weights);
+                }
+            }
+        }
         if let Some(ids) =
             self.broadcaster.step(runners_that_returned, runners.has_unsent_weights())
         {
             runners.send_latest_weights(&ids);
             self.counters.num_weight_broadcasts += 1;
         }
-        let snapshot_version = runners.latest_weights().map_or(0, |w| w.version);
-        if self.broadcaster.due_at_next_step() && self.counters.num_grad_updates > snapshot_version
-        {
-            self.learner()?.request_weights();
+        if self.broadcaster.due_at_next_step() {
+            for (p, policy) in self.policies.iter().enumerate() {
+                let PolicyLearner::Training(handle) = &policy.learner else { continue };
+                let sent = runners.latest_weights(p).map_or(0, |w| w.version);
+                if policy.num_grad_updates > sent {
+                    handle.request_weights();
+                }
+            }
         }
         Ok(())
     }
@@ -549,67 +697,86 @@ impl Impala {
         num_episodes: u64,
     ) -> IterationResult {
         let c = &self.counters;
-        let summary = self.episodes.summary();
         let mut learner = BTreeMap::new();
-        learner.insert(
-            DEFAULT_POLICY_ID.to_string(),
-            PolicyLearnerInfo {
-                learner_stats: self.last_learner_stats.clone(),
-                num_agent_steps_trained: c.num_agent_steps_trained,
-                num_grad_updates_lifetime: c.num_grad_updates,
-            },
-        );
-        let q = self.learner.as_ref().map(LearnerHandle::queue_stats).unwrap_or_default();
-        let sampler = self.runners.as_ref().map(EnvRunnerGroup::metrics).unwrap_or_default();
-        let runner_states =
-            self.runners.as_ref().map(EnvRunnerGroup::runner_states).unwrap_or_default();
-        IterationResult {
+        let mut policy_reward_mean = BTreeMap::new();
+        let mut env_runners = match &self.runners {
+            Some(group) => env_runner_health(&group.metrics(), &group.runner_states()),
+            None => env_runner_health(&SamplerMetrics::default(), &[]),
+        };
+        for policy in &self.policies {
+            if self.envs.is_multi_agent() {
+                let mean = policy.episodes.summary().episode_return_mean;
+                policy_reward_mean.insert(policy.id.clone(), mean);
+                env_runners.insert(format!("module_episode_returns_mean/{}", policy.id), mean);
+            }
+            if policy.trains {
+                learner.insert(
+                    policy.id.clone(),
+                    PolicyLearnerInfo {
+                        learner_stats: policy.last_stats.clone(),
+                        num_agent_steps_trained: policy.agent_steps_trained,
+                        num_grad_updates_lifetime: policy.num_grad_updates,
+                    },
+                );
+            }
+        }
+        let queues = self.queue_stats();
+        let waiting: usize = self.policies.iter().map(|p| p.to_place.len()).sum();
+        let mut result = IterationResult {
+            policy_reward_mean,
             info: ResultInfo {
                 learner,
                 num_weight_broadcasts: c.num_weight_broadcasts,
                 num_times_learner_queue_full: c.num_times_learner_queue_full,
                 num_training_step_calls: c.num_training_step_calls,
-                num_weight_snapshots: q.num_weight_snapshots,
-                learner_queue: LearnerQueueInfo {
-                    size_count: q.size_count as u64,
-                    size_mean: q.size_mean,
-                    size_std: q.size_std,
-                    size_quantiles: q.size_quantiles.to_vec(),
-                    num_learner_queue_timeouts: q.num_learner_queue_timeouts,
-                    num_train_batches_waiting_on_driver: self.to_place.len() as u64,
-                },
-                timing_breakdown: q.timing_breakdown(),
+                num_weight_snapshots: queues.iter().map(|q| q.num_weight_snapshots).sum(),
+                learner_queue: learner_queue_info(&queues, waiting as u64),
+                timing_breakdown: timing_breakdown(&queues),
             },
-            env_runners: env_runner_health(&sampler, &runner_states),
+            env_runners,
             evaluation: self.last_evaluation.clone(),
             ..IterationResult::counted(
                 self.iteration,
                 (time_this_iter_s, self.time_total_s),
                 (c, before),
-                &summary,
+                &self.episodes.summary(),
                 num_episodes,
             )
+        };
+        if self.config.config().count_steps_by == CountStepsBy::AgentSteps {
+            result.timesteps_total = c.num_agent_steps_sampled;
         }
+        result
     }
 
-    /// Runs `evaluation_duration` episodes (or env steps) with the learner's current weights on
-    /// fresh evaluation envs (`evaluation_num_env_runners` runners, or the calling thread when
-    /// 0), greedy unless `evaluation_explore` (RLlib's `evaluate()`). Each call starts new
+    /// Runs `evaluation_duration` episodes (or env steps) with the learners' current weights
+    /// on fresh evaluation envs (`evaluation_num_env_runners` runners, or the calling thread
+    /// when 0), greedy unless `evaluation_explore` (RLlib's `evaluate()`). Each call starts new
     /// episodes, so none spans two calls. After the learner thread died, this evaluates its
     /// last good weights.
     pub fn evaluate(&mut self) -> Result<EvaluationResult> {
-        let weights = self.current_weights()?;
-        self.evaluator.start(weights)?;
+        let weights = self.all_weights()?;
+        self.evaluator.start(&self.envs, weights)?;
         self.evaluator.finish()
     }
 
+    /// The folder of policy `policy`'s learner under a checkpoint's `learner/` folder `root`:
+    /// `root` itself for a single-agent run, `root/<policy id>/` for a multi-agent one.
+    fn learner_dir(&self, root: &Path, policy: &PolicySlot) -> PathBuf {
+        match &self.envs {
+            RunEnvs::Single(_) => root.to_path_buf(),
+            RunEnvs::Multi(_) => root.join(&policy.id),
+        }
+    }
+
     /// Saves a checkpoint `dir/checkpoint_<iteration>` atomically: config, counters, episode
-    /// window, seeds, the learner's weights and optimizer state, a copy of the TorchScript
-    /// module `model.custom_model` names (as read when the run started), and a manifest of
-    /// their checksums.
+    /// windows (the run's, and each policy's for a multi-agent env), seeds, every policy's
+    /// learner weights and optimizer state, a copy of the TorchScript module
+    /// `model.custom_model` names (as read when the run started), and a manifest of their
+    /// checksums.
     ///
     /// After [`Impala::train`] reported that the learner thread died (a non-finite loss or
-    /// weights), this still saves: the learner's last good weights and optimizer state (the
+    /// weights), this still saves: the learners' last good weights and optimizer state (the
     /// failing step was not applied), under the last completed iteration's number. A valid
     /// checkpoint of that iteration already in `dir` (saved while the learner was healthy) is
     /// kept, not replaced, and its path returned.
@@ -617,13 +784,17 @@ impl Impala {
         if self.stopped {
             return Err(ImpalaError::Stopped);
         }
-        if self.learner.as_ref().is_some_and(|l| !l.is_running()) {
-            // The thread died since the last drain: report it and save what it left.
-            if let Err(e) = self.process_trained_results(&mut StatsMean::default()) {
+        let died_since_drain = self.policies.iter().any(|p| match &p.learner {
+            PolicyLearner::Training(handle) => !handle.is_running(),
+            _ => false,
+        });
+        if died_since_drain && self.learner_death.is_none() {
+            // Report the death and save what the learners left.
+            if let Err(e) = self.process_trained_results() {
                 tracing::warn!(error = %e, "saving the last good weights of a learner that died");
             }
         }
-        if self.learner.is_none() {
+        if self.learner_death.is_some() {
             let existing = dir.join(checkpoint_name(self.iteration));
             if existing.is_dir() && read_checkpoint(&existing).is_ok() {
                 return Ok(existing);
@@ -631,8 +802,15 @@ impl Impala {
         }
         std::fs::create_dir_all(dir)
             .map_err(|source| ImpalaError::RunDirNotWritable { path: dir.to_path_buf(), source })?;
+        let policy_episodes = match &self.envs {
+            RunEnvs::Multi(_) => {
+                self.policies.iter().map(|p| (p.id.clone(), p.episodes.clone())).collect()
+            }
+            RunEnvs::Single(_) => BTreeMap::new(),
+        };
         let state = AlgorithmState {
             observation_filter: self.observation_filter()?,
+            policy_episodes,
             ..AlgorithmState::new(
                 self.iteration,
                 self.time_total_s,
@@ -642,160 +820,267 @@ impl Impala {
                 self.num_restores,
             )
         };
-        let learner_error =
-            |path: &Path, cause| ImpalaError::LearnerCheckpoint { path: path.to_path_buf(), cause };
         let config = self.config.config();
         let module = self.script.as_ref().map(|s| s.bytes());
-        match (&self.learner, &self.idle_learner) {
-            (Some(handle), _) => save_checkpoint(dir, &state, config, module, |learner_dir| {
-                handle.save(learner_dir).map_err(|e| learner_error(learner_dir, e))
-            }),
-            (None, Some(learner)) => save_checkpoint(dir, &state, config, module, |learner_dir| {
-                learner.save(learner_dir).map_err(|e| learner_error(learner_dir, e))
-            }),
-            (None, None) => Err(self.learner().err().unwrap_or(ImpalaError::Stopped)),
-        }
+        save_checkpoint(dir, &state, config, module, |root| {
+            for policy in &self.policies {
+                let learner_dir = self.learner_dir(root, policy);
+                policy.save(&learner_dir).map_err(|e| match (e, &self.learner_death) {
+                    (ImpalaError::Stopped, Some(cause)) => {
+                        ImpalaError::LearnerDiedEarlier { cause: cause.clone() }
+                    }
+                    (e, _) => e,
+                })?;
+            }
+            Ok(())
+        })
     }
 
     /// Restores a checkpoint written by [`Impala::save`] (a checkpoint folder or a run folder):
-    /// weights, optimizer state, counters, episode window and iteration, so training continues
-    /// where it stopped. The checkpoint must be for the same environment and model (for a
-    /// TorchScript model, the same module's bytes, from whichever file); its files
-    /// are verified first (see [`crate::checkpoint`]). Also after the learner thread died.
+    /// every policy's weights and optimizer state, counters, episode windows and iteration, so
+    /// training continues where it stopped. The checkpoint must be for the same environment,
+    /// policies and models (for a TorchScript model, the same module's bytes, from whichever
+    /// file); its files are verified first (see [`crate::checkpoint`]). Also after the learner
+    /// thread died.
     ///
     /// The env runners are replaced: the old ones are stopped, what they had in flight is
     /// dropped with everything built from their fragments (batches waiting for the learner,
     /// partial train batches), and fresh runners start new episodes acting with the restored
     /// weights from their first step, so no episode of the next iteration comes from
-    /// pre-restore weights. Each restore moves the run to new random streams (env seeds, action sampling,
-    /// replay), so a resumed run does not replay the episodes the original run saw.
+    /// pre-restore weights. Each restore moves the run to new random streams (env seeds,
+    /// action sampling, replay), so a resumed run does not replay the episodes the original
+    /// run saw.
     pub fn restore(&mut self, path: &Path) -> Result<()> {
+        let dir = self.checked_checkpoint(path)?;
+        let (state, saved) = read_checkpoint(&dir)?;
+        let ids = self.policy_ids();
+        if saved.policy_ids() != ids {
+            return Err(ImpalaError::IncompatibleCheckpoint {
+                path: dir,
+                reason: format!(
+                    "it was trained with the policies {}, this run has {}",
+                    saved.policy_ids().join(", "),
+                    ids.join(", ")
+                ),
+                fix: "use the checkpoint's policies as they are, restore one policy of it \
+                      (`restore_policy`), or start a new run"
+                    .into(),
+            });
+        }
+        // The run's observation filter goes back with the weights that learned on it.
+        let run_filter = match &self.envs {
+            RunEnvs::Single(envs) => envs.filter.clone(),
+            RunEnvs::Multi(_) => None,
+        };
+        let saved_filter = state.observation_filter.clone();
+        let filter_before = put_saved_filter(run_filter.as_ref(), saved_filter, &dir)?;
+        if let Err(e) = self.load_policies(&dir, &ids) {
+            // Nothing was loaded: the filter goes back as it was.
+            if let (Some(run), Some(before)) = (run_filter, filter_before) {
+                run.replace(before)?;
+            }
+            return Err(e);
+        }
+        self.counters = state.counters;
+        self.episodes = state.episodes;
+        for policy in &mut self.policies {
+            if let Some(window) = state.policy_episodes.get(&policy.id) {
+                policy.episodes = window.clone();
+            }
+        }
+        self.iteration = state.training_iteration;
+        self.time_total_s = state.time_total_s;
+        self.base_seed = state.base_seed;
+        self.num_restores = state.num_restores + 1;
+        self.last_evaluation = None;
+        self.restart_runners()
+    }
+
+    /// Restores only policy `policy_id`'s weights and optimizer state from a checkpoint of a
+    /// run with the same env and model (its other policies, the counters and the run's state
+    /// stay as they are): a policy trained in one run, brought into another.
+    pub fn restore_policy(&mut self, path: &Path, policy_id: &str) -> Result<()> {
+        self.policy(policy_id)?;
+        let dir = self.checked_checkpoint(path)?;
+        let (_, saved) = read_checkpoint(&dir)?;
+        if !saved.policy_ids().iter().any(|id| id == policy_id) {
+            return Err(ImpalaError::IncompatibleCheckpoint {
+                path: dir,
+                reason: format!(
+                    "it has no policy `{policy_id}` (its policies: {})",
+                    saved.policy_ids().join(", ")
+                ),
+                fix: "name one of its policies".into(),
+            });
+        }
+        self.load_policies(&dir, &[policy_id.to_string()])?;
+        self.restart_runners()
+    }
+
+    /// The checkpoint folder of `path`, refused unless it is of this env, kind of env and
+    /// models.
+    fn checked_checkpoint(&self, path: &Path) -> Result<PathBuf> {
         if self.stopped {
             return Err(ImpalaError::Stopped);
         }
         let dir = find_checkpoint(path)?;
         let (state, saved) = read_checkpoint(&dir)?;
+        let now = self.config.config();
         let incompatible =
             |what: &str, saved: String, now: String| ImpalaError::IncompatibleCheckpoint {
                 path: dir.clone(),
                 reason: format!("it was trained with {what} {saved}, this run uses {now}"),
                 fix: format!("use the checkpoint's {what} as it is, or start a new run"),
             };
-        if saved.env != self.config.config().env {
-            return Err(incompatible("env", saved.env, self.config.config().env.clone()));
+        let multi_agent = self.envs.is_multi_agent();
+        if saved.env != now.env || (multi_agent && saved.env_config != now.env_config) {
+            return Err(incompatible(
+                "env",
+                format!("{} {:?}", saved.env, saved.env_config),
+                format!("{} {:?}", now.env, now.env_config),
+            ));
         }
-        let (mut saved_model, mut model) =
-            (saved.model.clone(), self.config.config().model.clone());
-        let saved_file =
-            saved_model.custom_model.as_deref().filter(|name| !CustomModel::NAMES.contains(name));
-        if let (Some(script), Some(copy)) = (&self.script, saved_file) {
-            // The same TorchScript model is the same module's bytes: the checkpoint's copy is
-            // another file than the one this run read.
-            let copy = Path::new(copy);
-            let bytes = std::fs::read(copy).map_err(|e| ImpalaError::io("read", copy, e))?;
-            let sha256 = sha256_hex(&bytes);
-            if sha256 != script.sha256() {
-                return Err(incompatible(
-                    "TorchScript module",
-                    format!("`{}` (SHA-256 {sha256})", copy.display()),
-                    format!("`{}` (SHA-256 {})", script.source().display(), script.sha256()),
-                ));
-            }
-            (saved_model.custom_model, model.custom_model) = (None, None);
+        if state.is_multi_agent() != multi_agent {
+            let kind = |multi: bool| if multi { "multi-agent" } else { "single-agent" };
+            return Err(ImpalaError::IncompatibleCheckpoint {
+                path: dir.clone(),
+                reason: format!(
+                    "it was trained on a {} env, this run's env is {}",
+                    kind(state.is_multi_agent()),
+                    kind(multi_agent)
+                ),
+                fix: "use a checkpoint of this env, or start a new run".into(),
+            });
         }
-        if saved_model != model {
-            let (was, is) = saved_model.differences(&model);
-            return Err(incompatible("model", was, is));
-        }
-        // The run's observation filter goes back with the weights that learned on it.
-        let filter_before = put_saved_filter(
-            self.observation_filter.as_ref(),
-            state.observation_filter.clone(),
-            &dir,
-        )?;
-        // The learner loads between SGD steps: take it off its thread (or take the one a
-        // failure left behind), load, and start its thread again.
-        let was_running = self.learner.is_some();
-        let learner = match (self.learner.take(), self.idle_learner.take()) {
-            (Some(handle), _) => {
-                let (learner, failure) = handle.finish();
-                if let Err(e) = failure {
-                    tracing::warn!(error = %e, "the learner had failed; restoring replaces its state");
+        for policy in &self.policies {
+            let Ok(saved_config) = saved.for_policy(&policy.id) else { continue };
+            let (mut saved_model, mut model) =
+                (saved_config.model, policy.config.config().model.clone());
+            let saved_file = saved_model
+                .custom_model
+                .as_deref()
+                .filter(|name| !CustomModel::NAMES.contains(name));
+            if let (Some(script), Some(copy)) = (&self.script, saved_file) {
+                // The same TorchScript model is the same module's bytes: the checkpoint's copy
+                // is another file than the one this run read.
+                let copy = Path::new(copy);
+                let bytes = std::fs::read(copy).map_err(|e| ImpalaError::io("read", copy, e))?;
+                let sha256 = sha256_hex(&bytes);
+                if sha256 != script.sha256() {
+                    return Err(incompatible(
+                        "TorchScript module",
+                        format!("`{}` (SHA-256 {sha256})", copy.display()),
+                        format!("`{}` (SHA-256 {})", script.source().display(), script.sha256()),
+                    ));
                 }
-                learner
+                (saved_model.custom_model, model.custom_model) = (None, None);
             }
-            (None, learner) => learner,
-        };
-        // A learner lost to a panic is rebuilt: the checkpoint replaces its state anyway.
-        let mut learner = match learner {
-            Some(learner) => learner,
-            None => {
-                new_learner(&self.config, self.policies.model.as_ref(), &self.spec, self.base_seed)?
+            if saved_model != model {
+                let (was, is) = saved_model.differences(&model);
+                let what = if multi_agent {
+                    format!("policy `{}`'s model", policy.id)
+                } else {
+                    "model".to_string()
+                };
+                return Err(incompatible(&what, was, is));
             }
-        };
-        if let Err(e) = learner.load(&dir.join(LEARNER_DIR)) {
-            // Nothing was loaded: the learner and the filter go back as they were.
-            if let (Some(run), Some(before)) = (&self.observation_filter, filter_before) {
-                run.replace(before)?;
-            }
-            if was_running {
-                self.learner = Some(self.spawn_learner(learner)?);
-            } else {
-                self.idle_learner = Some(learner);
-            }
-            let reason = format!("the learner state does not load ({e})");
-            return Err(ImpalaError::corrupt_checkpoint(&dir, reason));
         }
-        self.learner = Some(self.spawn_learner(learner)?);
-        self.learner_death = None;
+        Ok(dir)
+    }
+
+    /// Loads the learners of `ids` from checkpoint `dir`: the trained ones come off the
+    /// learner thread (between SGD steps) and go back on a new one with the others. A learner
+    /// state that does not load leaves every learner as it was.
+    fn load_policies(&mut self, dir: &Path, ids: &[String]) -> Result<()> {
+        let was_dead = self.learner_death.take();
+        for policy in &mut self.policies {
+            policy.hold(self.base_seed)?;
+        }
+        let mut loaded = Ok(());
+        for p in 0..self.policies.len() {
+            if !ids.contains(&self.policies[p].id) {
+                continue;
+            }
+            let from = self.learner_dir(&dir.join(LEARNER_DIR), &self.policies[p]);
+            let policy = &mut self.policies[p];
+            policy.to_place.clear();
+            let PolicyLearner::Held(learner) = &mut policy.learner else { continue };
+            if let Err(e) = learner.load(&from) {
+                let reason = if self.envs.is_multi_agent() {
+                    format!("policy `{}`'s learner state does not load ({e})", policy.id)
+                } else {
+                    format!("the learner state does not load ({e})")
+                };
+                loaded = Err(ImpalaError::corrupt_checkpoint(dir, reason));
+                break;
+            }
+        }
+        if loaded.is_err() && was_dead.is_some() {
+            // A learner that had died stays held, as it was.
+            self.learner_death = was_dead;
+            return loaded;
+        }
+        start_learners(&mut self.policies)?;
         self.stalls_reported = 0;
-        // Runners sampled with the weights before: end them (what they have in flight is
-        // dropped) and drop what their fragments became; fresh runners start below.
+        loaded
+    }
+
+    /// Replaces the env runners (what they had in flight is dropped) and the batching, so
+    /// nothing sampled with the weights before a restore is trained on; new runners start new
+    /// episodes acting with the restored weights from their first step.
+    fn restart_runners(&mut self) -> Result<()> {
         if let Some(group) = self.runners.take() {
             if let Err(e) = group.shutdown() {
                 tracing::warn!(error = %e, "an env runner failed before the restore");
             }
         }
-        self.to_place.clear();
-        if let Some(batching) = self.batching.take() {
-            if let Err(e) = batching.shutdown() {
-                tracing::warn!(error = %e, "an aggregation worker failed before the restore");
+        let streams = self.streams();
+        for policy in &mut self.policies {
+            policy.to_place.clear();
+            if let Some(batching) = policy.batching.take() {
+                if let Err(e) = batching.shutdown() {
+                    tracing::warn!(error = %e, "an aggregation worker failed before the restore");
+                }
+            }
+            if policy.trains {
+                policy.batching = batching_stage(&policy.config, &streams)?;
             }
         }
-        self.counters = state.counters;
-        self.episodes = state.episodes;
-        self.iteration = state.training_iteration;
-        self.time_total_s = state.time_total_s;
-        self.base_seed = state.base_seed;
-        self.num_restores = state.num_restores + 1;
-        let streams = self.streams();
-        self.batching = batching_stage(&self.config, &streams)?;
         self.evaluator.set_streams(&streams);
         self.broadcaster = WeightBroadcaster::new(self.config.config().broadcast_interval);
-        self.last_evaluation = None;
-        // New runners, new episodes, the restored weights from their first step.
         self.runners()?;
         Ok(())
-    }
-
-    fn spawn_learner(&self, learner: Learner) -> Result<LearnerHandle> {
-        Ok(LearnerHandle::spawn(&settings::learner_thread(&self.config), learner)?)
     }
 
     /// Stops the runner, aggregation and learner threads and joins them, reporting the first
     /// failure (a learner failure that [`Impala::train`] already reported is not reported
     /// again). Dropping an `Impala` stops them too, without reporting.
     pub fn stop(&mut self) -> Result<()> {
+        if self.stopped {
+            return Ok(());
+        }
         self.stopped = true;
-        self.idle_learner = None;
         let runners = self.runners.take().map(EnvRunnerGroup::shutdown);
-        if let Some(pool) = &self.python_pool {
+        if let Some(pool) = self.envs.python_pool() {
             // Runners that did not stop within the grace are stuck in an env step: their
             // workers are killed, not awaited, and the runners end on the closed pipes.
             pool.kill_workers_in_use();
         }
-        let batching = self.batching.take().map(TrainBatchBuilder::shutdown);
-        let learner = self.learner.take().map(LearnerHandle::stop);
+        let mut first_error = None;
+        for policy in &mut self.policies {
+            if let Some(batching) = policy.batching.take() {
+                if let Err(e) = batching.shutdown() {
+                    first_error.get_or_insert(ImpalaError::from(e));
+                }
+            }
+            if let PolicyLearner::Training(handle) =
+                std::mem::replace(&mut policy.learner, PolicyLearner::Gone)
+            {
+                if let Err(cause) = handle.stop() {
+                    first_error.get_or_insert(ImpalaError::LearnerDied { cause });
+                }
+            }
+        }
         match runners {
             // A runner that failed while stopping would have been restarted: training did not
             // lose anything, so the run still ends as it would have.
@@ -808,12 +1093,46 @@ impl Impala {
                 other.transpose()?;
             }
         }
-        batching.transpose()?;
-        if let Some(l) = learner {
-            l.map_err(|cause| ImpalaError::LearnerDied { cause })?;
-        }
-        Ok(())
+        first_error.map_or(Ok(()), Err)
     }
+}
+
+/// The learner queues of the policies that train: one's as it is; several's summed (sizes,
+/// stalls).
+fn learner_queue_info(
+    queues: &[impala_learner::LearnerQueueStats],
+    waiting: u64,
+) -> LearnerQueueInfo {
+    if let [q] = queues {
+        return LearnerQueueInfo {
+            size_count: q.size_count as u64,
+            size_mean: q.size_mean,
+            size_std: q.size_std,
+            size_quantiles: q.size_quantiles.to_vec(),
+            num_learner_queue_timeouts: q.num_learner_queue_timeouts,
+            num_train_batches_waiting_on_driver: waiting,
+        };
+    }
+    let mut info =
+        LearnerQueueInfo { num_train_batches_waiting_on_driver: waiting, ..Default::default() };
+    for q in queues {
+        info.size_count += q.size_count as u64;
+        info.size_mean += q.size_mean;
+        info.num_learner_queue_timeouts += q.num_learner_queue_timeouts;
+    }
+    info
+}
+
+/// The learners' time per activity, averaged over the policies that train.
+fn timing_breakdown(queues: &[impala_learner::LearnerQueueStats]) -> BTreeMap<String, f64> {
+    let mut timing = BTreeMap::new();
+    let trained = queues.len().max(1) as f64;
+    for q in queues {
+        for (name, ms) in q.timing_breakdown() {
+            *timing.entry(name).or_insert(0.0) += ms / trained;
+        }
+    }
+    timing
 }
 
 /// Runners whose policy lag gets a result column of its own; with more, only the most lagging

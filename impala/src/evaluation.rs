@@ -1,7 +1,7 @@
 //! RLlib's evaluation env runners: `evaluation_num_env_runners` runners (or the calling thread)
 //! that run `evaluation_duration` episodes or env steps with given weights. Every round builds
-//! its runners afresh, so an evaluation's episodes all start in it, under its weights; and
-//! [`evaluate_checkpoint`], which evaluates a checkpoint's policy without building the algorithm.
+//! its runners afresh, so an evaluation's episodes all start in it, under its weights; and the
+//! reading of a checkpoint's policy without its training state.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -10,10 +10,12 @@ use std::time::Duration;
 use impala_config::{DurationUnit, ImpalaConfig, ValidatedConfig};
 use impala_core::{EpisodeStats, Weights};
 use impala_envs::MeanStdFilter;
-use impala_sampler::{EnvContext, EnvFactory, EnvRunnerGroup};
+use impala_sampler::EnvFactory;
 
-use crate::builder::{env_spec, python_envs, run_envs, stream_seed, PolicySource, Streams};
 use crate::checkpoint::{find_checkpoint, put_saved_filter, read_checkpoint, LEARNER_DIR};
+use crate::policies::{stream_seed, PolicySource, Streams};
+use crate::run_envs::{env_spec, python_envs, single_agent_envs, RunEnvs};
+use crate::runners::{local_runners, EnvRunnerGroup};
 use crate::settings;
 use crate::{EvaluationResult, ImpalaError, Result};
 
@@ -29,27 +31,32 @@ const SAMPLE_STREAM: u64 = 0xE7A1;
 struct Round {
     group: EnvRunnerGroup,
     episodes: Vec<EpisodeStats>,
+    /// Per episode, per policy, its agents' summed rewards.
+    returns: Vec<Vec<f64>>,
     steps: u64,
+    /// Whether the env is a multi-agent one (its result has `policy_reward_mean`).
+    multi_agent: bool,
 }
 
-/// Runs evaluation rounds (RLlib's evaluation `EnvRunnerGroup`).
+/// Runs evaluation rounds (RLlib's evaluation `EnvRunnerGroup`) of a run's policies.
 pub(crate) struct Evaluator {
     config: ValidatedConfig,
-    env_factory: EnvFactory,
-    policies: PolicySource,
+    sources: Vec<PolicySource>,
+    policy_ids: Vec<String>,
     streams: Streams,
     rounds: u64,
     running: Option<Round>,
 }
 
 impl Evaluator {
+    /// Rounds of the policies `policy_ids` built from `sources` (in the same order).
     pub(crate) fn new(
         config: ValidatedConfig,
-        env_factory: EnvFactory,
-        policies: PolicySource,
+        sources: Vec<PolicySource>,
+        policy_ids: Vec<String>,
         streams: &Streams,
     ) -> Self {
-        Evaluator { config, env_factory, policies, streams: *streams, rounds: 0, running: None }
+        Evaluator { config, sources, policy_ids, streams: *streams, rounds: 0, running: None }
     }
 
     /// Draws from `streams` from the next round on (a restored run's).
@@ -57,8 +64,9 @@ impl Evaluator {
         self.streams = *streams;
     }
 
-    /// Starts a round with `weights` on fresh runners (an unfinished round is dropped).
-    pub(crate) fn start(&mut self, weights: Arc<Weights>) -> Result<()> {
+    /// Starts a round on fresh runners of `envs` acting with `weights` (one per policy); an
+    /// unfinished round is dropped.
+    pub(crate) fn start(&mut self, envs: &RunEnvs, weights: Vec<Arc<Weights>>) -> Result<()> {
         self.running = None;
         let offset = SEED_OFFSET + self.rounds * SEED_OFFSET_PER_ROUND;
         let sample_seed = stream_seed(self.streams.sample_seed ^ SAMPLE_STREAM, self.rounds + 1);
@@ -71,9 +79,14 @@ impl Evaluator {
         } else {
             None
         };
-        let group =
-            self.policies.start_runners(&settings, &self.env_factory, weights, sample_seed)?;
-        self.running = Some(Round { group, episodes: Vec::new(), steps: 0 });
+        let group = local_runners(envs, true, &settings, &self.sources, weights, sample_seed)?;
+        self.running = Some(Round {
+            group,
+            episodes: Vec::new(),
+            returns: Vec::new(),
+            steps: 0,
+            multi_agent: envs.is_multi_agent(),
+        });
         Ok(())
     }
 
@@ -82,8 +95,9 @@ impl Evaluator {
     pub(crate) fn poll(&mut self) -> Result<Option<EvaluationResult>> {
         let round = self.running.as_mut().ok_or(ImpalaError::Stopped)?;
         for fragment in round.group.sample()? {
-            round.steps += fragment.batch.env_steps() as u64;
+            round.steps += fragment.env_steps as u64;
             round.episodes.extend(fragment.episodes);
+            round.returns.extend(fragment.policy_returns);
         }
         let duration = self.config.config().evaluation_duration.max(1);
         let done = match self.config.config().evaluation_duration_unit {
@@ -97,8 +111,21 @@ impl Evaluator {
         round.group.shutdown()?;
         if self.config.config().evaluation_duration_unit == DurationUnit::Episodes {
             round.episodes.truncate(duration);
+            round.returns.truncate(duration);
         }
-        Ok(Some(EvaluationResult::of_episodes(&round.episodes, round.steps)))
+        let mut result = EvaluationResult::of_episodes(&round.episodes, round.steps);
+        if round.multi_agent {
+            let count = round.returns.len().max(1) as f64;
+            result.policy_reward_mean = self
+                .policy_ids
+                .iter()
+                .enumerate()
+                .map(|(p, id)| {
+                    (id.clone(), round.returns.iter().map(|r| r[p]).sum::<f64>() / count)
+                })
+                .collect();
+        }
+        Ok(Some(result))
     }
 
     /// Runs the round under way to its end.
@@ -113,53 +140,6 @@ impl Evaluator {
             }
         }
     }
-}
-
-/// Runs `episodes` episodes with the policy of a checkpoint (a `checkpoint_NNNNNN` folder, or
-/// a run folder for its newest checkpoint) on its config's registered env, greedily unless
-/// `explore`: what `impala evaluate` does. Only what evaluation needs is built: the env (with
-/// the config's wrappers) and CPU copies of the model holding the checkpoint's weights; no
-/// learner thread, optimizer state or training runners. The runners are the config's
-/// evaluation runners (`evaluation_num_env_runners`, one env each; 0 = the calling thread),
-/// seeded as the algorithm's first evaluation round is.
-///
-/// The checkpoint's files are verified against its manifest first, and weights that are NaN or
-/// infinite are refused (both as [`ImpalaError::CorruptCheckpoint`], naming the file or the
-/// tensor). A checkpoint error's fix is about evaluating: another checkpoint of the run, or
-/// the version that wrote it.
-///
-/// ```no_run
-/// let eval = impala::evaluate_checkpoint(
-///     std::path::Path::new("impala_results/IMPALA_CartPole-v1_2026-01-01_00-00-00"),
-///     10,
-///     false,
-/// )?;
-/// println!("mean return {} over {} episodes", eval.episode_return_mean, eval.num_episodes);
-/// # Ok::<(), Box<dyn std::error::Error>>(())
-/// ```
-pub fn evaluate_checkpoint(
-    path: &Path,
-    episodes: usize,
-    explore: bool,
-) -> Result<EvaluationResult> {
-    evaluate(path, episodes, explore, None).map_err(evaluation_fix)
-}
-
-/// [`evaluate_checkpoint`] on the envs `env_factory` builds (an env of the caller's, as given
-/// to [`ImpalaBuilder::env_factory`](crate::ImpalaBuilder::env_factory) for training); the
-/// config's wrappers still apply.
-pub fn evaluate_checkpoint_with_env(
-    path: &Path,
-    episodes: usize,
-    explore: bool,
-    env_factory: EnvFactory,
-) -> Result<EvaluationResult> {
-    evaluate(path, episodes, explore, Some(env_factory)).map_err(evaluation_fix)
-}
-
-/// A checkpoint error of an evaluation, with the fix that fits it (see [`reading_fix`]).
-fn evaluation_fix(error: ImpalaError) -> ImpalaError {
-    reading_fix(error, "evaluate")
 }
 
 /// A checkpoint error of a caller that only reads the checkpoint (to `action` it: evaluate it,
@@ -177,35 +157,6 @@ pub(crate) fn reading_fix(error: ImpalaError, action: &str) -> ImpalaError {
         }
         other => other,
     }
-}
-
-fn evaluate(
-    path: &Path,
-    episodes: usize,
-    explore: bool,
-    env_factory: Option<EnvFactory>,
-) -> Result<EvaluationResult> {
-    if env_factory.is_none() {
-        let dir = crate::checkpoint::find_checkpoint(path)?;
-        let (state, saved) = crate::checkpoint::read_checkpoint(&dir)?;
-        if state.is_multi_agent() {
-            return crate::multi_agent::evaluate_checkpoint(&dir, saved, episodes, explore);
-        }
-    }
-    let loaded = load_checkpoint_policy(path, EnvSource::factory(env_factory), |config| {
-        config.evaluation_duration = episodes.max(1);
-        config.evaluation_duration_unit = DurationUnit::Episodes;
-        config.evaluation_explore = explore;
-        config.evaluation_parallel_to_training = false;
-    })?;
-    let CheckpointPolicy { dir, config, env_factory, policies, weights, .. } = loaded;
-    // The weights must fit the model its config describes (the policy checks names, shapes).
-    policies.with_weights(Arc::clone(&weights), 0)(&EnvContext::default())
-        .map_err(|e| weights_do_not_fit(&dir, &e))?;
-    let streams = Streams::new(&config, policies.base_seed, 0);
-    let mut evaluator = Evaluator::new(config, env_factory, policies, &streams);
-    evaluator.start(weights)?;
-    evaluator.finish()
 }
 
 /// A checkpoint's policy as read from its folder, without training state: what evaluating it
@@ -261,7 +212,8 @@ pub(crate) fn load_checkpoint_policy(
             key: "policies",
             reason: format!(
                 "`{}` is a multi-agent checkpoint with a policy per id ({}); restore it with \
-                 `MultiAgentImpala` and take one with `get_policy(policy_id)`",
+                 `Impala::builder(config).restore_from(..)` and take one with \
+                 `get_policy_by_id(policy_id)`",
                 dir.display(),
                 config.policy_ids().join(", ")
             ),
@@ -274,7 +226,7 @@ pub(crate) fn load_checkpoint_policy(
         EnvSource::Factory(factory) => Some(factory),
         EnvSource::PythonCreator(creator) => Some(python_envs(&config, Some(creator))?.0),
     };
-    let envs = run_envs(&config, custom)?;
+    let envs = single_agent_envs(&config, custom)?;
     // The policy sees observations normalised as in training: with the run's saved filter.
     put_saved_filter(envs.filter.as_ref(), state.observation_filter, &dir)?;
     let env_factory = envs.evaluation;
@@ -304,22 +256,4 @@ pub(crate) fn weights_do_not_fit(dir: &Path, error: &dyn std::fmt::Display) -> I
         dir,
         format!("its weights do not fit its config's model ({error})"),
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn checkpoint_errors_say_to_evaluate_another() -> std::io::Result<()> {
-        let run = tempfile::tempdir()?;
-        let checkpoint = run.path().join("checkpoint_000003");
-        std::fs::create_dir_all(checkpoint.join(LEARNER_DIR))?;
-        std::fs::write(checkpoint.join("algorithm_state.json"), "{truncated")?;
-        let message = evaluate_checkpoint(run.path(), 1, false).err().map(|e| e.to_string());
-        let message = message.unwrap_or_default();
-        assert!(message.contains("unreadable, so evaluate another checkpoint_NNNNNN"), "{message}");
-        assert!(!message.contains("new run") && !message.contains("resume"), "{message}");
-        Ok(())
-    }
 }

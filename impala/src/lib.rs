@@ -65,15 +65,19 @@ mod budget;
 mod builder;
 pub mod checkpoint;
 mod error;
+mod evaluate_checkpoint;
 mod evaluation;
-mod logger;
+
 pub mod logging;
 mod metrics;
-mod multi_agent;
+mod policies;
 mod policy;
 pub mod remote;
 mod result;
+mod result_files;
 pub mod run;
+mod run_envs;
+mod runners;
 pub mod settings;
 mod source;
 mod stop;
@@ -85,24 +89,25 @@ pub use algorithm::Impala;
 pub use builder::{check_environment, run_env_spec, ImpalaBuilder};
 pub use checkpoint::{AlgorithmState, Counters};
 pub use error::{error_chain, one_line, ImpalaError, Result};
-pub use evaluation::{evaluate_checkpoint, evaluate_checkpoint_with_env};
-pub use logger::{
-    params_env, read_result_lines, read_results, write_params, ResultLogger, PARAMS_FILE,
-    PROGRESS_FILE, RESULT_FILE,
-};
+pub use evaluate_checkpoint::{evaluate_checkpoint, evaluate_checkpoint_with_env};
 pub use metrics::{peak_rss_mib, EpisodeSummary, EpisodeWindow};
-pub use multi_agent::MultiAgentImpala;
 pub use policy::TrainedPolicy;
 pub use result::{
     flatten, EvaluationResult, IterationResult, LearnerQueueInfo, Perf, PolicyLearnerInfo,
     ResultInfo, DEFAULT_POLICY_ID,
 };
+pub use result_files::{
+    params_env, read_result_lines, read_results, write_params, PARAMS_FILE, PROGRESS_FILE,
+    RESULT_FILE,
+};
+pub use run::logger::ResultLogger;
+pub use runners::{EnvRunnerGroup, PolicyFragment};
 pub use source::{ConfigSource, EXAMPLE_CONFIGS};
 pub use stop::StopCriteria;
 /// Where a [`TrainedPolicy`] runs (libtorch's device: `Device::Cpu`, `Device::Cuda(i)`).
 pub use tch::Device;
 pub use tensorboard::EventWriter;
-pub use trainable::{Algorithm, Trainable};
+pub use trainable::Trainable;
 
 /// `ImpalaConfig`: every RLlib option, builder groups, files, validation.
 pub use impala_config as config;

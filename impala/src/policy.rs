@@ -11,8 +11,8 @@ use impala_learner::{ExportFilter, TorchPolicy};
 use impala_sampler::EnvFactory;
 use tch::Device;
 
-use crate::builder::PolicySource;
 use crate::evaluation::{load_checkpoint_policy, reading_fix, weights_do_not_fit, EnvSource};
+use crate::policies::PolicySource;
 use crate::{ImpalaError, Result};
 
 /// Greedy actions need no randomness, and sampled ones are seeded by the run's base seed so a

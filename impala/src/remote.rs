@@ -10,15 +10,16 @@ use std::sync::Arc;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use impala_config::{EnvRunnerBackend, ImpalaConfig, ValidatedConfig};
-use impala_core::Weights;
+use impala_core::{EnvSpec, MultiAgentSpec, Weights};
 use impala_runner_pool::{
     Assignment, BuildRunner, BuiltRunner, PoolError, RunEnv, RunSession, RunnerTransport,
 };
-use impala_sampler::EnvRunner;
+use impala_sampler::{EnvRunner, MultiAgentEnvRunner, MultiAgentSettings};
 use serde::{Deserialize, Serialize};
 
-use crate::builder::{python_envs, run_envs, PolicySource, Streams};
 use crate::checkpoint::sha256_hex;
+use crate::policies::{acting_policies, PolicySource, Streams};
+use crate::run_envs::{multi_agent_env_factory, python_envs, python_pool, single_agent_envs};
 use crate::settings;
 use crate::torchscript::ScriptModule;
 use crate::{error_chain, ImpalaError, Result};
@@ -244,7 +245,7 @@ fn build_runner(
         RunEnv::Multi { spec, policies } => {
             let slot = (assignment.runner_id, assignment.incarnation);
             let creator = host.env_creator.clone();
-            let runner = crate::multi_agent::remote_runner(
+            let runner = multi_agent_runner(
                 &config,
                 creator,
                 (spec, policies),
@@ -265,7 +266,7 @@ fn build_runner(
         Some(creator) => Some(python_envs(&config, Some(creator.clone()))?.0),
         None => None,
     };
-    let envs = run_envs(&config, factory)?;
+    let envs = single_agent_envs(&config, factory)?;
     let mut settings = settings::env_runner(&config);
     settings.seed = streams.env_seed;
     let policies = PolicySource {
@@ -283,6 +284,56 @@ fn build_runner(
         |ctx| policies(ctx),
     )?;
     Ok(BuiltRunner::Single(Box::new(runner)))
+}
+
+/// A remote runner's multi-agent env runner: runner `runner_id`'s incarnation `incarnation`
+/// of the driver's run of `config` on the driver's env `spec` with its `policies`' specs (its
+/// envs built here as the driver builds them, on the envs of `creator` when this host brings
+/// one; the agents mapped from the config), acting with `weights` (one per policy), its env and
+/// action streams from the run's seeds. No env is probed here: the runner's envs are checked
+/// against `spec` once built ([`Assignment::build`]).
+fn multi_agent_runner(
+    config: &ValidatedConfig,
+    creator: Option<PathBuf>,
+    (spec, policies): (&MultiAgentSpec, &[EnvSpec]),
+    (runner_id, incarnation): (usize, u64),
+    weights: &[Arc<Weights>],
+    streams: Streams,
+    base_seed: u64,
+) -> Result<MultiAgentEnvRunner> {
+    let python = creator.is_some() || !impala_envs::is_multi_agent(&config.config().env);
+    let pool = python.then(|| python_pool(config, creator));
+    let envs = multi_agent_env_factory(config, pool.as_ref());
+    let map = config.config().policy_map(&spec.agent_ids())?;
+    if map.policy_ids.len() != policies.len() {
+        return Err(ImpalaError::MultiAgentOption {
+            key: "policies",
+            reason: format!(
+                "the driver trains {} policies, but this runner's config maps the env's agents \
+                 to {} ({}); run the same config and env on the driver and the runner",
+                policies.len(),
+                map.policy_ids.len(),
+                map.policy_ids.join(", ")
+            ),
+        });
+    }
+    let precision = config.config().precision;
+    let mut sources = Vec::with_capacity(policies.len());
+    for (spec, id) in policies.iter().zip(&map.policy_ids) {
+        let policy_config = config.config().for_policy(id)?.validate()?;
+        let model = Arc::new(settings::model(&policy_config));
+        sources.push(PolicySource { model, spec: spec.clone(), base_seed, precision });
+    }
+    let acting = acting_policies(sources, streams.sample_seed)(runner_id, incarnation, weights)?;
+    let settings = MultiAgentSettings {
+        policy_of_agent: map.policy_of_agent.clone(),
+        rollout_fragment_length: config.config().rollout_fragment_length,
+        seed: streams.env_seed,
+        explore: true,
+    }
+    .for_runner(runner_id, incarnation);
+    let num_envs = config.config().num_envs_per_env_runner;
+    Ok(MultiAgentEnvRunner::new(runner_id, num_envs, &envs, acting, &settings)?)
 }
 
 /// How a runner process of any transport builds its env runner from the slot it was given

@@ -35,6 +35,7 @@ mod dir;
 pub(crate) mod history;
 mod keep;
 mod lock;
+pub(crate) mod logger;
 mod train;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

@@ -11,7 +11,7 @@
 use std::time::{Duration, Instant};
 
 use impala::config::ImpalaConfig;
-use impala::{IterationResult, MultiAgentImpala};
+use impala::{Impala, IterationResult};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -37,7 +37,7 @@ fn signaling(reward: &str, seed: u64) -> ImpalaConfig {
 
 /// Trains until `done` holds for a result or `limit` passes; the last result.
 fn train_until(
-    algo: &mut MultiAgentImpala,
+    algo: &mut Impala,
     limit: Duration,
     done: impl Fn(&IterationResult) -> bool,
 ) -> Result<IterationResult, impala::ImpalaError> {
@@ -56,7 +56,7 @@ fn entropy(result: &IterationResult, policy: &str) -> f64 {
 
 #[test]
 fn with_nothing_to_learn_every_policy_keeps_its_entropy() -> TestResult {
-    let mut algo = MultiAgentImpala::new(signaling("coin", 1).validate()?)?;
+    let mut algo = Impala::new(signaling("coin", 1).validate()?)?;
     // 1,000 updates each: the bare-PyTorch reference ends them at 0.665-0.676.
     let updates = |r: &IterationResult| {
         r.info.learner.values().map(|p| p.num_grad_updates_lifetime).min().unwrap_or(0)
@@ -75,7 +75,7 @@ fn with_nothing_to_learn_every_policy_keeps_its_entropy() -> TestResult {
 fn two_independent_learners_settle_on_a_signal() -> TestResult {
     for seed in 1..=3 {
         let started = Instant::now();
-        let mut algo = MultiAgentImpala::new(signaling("signal", seed).validate()?)?;
+        let mut algo = Impala::new(signaling("signal", seed).validate()?)?;
         let scored = |r: &IterationResult| r.policy_reward_mean.values().all(|&m| m >= 8.0);
         let result = train_until(&mut algo, Duration::from_secs(240), scored)?;
         algo.stop()?;

@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use impala::config::{CountStepsBy, ImpalaConfig};
-use impala::{Impala, ImpalaError, MultiAgentImpala};
+use impala::{Impala, ImpalaError};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -32,7 +32,7 @@ fn half_observed() -> ImpalaConfig {
 
 /// Trains until every policy's mean reward reaches `target` (or `limit` passes).
 fn train_until(
-    algo: &mut MultiAgentImpala,
+    algo: &mut Impala,
     target: f64,
     limit: Duration,
 ) -> Result<impala::IterationResult, ImpalaError> {
@@ -50,7 +50,7 @@ fn train_until(
 fn two_policies_learn_to_coordinate() -> TestResult {
     let mut config = half_observed();
     config.policies = vec!["left".into(), "right".into()];
-    let mut algo = MultiAgentImpala::new(config.validate()?)?;
+    let mut algo = Impala::new(config.validate()?)?;
     let result = train_until(&mut algo, 9.5, Duration::from_secs(90))?;
     algo.stop()?;
     println!("{}", result.progress_line());
@@ -66,7 +66,7 @@ fn two_policies_learn_to_coordinate() -> TestResult {
 #[test]
 fn one_shared_policy_learns_for_both_agents() -> TestResult {
     // No `policies`: every agent acts with `default_policy`.
-    let mut algo = MultiAgentImpala::new(half_observed().validate()?)?;
+    let mut algo = Impala::new(half_observed().validate()?)?;
     let result = train_until(&mut algo, 19.0, Duration::from_secs(90))?;
     algo.stop()?;
     assert_eq!(result.policy_reward_mean.keys().collect::<Vec<_>>(), ["default_policy"]);
@@ -80,7 +80,7 @@ fn a_policy_not_to_train_keeps_its_weights_to_the_bit() -> TestResult {
     config.policies = vec!["left".into(), "right".into()];
     config.policies_to_train = Some(vec!["left".into()]);
     config.min_time_s_per_iteration = 0.2;
-    let mut algo = MultiAgentImpala::new(config.validate()?)?;
+    let mut algo = Impala::new(config.validate()?)?;
     let (left, right) = (algo.get_weights("left")?, algo.get_weights("right")?);
     let mut result = algo.train()?;
     while result.info.learner["left"].num_grad_updates_lifetime < 5 {
@@ -93,7 +93,7 @@ fn a_policy_not_to_train_keeps_its_weights_to_the_bit() -> TestResult {
     let dir = tempfile::tempdir()?;
     let checkpoint = algo.save(dir.path())?;
     algo.stop()?;
-    let mut restored = MultiAgentImpala::new(config.validate()?)?;
+    let mut restored = Impala::new(config.validate()?)?;
     restored.restore(&checkpoint)?;
     assert_eq!(restored.get_weights("right")?.tensors, right.tensors);
     restored.stop()?;
@@ -111,7 +111,7 @@ fn agents_leave_mid_episode_and_every_policy_is_reported() -> TestResult {
     config.policy_mapping.insert("agent_*".into(), "rest".into());
     config.count_steps_by = CountStepsBy::AgentSteps;
     config.min_sample_timesteps_per_iteration = 3000;
-    let mut algo = MultiAgentImpala::new(config.validate()?)?;
+    let mut algo = Impala::new(config.validate()?)?;
     let result = algo.train()?;
     algo.stop()?;
     assert!(result.episodes_total > 0);
@@ -130,7 +130,7 @@ fn checkpoints_hold_every_policy_and_restore_all_or_one() -> TestResult {
     let mut config = half_observed();
     config.policies = vec!["left".into(), "right".into()];
     config.min_time_s_per_iteration = 0.1;
-    let mut algo = MultiAgentImpala::new(config.validate()?)?;
+    let mut algo = Impala::new(config.validate()?)?;
     algo.train()?;
     let dir = tempfile::tempdir()?;
     let checkpoint = algo.save(dir.path())?;
@@ -140,7 +140,7 @@ fn checkpoints_hold_every_policy_and_restore_all_or_one() -> TestResult {
     algo.stop()?;
 
     // Restored runs do not train before `train()`: their weights are the checkpoint's.
-    let mut all = MultiAgentImpala::new(config.validate()?)?;
+    let mut all = Impala::new(config.validate()?)?;
     let (fresh_left, fresh_right) = (all.get_weights("left")?, all.get_weights("right")?);
     all.restore(dir.path())?;
     let (left, right) = (all.get_weights("left")?, all.get_weights("right")?);
@@ -151,7 +151,7 @@ fn checkpoints_hold_every_policy_and_restore_all_or_one() -> TestResult {
     assert_eq!(result.training_iteration, 2);
     all.stop()?;
 
-    let mut one = MultiAgentImpala::new(config.validate()?)?;
+    let mut one = Impala::new(config.validate()?)?;
     one.restore_policy(&checkpoint, "left")?;
     assert_eq!(one.get_weights("left")?.tensors, left.tensors);
     assert_eq!(one.get_weights("right")?.tensors, fresh_right.tensors);
@@ -166,7 +166,7 @@ fn checkpoints_hold_every_policy_and_restore_all_or_one() -> TestResult {
     one.stop()?;
 
     // A run whose policies differ is told which files are missing.
-    let mut shared = MultiAgentImpala::new(half_observed().validate()?)?;
+    let mut shared = Impala::new(half_observed().validate()?)?;
     let err = shared.restore(&checkpoint).err().map(|e| impala::error_chain(&e));
     assert!(err.as_deref().is_some_and(|e| e.contains("default_policy")), "{err:?}");
     shared.stop()?;
@@ -176,7 +176,7 @@ fn checkpoints_hold_every_policy_and_restore_all_or_one() -> TestResult {
 #[test]
 fn every_start_up_error_names_the_agent_and_the_policy() -> TestResult {
     let refused = |config: ImpalaConfig| -> Result<String, Box<dyn std::error::Error>> {
-        match MultiAgentImpala::new(config.validate()?) {
+        match Impala::new(config.validate()?) {
             Ok(mut algo) => {
                 algo.stop()?;
                 Err("accepted".into())
@@ -221,9 +221,11 @@ fn every_start_up_error_names_the_agent_and_the_policy() -> TestResult {
     let e = refused(env_config)?;
     assert!(e.contains("unknown env_config key `num_agents` for `HalfObserved`"), "{e}");
 
-    // The single-agent algorithm refuses multi-agent envs and options, naming the fix.
-    let e = Impala::new(half_observed().validate()?).err().map(|e| e.to_string());
-    assert!(e.is_some_and(|e| e.contains("MultiAgentImpala")));
+    // One algorithm takes either kind of env; a single-agent env refuses multi-agent options.
+    let mut algo = Impala::new(half_observed().validate()?)?;
+    assert_eq!(algo.policy_ids(), ["default_policy"]);
+    assert!(algo.multi_agent_spec().is_some_and(|spec| spec.agents.len() == 2));
+    algo.stop()?;
     let single = ImpalaConfig { policies: vec!["a".into()], ..ImpalaConfig::default() };
     let e = Impala::new(single.validate()?).err().map(|e| e.to_string());
     assert!(e.is_some_and(|e| e.contains("single-agent env")));
@@ -237,7 +239,7 @@ fn a_run_too_large_for_the_machine_is_refused_with_the_policies_shares() -> Test
     config.policy_mapping.insert("left".into(), "left".into());
     config.policy_mapping.insert("right".into(), "right".into());
     config.train_batch_size = 1_000_000_000_000;
-    match MultiAgentImpala::new(config.validate()?) {
+    match Impala::new(config.validate()?) {
         Ok(mut algo) => {
             algo.stop()?;
             Err("train batches of 10^12 agent steps per policy were accepted".into())
@@ -260,8 +262,8 @@ fn each_policy_may_learn_with_its_own_model_and_training_options() -> TestResult
         "right".into(),
         serde_json::from_str(r#"{"lr": 0.0001, "model": {"fcnet_hiddens": [32, 32]}}"#)?,
     );
-    let mut algo = MultiAgentImpala::new(config.clone().validate()?)?;
-    let width = |algo: &MultiAgentImpala, policy: &str| -> Result<Vec<usize>, ImpalaError> {
+    let mut algo = Impala::new(config.clone().validate()?)?;
+    let width = |algo: &Impala, policy: &str| -> Result<Vec<usize>, ImpalaError> {
         let weights = algo.get_weights(policy)?;
         Ok(weights
             .tensors
@@ -283,7 +285,7 @@ fn each_policy_may_learn_with_its_own_model_and_training_options() -> TestResult
     algo.stop()?;
     // A run whose `right` model differs cannot restore it.
     config.policy_config.clear();
-    let mut other = MultiAgentImpala::new(config.clone().validate()?)?;
+    let mut other = Impala::new(config.clone().validate()?)?;
     let err = other.restore(&checkpoint).err().map(|e| e.to_string()).unwrap_or_default();
     assert!(err.contains("policy `right`'s model"), "{err}");
     // The keys that differ, not a debug dump of both models.
@@ -295,11 +297,11 @@ fn each_policy_may_learn_with_its_own_model_and_training_options() -> TestResult
     other.stop()?;
     // Only training() and model options differ per policy; unknown policies are refused.
     config.policy_config.insert("right".into(), serde_json::from_str(r#"{"num_env_runners": 2}"#)?);
-    let err = MultiAgentImpala::new(config.clone().validate()?).err().map(|e| e.to_string());
+    let err = Impala::new(config.clone().validate()?).err().map(|e| e.to_string());
     assert!(err.is_some_and(|e| e.contains("policy_config.right.num_env_runners")));
     config.policy_config.clear();
     config.policy_config.insert("middle".into(), serde_json::from_str(r#"{"lr": 0.1}"#)?);
-    let err = MultiAgentImpala::new(config.validate()?).err().map(|e| e.to_string());
+    let err = Impala::new(config.validate()?).err().map(|e| e.to_string());
     assert!(err.is_some_and(|e| e.contains("policy_config` has an entry for `middle`")));
     Ok(())
 }
@@ -312,7 +314,7 @@ fn each_trained_policy_mixes_in_its_own_replay() -> TestResult {
     config.replay_proportion = 1.0;
     config.replay_buffer_num_slots = 16;
     config.min_time_s_per_iteration = 0.2;
-    let mut algo = MultiAgentImpala::new(config.validate()?)?;
+    let mut algo = Impala::new(config.validate()?)?;
     let mut result = algo.train()?;
     while result.info.learner.values().any(|l| l.num_grad_updates_lifetime < 5) {
         result = algo.train()?;
@@ -335,7 +337,7 @@ fn evaluation_runs_every_policy_on_evaluation_env_runners_or_beside_training() -
     config.evaluation_interval = Some(1);
     config.evaluation_duration = 12;
     config.evaluation_num_env_runners = 2;
-    let mut algo = MultiAgentImpala::new(config.clone().validate()?)?;
+    let mut algo = Impala::new(config.clone().validate()?)?;
     let result = algo.train()?;
     algo.stop()?;
     let evaluation = result.evaluation.ok_or("no evaluation")?;
@@ -344,7 +346,7 @@ fn evaluation_runs_every_policy_on_evaluation_env_runners_or_beside_training() -
     assert_eq!(evaluation.policy_reward_mean.keys().collect::<Vec<_>>(), ["left", "right"]);
     // Beside training: the iteration waits for the round.
     config.evaluation_parallel_to_training = true;
-    let mut algo = MultiAgentImpala::new(config.validate()?)?;
+    let mut algo = Impala::new(config.validate()?)?;
     let result = algo.train()?;
     algo.stop()?;
     let evaluation = result.evaluation.ok_or("no parallel evaluation")?;

@@ -11,8 +11,8 @@ use impala::checkpoint::{CONFIG_FILE, LEARNER_DIR, MANIFEST_FILE, STATE_FILE};
 use impala::config::ImpalaConfig;
 use impala::core::{CoreError, Env, EnvSpec, Space, StepOutcome};
 use impala::learner::MODEL_FILE;
-use impala::sampler::{EnvContext, EnvFactory, Fragment};
-use impala::{evaluate_checkpoint, Impala, ImpalaError, DEFAULT_POLICY_ID};
+use impala::sampler::{EnvContext, EnvFactory};
+use impala::{evaluate_checkpoint, Impala, ImpalaError, PolicyFragment, DEFAULT_POLICY_ID};
 
 use crate::common::TestResult;
 
@@ -35,7 +35,7 @@ type Boxed<T> = Result<T, Box<dyn std::error::Error>>;
 
 /// The first fragments the algorithm's env runners deliver (at least `n`; none is counted or
 /// trained on).
-fn first_fragments(algo: &mut Impala, n: usize) -> Boxed<Vec<Fragment>> {
+fn first_fragments(algo: &mut Impala, n: usize) -> Boxed<Vec<PolicyFragment>> {
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut fragments = Vec::new();
     while fragments.len() < n {
@@ -228,9 +228,9 @@ fn a_restored_algorithm_never_samples_with_its_initial_weights() -> TestResult {
     let fragments = first_fragments(&mut restored, 4)?;
     for f in &fragments {
         assert!(
-            f.batch.weights_version.iter().all(|&v| v == version),
+            f.batches[0].weights_version.iter().all(|&v| v == version),
             "{:?}",
-            f.batch.weights_version
+            f.batches[0].weights_version
         );
     }
     restored.stop()?;
@@ -282,7 +282,7 @@ fn built_restored_the_env_runners_start_once_with_the_restored_weights() -> Test
     let mut restored = build(Some(&ckpt))?;
     let fragments = first_fragments(&mut restored, 4)?;
     assert_eq!(built.load(Ordering::SeqCst), fresh, "envs built again for the restore");
-    assert!(fragments.iter().all(|f| f.batch.weights_version.iter().all(|&v| v == version)));
+    assert!(fragments.iter().all(|f| f.batches[0].weights_version.iter().all(|&v| v == version)));
     let result = restored.train()?;
     assert_eq!(result.training_iteration, 2);
     restored.stop()?;
@@ -469,7 +469,7 @@ fn first_streams(
     let fragments = first_fragments(algo, 1)?;
     let seen = seen.lock().map_err(|_| "poisoned")?;
     // The builder's own env (for the spec) is reset by nobody; the runner's 2 envs first.
-    Ok((fragments[0].batch.actions.clone(), seen.reset_seeds[..2].to_vec()))
+    Ok((fragments[0].batches[0].actions.clone(), seen.reset_seeds[..2].to_vec()))
 }
 
 #[test]
@@ -598,9 +598,9 @@ fn restoring_an_older_checkpoint_reaches_the_runners() -> TestResult {
     // Every fragment from now on was sampled with the restored (older) weights.
     for f in first_fragments(&mut algo, 4)? {
         assert!(
-            f.batch.weights_version.iter().all(|&v| v == old_version),
+            f.batches[0].weights_version.iter().all(|&v| v == old_version),
             "{:?}",
-            f.batch.weights_version
+            f.batches[0].weights_version
         );
     }
     // And training goes on from them.

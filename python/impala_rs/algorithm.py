@@ -136,7 +136,7 @@ class Impala:
         parameter raises ``ImpalaError`` naming it, and nothing changes."""
         for policy_id, policy_weights in weights.items():
             self._check_policy_id(policy_id)
-            self._native.set_weights(_tensors(policy_weights))
+            self._native.set_weights(_tensors(policy_weights), policy_id)
 
     def save(self, checkpoint_dir=None):
         """Writes ``checkpoint_dir/checkpoint_<iteration>`` (a fresh temporary folder when
@@ -148,7 +148,7 @@ class Impala:
 
     def restore(self, checkpoint_path, policy_ids=None):
         """Restores a checkpoint of the same env and model: weights, optimizer state,
-        counters and iteration. With ``policy_ids`` (a multi-agent run), only those policies'
+        counters and iteration. With ``policy_ids``, only those policies'
         weights and optimizer state, the rest of the run as it is."""
         if policy_ids is None:
             self._native.restore(str(checkpoint_path))

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use impala::{Algorithm, Impala, ImpalaError as RustImpalaError, Trainable};
+use impala::{Impala, Trainable};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
@@ -21,7 +21,7 @@ use crate::runners::RunnerServer;
 #[pyclass(name = "Algorithm", module = "impala_rs._impala_rs")]
 pub(crate) struct PyAlgorithm {
     /// `None` once stopped. Calls from several Python threads take turns.
-    inner: Mutex<Option<Algorithm>>,
+    inner: Mutex<Option<Impala>>,
     /// Set by Ctrl-C during `train()`: the iteration ends early.
     interrupt: Arc<AtomicBool>,
 }
@@ -49,11 +49,21 @@ impl PyAlgorithm {
         });
         let mut algo = py
             .detach(|| {
-                Algorithm::build_restored(config, env_creator, transport, checkpoint.as_deref())
+                let mut builder = Impala::builder(config);
+                if let Some(creator) = env_creator {
+                    builder = builder.python_env_creator(creator);
+                }
+                if let Some(transport) = transport {
+                    builder = builder.remote_env_runners(transport);
+                }
+                if let Some(checkpoint) = checkpoint {
+                    builder = builder.restore_from(checkpoint);
+                }
+                builder.build()
             })
             .map_err(impala_err)?;
         let interrupt = Arc::new(AtomicBool::new(false));
-        algo.trainable().set_interrupt_flag(Arc::clone(&interrupt));
+        algo.set_interrupt_flag(Arc::clone(&interrupt));
         Ok(PyAlgorithm { inner: Mutex::new(Some(algo)), interrupt })
     }
 
@@ -62,7 +72,7 @@ impl PyAlgorithm {
         self.interrupt.store(false, Ordering::SeqCst);
         let result = {
             let _ctrl_c = CtrlC::watch(py, &self.interrupt)?;
-            self.with(py, |algo| algo.trainable().train())
+            self.with(py, |algo| algo.train())
         };
         let result = to_python(py, &result?.to_json())?;
         // A Ctrl-C during the iteration raises KeyboardInterrupt here (Python's own handler
@@ -78,26 +88,26 @@ impl PyAlgorithm {
     /// Runs `evaluation_duration` evaluation episodes with the current weights (RLlib's
     /// `evaluate()`); returns `{"env_runners": {...}}` like RLlib's evaluation results.
     fn evaluate(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let result = self.with(py, |algo| algo.trainable().evaluate())?;
+        let result = self.with(py, |algo| algo.evaluate())?;
         serialized_to_python(py, &BTreeMap::from([("env_runners", result)]))
     }
 
     /// Saves a checkpoint `dir/checkpoint_<iteration>` (the CLI's format) and returns its path.
     fn save(&self, py: Python<'_>, dir: PathBuf) -> PyResult<String> {
-        let path = self.with(py, |algo| algo.trainable().save(&dir))?;
+        let path = self.with(py, |algo| algo.save(&dir))?;
         Ok(path.display().to_string())
     }
 
     /// Restores a checkpoint folder (or the newest checkpoint of a run folder).
     fn restore(&self, py: Python<'_>, path: PathBuf) -> PyResult<()> {
-        self.with(py, |algo| algo.trainable().restore(&path))
+        self.with(py, |algo| algo.restore(&path))
     }
 
     /// Stops the env runners, their env workers and the learner; later calls raise.
     fn stop(&self, py: Python<'_>) -> PyResult<()> {
         let taken = self.lock().take();
         match taken {
-            Some(mut algo) => py.detach(|| algo.trainable().stop()).map_err(impala_err),
+            Some(mut algo) => py.detach(|| algo.stop()).map_err(impala_err),
             None => Ok(()),
         }
     }
@@ -112,43 +122,47 @@ impl PyAlgorithm {
     /// (a copy: later training does not change it; see `update_policy`).
     #[pyo3(signature = (policy_id = impala::DEFAULT_POLICY_ID.to_string()))]
     fn get_policy(&self, py: Python<'_>, policy_id: String) -> PyResult<Policy> {
-        let policy = self.with(py, |algo| algo.get_policy(&policy_id))?;
+        let policy = self.with(py, |algo| algo.get_policy_by_id(&policy_id))?;
         Ok(policy.into())
     }
 
     /// The policy ids: `default_policy`, or a multi-agent run's `policies`.
     #[getter]
     fn policy_ids(&self) -> PyResult<Vec<String>> {
-        self.lock().as_ref().map(Algorithm::policy_ids).ok_or_else(stopped)
+        self.lock().as_ref().map(Impala::policy_ids).ok_or_else(stopped)
     }
 
-    /// Restores only policy `policy_id` of a multi-agent checkpoint.
+    /// Restores only policy `policy_id`'s weights and optimizer state from a checkpoint (the
+    /// run's counters and other policies stay as they are).
     fn restore_policy(&self, py: Python<'_>, path: PathBuf, policy_id: String) -> PyResult<()> {
-        self.with(py, |algo| match algo {
-            Algorithm::Multi(algo) => algo.restore_policy(&path, &policy_id),
-            Algorithm::Single(algo) => algo.restore(&path),
-        })
+        self.with(py, |algo| algo.restore_policy(&path, &policy_id))
     }
 
-    /// Replaces the learner's weights with `(name, shape, float32 bytes)`, one per parameter
-    /// (the env runners act with them from their next fragment); a missing, unknown or
-    /// misshapen one raises `ImpalaError` naming it.
-    fn set_weights(&self, py: Python<'_>, weights: Vec<RawTensor>) -> PyResult<()> {
+    /// Replaces policy `policy_id`'s learner weights with `(name, shape, float32 bytes)`, one
+    /// per parameter (the env runners act with them from their next fragment); a missing,
+    /// unknown or misshapen one raises `ImpalaError` naming it.
+    #[pyo3(signature = (weights, policy_id = impala::DEFAULT_POLICY_ID.to_string()))]
+    fn set_weights(
+        &self,
+        py: Python<'_>,
+        weights: Vec<RawTensor>,
+        policy_id: String,
+    ) -> PyResult<()> {
         let tensors = named_tensors(weights)?;
-        self.with(py, |algo| single(algo)?.set_weights(tensors))
+        self.with(py, |algo| algo.set_weights_of(&policy_id, tensors))
     }
 
-    /// Gives `policy` (one of `get_policy()`) the learner's current weights and the run's
-    /// current observation filter.
-    fn update_policy(&self, py: Python<'_>, policy: &Policy) -> PyResult<()> {
-        self.with(py, |algo| single(algo)?.update_policy(&mut policy.lock()))
+    /// Gives `policy` (one of `get_policy(policy_id)`) that policy's current weights and the
+    /// run's current observation filter.
+    #[pyo3(signature = (policy, policy_id = impala::DEFAULT_POLICY_ID.to_string()))]
+    fn update_policy(&self, py: Python<'_>, policy: &Policy, policy_id: String) -> PyResult<()> {
+        self.with(py, |algo| algo.update_policy_of(&policy_id, &mut policy.lock()))
     }
 
     /// The validated config, every option included.
     #[getter]
     fn config(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
-        let config =
-            self.lock().as_mut().ok_or_else(stopped)?.trainable().config().config().clone();
+        let config = self.lock().as_ref().ok_or_else(stopped)?.config().config().clone();
         config_to_python(py, &config)
     }
 }
@@ -158,7 +172,7 @@ impl PyAlgorithm {
     fn with<R: Send>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&mut Algorithm) -> impala::Result<R> + Send,
+        f: impl FnOnce(&mut Impala) -> impala::Result<R> + Send,
     ) -> PyResult<R> {
         py.detach(|| match self.lock().as_mut() {
             Some(algo) => f(algo).map_err(impala_err),
@@ -167,21 +181,8 @@ impl PyAlgorithm {
     }
 
     /// The algorithm; a panic in an earlier call (already reported) does not lock it away.
-    fn lock(&self) -> MutexGuard<'_, Option<Algorithm>> {
+    fn lock(&self) -> MutexGuard<'_, Option<Impala>> {
         self.inner.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-/// The single-agent algorithm, for what only it has (one policy's weights and filter).
-fn single(algo: &mut Algorithm) -> impala::Result<&mut Impala> {
-    match algo {
-        Algorithm::Single(algo) => Ok(algo),
-        Algorithm::Multi(_) => Err(RustImpalaError::MultiAgentOption {
-            key: "policies",
-            reason: "this call acts on the one policy of a single-agent run; name the policy \
-                     (`get_policy(policy_id)`, `get_weights([policy_id])`)"
-                .into(),
-        }),
     }
 }
 
@@ -189,7 +190,7 @@ impl Drop for PyAlgorithm {
     /// An algorithm dropped without `stop()` still stops its threads and env workers.
     fn drop(&mut self) {
         if let Some(mut algo) = self.lock().take() {
-            if let Err(e) = algo.trainable().stop() {
+            if let Err(e) = algo.stop() {
                 eprintln!(
                     "impala_rs: stopping a dropped algorithm failed: {}",
                     impala::error_chain(&e)

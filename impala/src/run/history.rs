@@ -7,7 +7,7 @@ use std::fs;
 use std::io::Write;
 use std::path::Path;
 
-use crate::logger::{
+use crate::result_files::{
     create_file, event_files, for_each_result, read_csv_header, tmp_sibling,
     write_progress_from_results, IterationOnly,
 };
@@ -133,7 +133,7 @@ fn copy_results_upto(src: &Path, dst: &Path, last: u64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::logger::test_runs::*;
+    use crate::result_files::test_runs::*;
     use crate::ResultLogger;
 
     #[test]

@@ -14,7 +14,7 @@ use impala_runner_pool::RunnerTransport;
 
 use super::{run, RunDir, RunError, RunEvent, RunOptions, RunSummary, RunTarget};
 use crate::checkpoint::{find_checkpoint, read_checkpoint};
-use crate::{check_environment, Algorithm, ConfigSource, ImpalaError, StopCriteria, Trainable};
+use crate::{check_environment, ConfigSource, Impala, ImpalaError, StopCriteria};
 
 /// The file of the run folder a profiled run's [`Report`](impala_profile::Report) is written
 /// to.
@@ -133,8 +133,14 @@ impl Training {
         if profile {
             impala_profile::enable();
         }
-        let mut algo =
-            Algorithm::build_restored(config, None, transport.clone(), checkpoint.as_deref())?;
+        let mut builder = Impala::builder(config);
+        if let Some(transport) = &transport {
+            builder = builder.remote_env_runners(Arc::clone(transport));
+        }
+        if let Some(checkpoint) = &checkpoint {
+            builder = builder.restore_from(checkpoint);
+        }
+        let mut algo = builder.build()?;
         algo.set_interrupt_flag(Arc::clone(&interrupt));
         let dir = RunDir::open(&target)?;
         Ok(Started { algo, dir, checkpoint, options, profile, transport, interrupt })
@@ -144,7 +150,7 @@ impl Training {
 /// A training run with its algorithm built and its run folder open.
 #[derive(Debug)]
 pub struct Started {
-    algo: Algorithm,
+    algo: Impala,
     dir: RunDir,
     checkpoint: Option<PathBuf>,
     options: RunOptions,
