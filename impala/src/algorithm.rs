@@ -954,16 +954,17 @@ impl Impala {
         }
         for policy in &self.policies {
             let Ok(saved_config) = saved.for_policy(&policy.id) else { continue };
+            // The model the checkpoint's config names, parsed as this run's was.
+            let saved_custom = saved_config.clone().validate().ok();
+            let saved_custom = saved_custom.as_ref().and_then(ValidatedConfig::custom_model);
             let (mut saved_model, mut model) =
                 (saved_config.model, policy.config.config().model.clone());
-            let saved_file = saved_model
-                .custom_model
-                .as_deref()
-                .filter(|name| !CustomModel::NAMES.contains(name));
-            if let (Some(script), Some(copy)) = (&self.script, saved_file) {
+            if let (Some(script), Some(CustomModel::TorchScript(copy))) =
+                (&self.script, saved_custom)
+            {
                 // The same TorchScript model is the same module's bytes: the checkpoint's copy
                 // is another file than the one this run read.
-                let copy = Path::new(copy);
+                let copy = copy.as_path();
                 let bytes = std::fs::read(copy).map_err(|e| ImpalaError::io("read", copy, e))?;
                 let sha256 = sha256_hex(&bytes);
                 if sha256 != script.sha256() {

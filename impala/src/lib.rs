@@ -74,14 +74,12 @@ mod policies;
 mod policy;
 pub mod remote;
 mod result;
-mod result_files;
 pub mod run;
 mod run_envs;
 mod runners;
 pub mod settings;
 mod source;
 mod stop;
-pub mod tensorboard;
 mod torchscript;
 mod trainable;
 
@@ -96,17 +94,17 @@ pub use result::{
     flatten, EvaluationResult, IterationResult, LearnerQueueInfo, Perf, PolicyLearnerInfo,
     ResultInfo, DEFAULT_POLICY_ID,
 };
-pub use result_files::{
+pub use run::files::{
     params_env, read_result_lines, read_results, write_params, PARAMS_FILE, PROGRESS_FILE,
     RESULT_FILE,
 };
 pub use run::logger::ResultLogger;
+pub use run::tensorboard::{self, EventWriter};
 pub use runners::{EnvRunnerGroup, PolicyFragment};
 pub use source::{ConfigSource, EXAMPLE_CONFIGS};
 pub use stop::StopCriteria;
 /// Where a [`TrainedPolicy`] runs (libtorch's device: `Device::Cpu`, `Device::Cuda(i)`).
 pub use tch::Device;
-pub use tensorboard::EventWriter;
 pub use trainable::Trainable;
 
 /// `ImpalaConfig`: every RLlib option, builder groups, files, validation.

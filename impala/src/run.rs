@@ -32,10 +32,12 @@
 //! ```
 
 mod dir;
+pub(crate) mod files;
 pub(crate) mod history;
 mod keep;
 mod lock;
 pub(crate) mod logger;
+pub mod tensorboard;
 mod train;
 
 use std::panic::{catch_unwind, AssertUnwindSafe};

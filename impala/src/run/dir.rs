@@ -515,15 +515,15 @@ fn refuse_foreign_files(dir: &Path) -> Result<(), RunError> {
     let ours = |name: &str| {
         [
             crate::run::LOCK_FILE,
-            crate::result_files::PARAMS_FILE,
+            crate::run::files::PARAMS_FILE,
             RESULT_FILE,
-            crate::result_files::PROGRESS_FILE,
+            crate::run::files::PROGRESS_FILE,
         ]
         .contains(&name)
             || TRIAL_FILES.contains(&name)
             || name == crate::run::BEST_CHECKPOINT_FILE
             || name.starts_with(CHECKPOINT_PREFIX)
-            || name.starts_with(crate::result_files::EVENTS_PREFIX)
+            || name.starts_with(crate::run::files::EVENTS_PREFIX)
             || parse_temporary(name).is_some()
             || name.ends_with(".png")
             || name == "profile.json"

@@ -7,11 +7,11 @@ use std::fs;
 use std::io::Write;
 use std::path::Path;
 
-use crate::result_files::{
+use crate::run::files::{
     create_file, event_files, for_each_result, read_csv_header, tmp_sibling,
     write_progress_from_results, IterationOnly,
 };
-use crate::tensorboard::copy_events_upto;
+use crate::run::tensorboard::copy_events_upto;
 use crate::{ImpalaError, Result, PROGRESS_FILE, RESULT_FILE};
 
 /// What [`rewind_history`] or [`copy_history`] did.
@@ -133,7 +133,7 @@ fn copy_results_upto(src: &Path, dst: &Path, last: u64) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result_files::test_runs::*;
+    use crate::run::files::test_runs::*;
     use crate::ResultLogger;
 
     #[test]

@@ -13,7 +13,7 @@ use super::dir::{checkpoint_iterations, remove_checkpoint};
 use super::RunError;
 use crate::checkpoint::{checkpoint_name, write_file_atomically};
 use crate::result::flatten;
-use crate::result_files::for_each_result;
+use crate::run::files::for_each_result;
 use crate::{EvaluationResult, ImpalaError, IterationResult, RESULT_FILE};
 
 /// The run folder's pointer to its best checkpoint: the folder name on the first line, then

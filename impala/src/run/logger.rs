@@ -1,5 +1,5 @@
 //! [`ResultLogger`]: writes each iteration's result to the run folder's files
-//! ([`crate::result_files`]) and TensorBoard events, as Ray Tune does.
+//! ([`crate::run::files`]) and TensorBoard events, as Ray Tune does.
 //!
 //! Memory stays flat however long a run is: the logger keeps only the CSV header, and every
 //! file is read and rewritten as a stream (a new column rewrites `progress.csv` from the old
@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use crate::checkpoint::write_file_atomically;
 use crate::result::flatten;
-use crate::result_files::{
+use crate::run::files::{
     create_file, csv_error, csv_reader, csv_writer, open_append, read_csv_header, tmp_sibling,
     union_header, write_row, PROGRESS_FILE, RESULT_FILE,
 };
@@ -153,8 +153,8 @@ impl ResultLogger {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::result_files::test_runs::*;
-    use crate::result_files::*;
+    use crate::run::files::test_runs::*;
+    use crate::run::files::*;
     use crate::EvaluationResult;
     use std::collections::BTreeMap;
 

@@ -308,7 +308,7 @@ pub(crate) fn csv_value(v: &serde_json::Value) -> String {
 #[cfg(test)]
 pub(crate) mod test_runs {
     use super::*;
-    use crate::tensorboard::read_scalars;
+    use crate::run::tensorboard::read_scalars;
     use crate::ResultLogger;
 
     pub(crate) fn result(i: u64) -> IterationResult {
@@ -351,7 +351,7 @@ pub(crate) mod test_runs {
         let mut out = Vec::new();
         for name in event_files(dir)? {
             for (_, tag, v) in read_scalars(&dir.join(name))? {
-                if tag == crate::tensorboard::ITERATION_TAG {
+                if tag == crate::run::tensorboard::ITERATION_TAG {
                     out.push(v as u64);
                 }
             }
