@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use impala_core::{LossReduction, OptType, Precision, Schedule};
+use impala_core::{GradClipBy, LossReduction, OptType, Precision, Schedule};
 
 use crate::model::ModelConfig;
 use crate::multi_agent::CountStepsBy;
@@ -190,6 +190,10 @@ pub struct ImpalaConfig {
     /// Clip the global norm of gradients to this; `None` = no clipping.
     #[serde(deserialize_with = "crate::serde_util::none_or")]
     pub grad_clip: Option<f64>,
+    /// How `grad_clip` clips (RLlib's `grad_clip_by`): the global norm of each optimizer's
+    /// gradients (`"global_norm"`), each parameter's norm (`"norm"`) or each element
+    /// (`"value"`).
+    pub grad_clip_by: GradClipBy,
     /// The optimizer.
     pub opt_type: OptType,
     /// Piecewise-linear learning-rate schedule `[[timestep, lr], ...]`.
@@ -371,6 +375,15 @@ pub struct ImpalaConfig {
     /// Never send train batches to the learner (RLlib's `_skip_learners`).
     #[serde(rename = "_skip_learners")]
     pub skip_learners: bool,
+
+    // ---- api_stack() ----
+    /// RLlib's `api_stack(enable_rl_module_and_learner=...)`: the API stack the config is
+    /// written for. Both of RLlib's stacks drive the one engine here (the options and models of
+    /// either stack mean the same), so it changes nothing but is kept, as written.
+    pub enable_rl_module_and_learner: bool,
+    /// RLlib's `api_stack(enable_env_runner_and_connector_v2=...)`: as
+    /// `enable_rl_module_and_learner`, for the env runners; the one engine either way.
+    pub enable_env_runner_and_connector_v2: bool,
 }
 
 impl Default for ImpalaConfig {
@@ -407,6 +420,7 @@ impl Default for ImpalaConfig {
             broadcast_interval: 1,
             num_aggregation_workers: 0,
             grad_clip: Some(40.0),
+            grad_clip_by: GradClipBy::GlobalNorm,
             opt_type: OptType::Adam,
             lr_schedule: None,
             decay: 0.99,
@@ -472,6 +486,8 @@ impl Default for ImpalaConfig {
             log_level: "WARN".into(),
             env_runners_only: false,
             skip_learners: false,
+            enable_rl_module_and_learner: true,
+            enable_env_runner_and_connector_v2: true,
         }
     }
 }

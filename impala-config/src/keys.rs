@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use impala_core::{ConvFilter, LossReduction, OptType, Precision, Schedule};
+use impala_core::{ConvFilter, GradClipBy, LossReduction, OptType, Precision, Schedule};
 
 use crate::config::{DurationUnit, EnvBackend, EnvRunnerBackend, ImpalaConfig, PlacementStrategy};
 use crate::model::ModelConfig;
@@ -34,11 +34,13 @@ pub enum Group {
     Evaluation,
     /// `debugging()`.
     Debugging,
+    /// `api_stack()`.
+    ApiStack,
 }
 
 impl Group {
     /// Every group, in RLlib's order.
-    pub const ALL: [Group; 11] = [
+    pub const ALL: [Group; 12] = [
         Group::Environment,
         Group::Training,
         Group::EnvRunners,
@@ -50,6 +52,7 @@ impl Group {
         Group::Reporting,
         Group::Evaluation,
         Group::Debugging,
+        Group::ApiStack,
     ];
 
     /// The group's method name (`"env_runners"`).
@@ -66,6 +69,7 @@ impl Group {
             Group::Reporting => "reporting",
             Group::Evaluation => "evaluation",
             Group::Debugging => "debugging",
+            Group::ApiStack => "api_stack",
         }
     }
 
@@ -119,6 +123,7 @@ fn describe_type(ty: &str) -> String {
         "ConvFilter" => "[out_channels, kernel, stride] (kernel, stride: an int or [h, w])".into(),
         "Schedule" => "a list of [timestep, value] pairs".into(),
         "OptType" => "\"adam\" or \"rmsprop\"".into(),
+        "GradClipBy" => "\"global_norm\", \"norm\" or \"value\"".into(),
         "LossReduction" => "\"sum\" or \"mean\"".into(),
         "Precision" => "\"fp32\" or \"bf16-mixed\"".into(),
         "DurationUnit" => "\"episodes\" or \"timesteps\"".into(),
@@ -329,6 +334,7 @@ groups! {
         num_aggregation_workers: usize,
         num_gpu_loader_threads: usize,
         [into] grad_clip: Option<f64>,
+        grad_clip_by: GradClipBy,
         opt_type: OptType,
         lr_schedule: Option<Schedule>,
         decay: f64,
@@ -423,6 +429,13 @@ groups! {
         env_runners_only as "_env_runners_only": bool,
         skip_learners as "_skip_learners": bool,
     }
+
+    /// RLlib's `api_stack()`: which of RLlib's API stacks the config is written for; both drive
+    /// the same engine here.
+    ApiStack => ApiStack {
+        enable_rl_module_and_learner: bool,
+        enable_env_runner_and_connector_v2: bool,
+    }
 }
 
 groups! {
@@ -511,4 +524,5 @@ entry_points! {
     reporting => Reporting,
     evaluation => Evaluation,
     debugging => Debugging,
+    api_stack => ApiStack,
 }

@@ -46,7 +46,8 @@ pub use config::{DurationUnit, EnvBackend, EnvRunnerBackend, ImpalaConfig, Place
 pub use diagnostics::{Rule, Violation, Warning, WarningKind};
 pub use error::{ConfigError, Origin, Position, Result};
 pub use impala_core::{
-    Activation, ConvFilter, LearnerDeviceKind, LossReduction, OptType, Precision, Schedule,
+    Activation, ConvFilter, GradClipBy, LearnerDeviceKind, LossReduction, OptType, Precision,
+    Schedule,
 };
 pub use io::{nearest_key, ConfigFormat, Loaded};
 pub use keys::{

@@ -451,3 +451,23 @@ fn other_libraries_names_suggest_the_rllib_key() -> TestResult {
     assert_eq!(config.num_env_runners, 3);
     Ok(())
 }
+
+#[test]
+fn the_new_api_stacks_options_are_keys_of_their_groups() -> Result<(), Box<dyn std::error::Error>> {
+    let by = impala_config::key_info("grad_clip_by").ok_or("no grad_clip_by")?;
+    assert_eq!(
+        (by.group, by.expected()),
+        (Group::Training, "\"global_norm\", \"norm\" or \"value\"".to_string())
+    );
+    let mut config = ImpalaConfig::default();
+    config.apply_override("grad_clip_by=value")?;
+    assert_eq!(config.grad_clip_by, impala_config::GradClipBy::Value);
+    let err = config.apply_override("grad_clip_by=sideways").err().map(|e| e.to_string());
+    assert!(err.is_some_and(|e| e.contains("global_norm")), "refused naming the choices");
+    let stack =
+        impala_config::key_info("enable_rl_module_and_learner").ok_or("no api_stack key")?;
+    assert_eq!(stack.group, Group::ApiStack);
+    let config = ImpalaConfig::default().api_stack(|a| a.enable_env_runner_and_connector_v2(false));
+    assert!(!config.enable_env_runner_and_connector_v2 && config.enable_rl_module_and_learner);
+    Ok(())
+}

@@ -30,6 +30,6 @@ pub use schedule::Schedule;
 pub use space::Space;
 pub use stats::EpisodeStats;
 pub use training::{
-    Activation, LearnerDeviceKind, LossReduction, OptType, Precision, UnknownActivation,
+    Activation, GradClipBy, LearnerDeviceKind, LossReduction, OptType, Precision, UnknownActivation,
 };
 pub use weights::{NamedTensor, Weights};

@@ -21,6 +21,27 @@ pub enum OptType {
     Rmsprop,
 }
 
+/// How gradients are clipped to `grad_clip` (RLlib's `grad_clip_by`), per optimizer.
+///
+/// ```
+/// use impala_core::GradClipBy;
+/// let by: GradClipBy = serde_json::from_value(serde_json::json!("global_norm"))?;
+/// assert_eq!(by, GradClipBy::GlobalNorm);
+/// # Ok::<(), Box<dyn std::error::Error>>(())
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum GradClipBy {
+    /// Scales all of an optimizer's gradients together so their global norm is at most
+    /// `grad_clip` (RLlib's default, and its old stack's only way).
+    #[default]
+    GlobalNorm,
+    /// Scales each parameter's gradient so its own norm is at most `grad_clip`.
+    Norm,
+    /// Clamps every gradient element into `[-grad_clip, grad_clip]`.
+    Value,
+}
+
 /// How the loss terms are reduced over the `T * B` steps of a train batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
 #[serde(rename_all = "lowercase")]

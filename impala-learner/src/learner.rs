@@ -6,12 +6,12 @@ use std::path::Path;
 use std::sync::Arc;
 
 use impala_core::{EnvSpec, NamedTensor, SampleBatch, Weights};
-use impala_core::{LossReduction, OptType};
+use impala_core::{GradClipBy, LossReduction, OptType};
 use tch::{Device, Kind, Tensor};
 
 use crate::batch::{BatchLoader, LoadedBatch, Shard};
 use crate::model::{ModelFactory, Network, Unroll};
-use crate::optim::{clip_grad, Optimizer, OptimizerKind};
+use crate::optim::{clip_grad_by, Optimizer, OptimizerKind};
 use crate::settings::{LearnerSettings, LossSettings, OptimizerSettings};
 use crate::{LearnerError, Result};
 
@@ -363,7 +363,12 @@ impl Learner {
         let policy_loss = pi_sum * scale;
         let vf_loss = vf_sum * scale;
         let total_loss = policy_loss - entropy_coeff * ent_sum * scale + s.vf_loss_coeff * vf_loss;
-        let clip = o.grad_clip.unwrap_or(f64::INFINITY);
+        // RLlib's `grad_gnorm`: the global norms after global-norm clipping; the norms as
+        // computed when clipping is by parameter or by value.
+        let clip = match o.grad_clip_by {
+            GradClipBy::GlobalNorm => o.grad_clip.unwrap_or(f64::INFINITY),
+            GradClipBy::Norm | GradClipBy::Value => f64::INFINITY,
+        };
         let grad_gnorm: f64 = group_norms.iter().map(|&n| n.min(clip)).sum();
         let entropy = ent_sum / total_steps as f64;
         if !total_loss.is_finite() || group_norms.iter().any(|n| !n.is_finite()) {
@@ -386,7 +391,7 @@ impl Learner {
         for (((opt, _), mut g), (&norm, lr)) in
             self.optimizers.iter_mut().zip(flat_grads).zip(group_norms.iter().zip(lrs))
         {
-            clip_grad(&mut g, norm, o.grad_clip)?;
+            clip_grad_by(&mut g, norm, &opt.segments(), o.grad_clip_by, o.grad_clip)?;
             opt.propose(lr)?;
             flags.push(opt.proposal_finite()?);
         }

@@ -1,6 +1,7 @@
 //! Adam and RMSprop with torch's update rules, written with tensor ops so their state can be
 //! checkpointed (tch's `nn::Optimizer` hides it), and torch's global-norm gradient clipping.
 
+use impala_core::GradClipBy;
 use tch::Tensor;
 
 use crate::{LearnerError, Result};
@@ -100,6 +101,11 @@ impl Optimizer {
             scratch: zeros()?,
         };
         Ok(Optimizer { kind, step: 0, segments, params, state, next })
+    }
+
+    /// Where each parameter lives in the flat buffers: `(offset, numel)`.
+    pub(crate) fn segments(&self) -> Vec<(i64, i64)> {
+        self.segments.iter().map(|s| (s.offset, s.numel)).collect()
     }
 
     /// Copies `grads` (one per parameter) into the flat gradient buffer and returns it (a
@@ -268,11 +274,75 @@ fn gather_into(dst: &Tensor, tensors: &[Tensor], segments: &[Segment]) -> Result
 /// torch's `clip_grad_norm_` on a flat gradient once its global `norm` is known (the learner
 /// reads it back with its other statistics): scales it in place by `max_norm / (norm + 1e-6)`
 /// when that is below 1.
-pub(crate) fn clip_grad(grad: &mut Tensor, norm: f64, max_norm: Option<f64>) -> Result<()> {
+fn clip_grad(grad: &mut Tensor, norm: f64, max_norm: Option<f64>) -> Result<()> {
     let Some(max) = max_norm else { return Ok(()) };
     let coef = max / (norm + 1e-6);
     if coef < 1.0 {
         let _ = grad.f_mul_scalar_(coef)?;
     }
     Ok(())
+}
+
+/// Clips an optimizer's flat gradient `grad` (global norm `norm`, its parameters at
+/// `(offset, numel)` of `segments`) to `max` as `by` says (RLlib's `grad_clip_by`), in place and
+/// on the gradient's device: the global norm, each parameter's norm, or each element.
+pub(crate) fn clip_grad_by(
+    grad: &mut Tensor,
+    norm: f64,
+    segments: &[(i64, i64)],
+    by: GradClipBy,
+    max: Option<f64>,
+) -> Result<()> {
+    let Some(max) = max else { return Ok(()) };
+    match by {
+        GradClipBy::GlobalNorm => clip_grad(grad, norm, Some(max)),
+        GradClipBy::Value => {
+            let _ = grad.f_clamp_(-max, max)?;
+            Ok(())
+        }
+        GradClipBy::Norm => {
+            for &(offset, numel) in segments {
+                let mut part = grad.f_narrow(0, offset, numel)?;
+                // min(1, max / (norm + 1e-6)), without a host sync per parameter.
+                let coef = part.f_norm()?.f_add_scalar(1e-6)?.f_reciprocal()?.f_mul_scalar(max)?;
+                let _ = part.f_mul_(&coef.f_clamp_max(1.0)?)?;
+            }
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two parameters: `[3, 4]` (norm 5) and `[0.1, -0.1]`.
+    fn clipped(by: GradClipBy, max: f64) -> Result<Vec<f64>> {
+        let mut grad = Tensor::f_from_slice(&[3.0f64, 4.0, 0.1, -0.1])?;
+        let norm = f64::try_from(grad.f_norm()?)?;
+        clip_grad_by(&mut grad, norm, &[(0, 2), (2, 2)], by, Some(max))?;
+        Ok(Vec::<f64>::try_from(&grad)?)
+    }
+
+    fn close(a: &[f64], b: &[f64]) -> bool {
+        a.iter().zip(b).all(|(x, y)| (x - y).abs() < 1e-5)
+    }
+
+    #[test]
+    fn gradients_clip_by_global_norm_by_each_parameters_norm_or_by_value() -> Result<()> {
+        // Global norm sqrt(25.02): every element scaled by 1 / that.
+        let scale = 1.0 / (25.02f64.sqrt() + 1e-6);
+        let global = clipped(GradClipBy::GlobalNorm, 1.0)?;
+        assert!(
+            close(&global, &[3.0 * scale, 4.0 * scale, 0.1 * scale, -0.1 * scale]),
+            "{global:?}"
+        );
+        // Each parameter: the first to norm 1, the second (norm 0.14) unchanged.
+        let norm = clipped(GradClipBy::Norm, 1.0)?;
+        assert!(close(&norm, &[0.6, 0.8, 0.1, -0.1]), "{norm:?}");
+        // Each element into [-0.5, 0.5].
+        let value = clipped(GradClipBy::Value, 0.5)?;
+        assert!(close(&value, &[0.5, 0.5, 0.1, -0.1]), "{value:?}");
+        Ok(())
+    }
 }

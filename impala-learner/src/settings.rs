@@ -9,8 +9,8 @@ use std::num::NonZeroUsize;
 use std::time::Duration;
 
 use impala_core::{
-    Activation, ConvFilter, CustomModel, LearnerDeviceKind, LossReduction, OptType, Precision,
-    Schedule,
+    Activation, ConvFilter, CustomModel, GradClipBy, LearnerDeviceKind, LossReduction, OptType,
+    Precision, Schedule,
 };
 use tch::Device;
 
@@ -143,8 +143,10 @@ pub struct OptimizerSettings {
     pub lr: f64,
     /// The learning rate over agent steps trained (`lr_schedule`).
     pub lr_schedule: Option<Schedule>,
-    /// Global-norm gradient clipping per optimizer (`grad_clip`); `None` does not clip.
+    /// Gradient clipping per optimizer (`grad_clip`); `None` does not clip.
     pub grad_clip: Option<f64>,
+    /// What `grad_clip` bounds (`grad_clip_by`).
+    pub grad_clip_by: GradClipBy,
     /// RMSprop's `eps` (`epsilon`).
     pub epsilon: f64,
     /// RMSprop's squared-gradient decay, torch's `alpha` (`decay`).
@@ -166,6 +168,7 @@ impl Default for OptimizerSettings {
             lr: 5e-4,
             lr_schedule: None,
             grad_clip: Some(40.0),
+            grad_clip_by: GradClipBy::GlobalNorm,
             epsilon: 0.1,
             decay: 0.99,
             momentum: 0.0,

@@ -746,7 +746,7 @@ impl Impala {
         if self.config.config().count_steps_by == CountStepsBy::AgentSteps {
             result.timesteps_total = c.num_agent_steps_sampled;
         }
-        result
+        result.with_new_stack_names()
     }
 
     /// Runs `evaluation_duration` episodes (or env steps) with the learners' current weights

@@ -77,9 +77,22 @@ pub struct IterationResult {
         deserialize_with = "null_is_nan::by_name"
     )]
     pub policy_reward_mean: BTreeMap<String, f64>,
+    /// RLlib's new API stack name for `num_env_steps_sampled` (the run's count so far).
+    pub num_env_steps_sampled_lifetime: u64,
+    /// The new stack's `num_env_steps_trained`.
+    pub num_env_steps_trained_lifetime: u64,
+    /// The new stack's `num_agent_steps_sampled`.
+    pub num_agent_steps_sampled_lifetime: u64,
+    /// The new stack's `episodes_total`.
+    pub num_episodes_lifetime: u64,
+    /// The new stack's learner results: per policy (RLlib's module id), its learner stats and
+    /// `num_module_steps_trained_lifetime` (`learners/<policy>/policy_loss`, ...).
+    #[serde(deserialize_with = "null_is_nan::by_name_nested")]
+    pub learners: BTreeMap<String, BTreeMap<String, f64>>,
     /// Learner and driver-loop internals.
     pub info: ResultInfo,
-    /// Env runner health (healthy runners, restarts, in-flight requests, ...).
+    /// Env runner health (healthy runners, restarts, in-flight requests, ...), and the episode
+    /// metrics under their new API stack names (`env_runners/episode_return_mean`, ...).
     #[serde(deserialize_with = "null_is_nan::by_name")]
     pub env_runners: BTreeMap<String, f64>,
     /// The latest evaluation, in iterations that evaluated.
@@ -259,6 +272,46 @@ impl IterationResult {
         }
     }
 
+    /// Adds the names RLlib's new API stack reports beside the old stack's (the same numbers):
+    /// `num_env_steps_sampled_lifetime` and the other lifetime counts, the episode metrics under
+    /// `env_runners/` (each policy's mean return as `module_episode_returns_mean/<policy>`), and
+    /// the learner stats under `learners/<policy>/`. So a Tune stop dict or a
+    /// `checkpoint_score_attribute` written for either stack finds its key.
+    pub(crate) fn with_new_stack_names(mut self) -> Self {
+        self.num_env_steps_sampled_lifetime = self.num_env_steps_sampled;
+        self.num_env_steps_trained_lifetime = self.num_env_steps_trained;
+        self.num_agent_steps_sampled_lifetime = self.num_agent_steps_sampled;
+        self.num_episodes_lifetime = self.episodes_total;
+        let episodes = [
+            ("episode_return_mean", self.episode_return_mean),
+            ("episode_return_min", self.episode_return_min),
+            ("episode_return_max", self.episode_return_max),
+            ("episode_len_mean", self.episode_len_mean),
+            ("num_episodes", self.num_episodes as f64),
+            ("num_env_steps_sampled", self.num_env_steps_sampled_this_iter as f64),
+            ("num_env_steps_sampled_lifetime", self.num_env_steps_sampled as f64),
+        ];
+        for (key, value) in episodes {
+            self.env_runners.insert(key.to_string(), value);
+        }
+        if self.policy_reward_mean.is_empty() {
+            let key = format!("module_episode_returns_mean/{DEFAULT_POLICY_ID}");
+            self.env_runners.insert(key, self.episode_return_mean);
+        }
+        self.learners = self
+            .info
+            .learner
+            .iter()
+            .map(|(policy, info)| {
+                let mut stats = info.learner_stats.clone();
+                let steps = info.num_agent_steps_trained as f64;
+                stats.insert("num_module_steps_trained_lifetime".to_string(), steps);
+                (policy.clone(), stats)
+            })
+            .collect();
+        self
+    }
+
     /// The result as RLlib's nested result dict.
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
@@ -328,6 +381,21 @@ mod null_is_nan {
         let numbers = BTreeMap::<String, Option<f64>>::deserialize(d)?;
         Ok(numbers.into_iter().map(|(k, x)| (k, x.unwrap_or(f64::NAN))).collect())
     }
+
+    pub(super) fn by_name_nested<'de, D>(
+        d: D,
+    ) -> Result<BTreeMap<String, BTreeMap<String, f64>>, D::Error>
+    where
+        D: Deserializer<'de>,
+    {
+        let nested = BTreeMap::<String, BTreeMap<String, Option<f64>>>::deserialize(d)?;
+        Ok(nested
+            .into_iter()
+            .map(|(k, numbers)| {
+                (k, numbers.into_iter().map(|(k, x)| (k, x.unwrap_or(f64::NAN))).collect())
+            })
+            .collect())
+    }
 }
 
 /// Flattens a nested JSON object into `a/b/c` keys (Tune's `flatten_dict` with `/`), keeping
@@ -374,6 +442,36 @@ mod tests {
         assert!(flat["episode_return_mean"].is_null());
         assert!(!flat.contains_key("evaluation/episode_return_mean"));
         assert!(flat.contains_key("perf/peak_rss_mib"));
+    }
+
+    #[test]
+    fn the_new_api_stack_names_carry_the_same_numbers() {
+        let mut r = IterationResult {
+            num_env_steps_sampled: 1000,
+            num_env_steps_sampled_this_iter: 200,
+            episodes_total: 12,
+            episode_return_mean: 31.5,
+            ..Default::default()
+        };
+        let stats = BTreeMap::from([("policy_loss".to_string(), -0.25)]);
+        r.info.learner.insert(
+            DEFAULT_POLICY_ID.into(),
+            PolicyLearnerInfo {
+                learner_stats: stats,
+                num_agent_steps_trained: 640,
+                ..Default::default()
+            },
+        );
+        let flat = flatten(&r.with_new_stack_names().to_json());
+        assert_eq!(flat["env_runners/episode_return_mean"], 31.5);
+        assert_eq!(flat["env_runners/module_episode_returns_mean/default_policy"], 31.5);
+        assert_eq!(flat["env_runners/num_env_steps_sampled"], 200.0);
+        assert_eq!(
+            (flat["num_env_steps_sampled_lifetime"].clone(), flat["num_episodes_lifetime"].clone()),
+            (1000.into(), 12.into())
+        );
+        assert_eq!(flat["learners/default_policy/policy_loss"], -0.25);
+        assert_eq!(flat["learners/default_policy/num_module_steps_trained_lifetime"], 640.0);
     }
 
     #[test]

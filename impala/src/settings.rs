@@ -135,6 +135,7 @@ pub fn learner(config: &ValidatedConfig) -> LearnerSettings {
             lr: c.lr,
             lr_schedule: c.lr_schedule.clone(),
             grad_clip: c.grad_clip,
+            grad_clip_by: c.grad_clip_by,
             epsilon: c.epsilon,
             decay: c.decay,
             momentum: c.momentum,

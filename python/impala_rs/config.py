@@ -75,7 +75,9 @@ class IMPALAConfig:
 
     def training(self, **kwargs):
         """RLlib's ``training()``: the loss, optimizer, V-trace, learner queue and replay
-        options; ``model`` (a dict) is merged into the model options. Its ``custom_model``
+        options (``lr`` and ``entropy_coeff`` also as RLlib's new-stack schedules,
+        ``[[timestep, value], ...]``; ``grad_clip_by`` is ``"global_norm"``, ``"norm"`` or
+        ``"value"``); ``model`` (a dict) is merged into the model options. Its ``custom_model``
         takes a ``torch.nn.Module`` class or a name given to ``register_custom_model`` (built
         with ``custom_model_config`` as keyword arguments and scripted), ``"impala_resnet"``
         or the path of a TorchScript file."""
@@ -160,6 +162,18 @@ class IMPALAConfig:
         """RLlib's ``debugging()``: ``seed``, ``log_level``, ``_env_runners_only``,
         ``_skip_learners``."""
         return self._update("debugging", kwargs)
+
+    def api_stack(self, enable_rl_module_and_learner=NotProvided, enable_env_runner_and_connector_v2=NotProvided):
+        """RLlib's ``api_stack()``: the API stack the config is written for. Both of RLlib's
+        stacks drive the one engine here, so either setting trains the same way; it is kept as
+        written."""
+        return self._update(
+            "api_stack",
+            {
+                "enable_rl_module_and_learner": enable_rl_module_and_learner,
+                "enable_env_runner_and_connector_v2": enable_env_runner_and_connector_v2,
+            },
+        )
 
     def framework(self, framework="torch", **kwargs):
         """RLlib's ``framework()``: impala-rs runs on libtorch, so only ``"torch"`` is
@@ -267,6 +281,12 @@ class IMPALAConfig:
                 )
             if deprecated:
                 warnings.warn(f"`{name}` is deprecated (RLlib's old name); use `{key}`", stacklevel=3)
+            if key in _SCHEDULED and _is_schedule(value):
+                # RLlib's new stack takes `lr` / `entropy_coeff` as `[[timestep, value], ...]`:
+                # the schedule option, starting from its first value.
+                self._values[_SCHEDULED[key]] = copy.deepcopy(value)
+                self._values[key] = value[0][1]
+                continue
             if key == "model":
                 if not isinstance(value, dict):
                     raise TypeError(f"training(model=...): expects a dict of model options, got {value!r}")
@@ -418,6 +438,19 @@ def _resolve_multi_agent_callables(out, creator):
     if callable(to_train):
         ids = out.get("policies") or ["default_policy"]
         out["policies_to_train"] = [p for p in ids if to_train(p, None)]
+
+
+#: Options RLlib's new stack also takes as a schedule, and the option that holds it here.
+_SCHEDULED = {"lr": "lr_schedule", "entropy_coeff": "entropy_coeff_schedule"}
+
+
+def _is_schedule(value):
+    """Whether ``value`` is a schedule, ``[[timestep, value], ...]`` (not a Tune search space)."""
+    return (
+        isinstance(value, (list, tuple))
+        and len(value) > 0
+        and all(isinstance(p, (list, tuple)) and len(p) == 2 for p in value)
+    )
 
 
 def _nearest(name):

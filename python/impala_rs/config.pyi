@@ -21,7 +21,7 @@ class IMPALAConfig:
     def training(
         self, *,
         gamma: Union[float, _NotProvided] = ...,
-        lr: Union[float, _NotProvided] = ...,
+        lr: Union[float, List[List[float]], _NotProvided] = ...,
         train_batch_size: Union[int, _NotProvided] = ...,
         train_batch_size_per_learner: Union[Optional[int], _NotProvided] = ...,
         vtrace: Union[bool, _NotProvided] = ...,
@@ -44,13 +44,14 @@ class IMPALAConfig:
         num_aggregation_workers: Union[int, _NotProvided] = ...,
         num_gpu_loader_threads: Union[int, _NotProvided] = ...,
         grad_clip: Union[Optional[float], _NotProvided] = ...,
+        grad_clip_by: Union[Literal["global_norm", "norm", "value"], _NotProvided] = ...,
         opt_type: Union[Literal["adam", "rmsprop"], _NotProvided] = ...,
         lr_schedule: Union[Optional[List[List[float]]], _NotProvided] = ...,
         decay: Union[float, _NotProvided] = ...,
         momentum: Union[float, _NotProvided] = ...,
         epsilon: Union[float, _NotProvided] = ...,
         vf_loss_coeff: Union[float, _NotProvided] = ...,
-        entropy_coeff: Union[float, _NotProvided] = ...,
+        entropy_coeff: Union[float, List[List[float]], _NotProvided] = ...,
         entropy_coeff_schedule: Union[Optional[List[List[float]]], _NotProvided] = ...,
         _separate_vf_optimizer: Union[bool, _NotProvided] = ...,
         _lr_vf: Union[float, _NotProvided] = ...,
@@ -132,6 +133,11 @@ class IMPALAConfig:
         log_level: Union[str, _NotProvided] = ...,
         _env_runners_only: Union[bool, _NotProvided] = ...,
         _skip_learners: Union[bool, _NotProvided] = ...,
+    ) -> "IMPALAConfig": ...
+    def api_stack(
+        self, *,
+        enable_rl_module_and_learner: Union[bool, _NotProvided] = ...,
+        enable_env_runner_and_connector_v2: Union[bool, _NotProvided] = ...,
     ) -> "IMPALAConfig": ...
     rollouts = env_runners
     def to_dict(self) -> Dict[str, Any]: ...

@@ -46,3 +46,55 @@ def test_tune_grid_search_runs_two_trials(tmp_path):
         assert result.metrics["training_iteration"] == 1
         assert result.config["grad_clip"] == 20.0
         assert result.metrics["num_env_steps_sampled"] > 0
+
+
+def test_tune_stops_on_the_new_api_stacks_result_names(tmp_path):
+    from ray import tune
+
+    from impala_rs import IMPALAConfig
+    from impala_rs.tune import Impala
+
+    config = IMPALAConfig().environment("CartPole-v1").env_runners(num_env_runners=1)
+    # Every CartPole episode returns at least 8: the first iteration that ends one stops.
+    stop = {"env_runners/episode_return_mean": 8, "training_iteration": 20}
+    results = tune.Tuner(
+        Impala,
+        param_space=config,
+        run_config=tune.RunConfig(stop=stop, storage_path=str(tmp_path)),
+    ).fit()
+    assert results.errors == []
+    metrics = results[0].metrics
+    assert metrics["env_runners"]["episode_return_mean"] >= 8
+    assert metrics["training_iteration"] < 20
+    assert metrics["num_env_steps_sampled_lifetime"] == metrics["num_env_steps_sampled"]
+    assert metrics["learners"]["default_policy"]["total_loss"] is not None
+
+
+def test_new_api_stack_calls_and_options_build_and_train():
+    from impala_rs import IMPALAConfig
+
+    config = (
+        IMPALAConfig()
+        .api_stack(enable_rl_module_and_learner=True, enable_env_runner_and_connector_v2=True)
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=1)
+        .training(
+            lr=[[0, 0.0005], [1_000_000, 0.0001]],
+            entropy_coeff=[[0, 0.01], [1_000_000, 0.0]],
+            grad_clip=40.0,
+            grad_clip_by="norm",
+            train_batch_size_per_learner=500,
+        )
+        .reporting(min_time_s_per_iteration=1)
+    )
+    values = config.to_dict()
+    assert values["lr_schedule"] == [[0, 0.0005], [1_000_000, 0.0001]] and values["lr"] == 0.0005
+    assert values["entropy_coeff_schedule"][0] == [0, 0.01] and values["grad_clip_by"] == "norm"
+    algo = config.build_algo()
+    try:
+        result = algo.train()
+        assert result["num_env_steps_trained"] > 0
+        stats = result["learners"]["default_policy"]
+        assert 0.0001 <= stats["cur_lr"] <= 0.0005
+    finally:
+        algo.stop()

@@ -22,6 +22,7 @@ GROUPS = [
     "reporting",
     "evaluation",
     "debugging",
+    "api_stack",
 ]
 
 
@@ -86,11 +87,15 @@ def render():
         "policy_mapping_fn": "Union[Callable[..., str], Dict[str, str]]",
         "policies_to_train": "Union[List[str], Set[str], Callable[[str, Any], bool], None]",
     }
+    # RLlib's new stack also takes these as schedules, `[[timestep, value], ...]`.
+    scheduled = {"lr", "entropy_coeff"}
     for group in GROUPS:
         params = []
         for name, annotation, _ in by_group[group]:
             if group == "environment" and name == "env":
                 continue
+            if name in scheduled:
+                annotation = f"{annotation}, List[List[float]]"
             if group == "multi_agent":
                 name = "policy_mapping_fn" if name == "policy_mapping" else name
                 annotation = python_forms.get(name, annotation)
