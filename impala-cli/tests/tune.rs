@@ -260,3 +260,49 @@ fn sigterm_reaches_every_running_trial_and_they_save() -> TestResult {
     assert!(summary["best"]["checkpoint"].is_string(), "{summary}");
     Ok(())
 }
+
+/// An RLlib experiment file (`rllib train file X.yaml`'s), with RLlib's old stop key names.
+const EXPERIMENT: &str = "cartpole-impala:\n\
+                          \x20 env: CartPole-v1\n\
+                          \x20 run: IMPALA\n\
+                          \x20 stop:\n\
+                          \x20   training_iteration: 1\n\
+                          \x20   episode_reward_mean: 1000\n\
+                          \x20 config:\n\
+                          \x20   num_env_runners: 1\n\
+                          \x20   num_envs_per_env_runner: 4\n\
+                          \x20   rollout_fragment_length: 10\n\
+                          \x20   train_batch_size: 80\n\
+                          \x20   min_time_s_per_iteration: 0.1\n\
+                          \x20   lr:\n\
+                          \x20     grid_search: [0.001, 0.0005]\n";
+
+#[test]
+fn an_rllib_experiment_file_is_searched_and_stopped_by_its_own_criteria() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    write(dir.path(), "experiment.yaml", EXPERIMENT)?;
+    let args = ["tune", "experiment.yaml", "--output-dir", "out", "--name", "rllib", "--cpus", "4"];
+    let run = impala(dir.path(), &args)?;
+    assert!(run.success, "{}\n{}", run.stdout, run.stderr);
+    let trials = trials(&summary(&dir.path().join("out/rllib"))?);
+    assert_eq!(trials.len(), 2, "{trials:?}");
+    assert!(trials.iter().all(|t| t["status"] == "ok" && t["iterations"] == 1), "{trials:?}");
+
+    // `impala train` reads the same file; a grid is a search, so one value to train.
+    let single = EXPERIMENT.replace("lr:\n      grid_search: [0.001, 0.0005]\n", "lr: 0.001\n");
+    write(dir.path(), "train.yaml", &single)?;
+    let run = impala(dir.path(), &["train", "train.yaml", "--run-dir", "run"])?;
+    assert!(run.success, "{}\n{}", run.stdout, run.stderr);
+    let lines = fs::read_to_string(dir.path().join("run/result.json"))?;
+    assert_eq!(lines.lines().count(), 1, "stopped after training_iteration 1");
+
+    // Another algorithm's experiment is refused, naming it.
+    write(dir.path(), "ppo.yaml", &EXPERIMENT.replace("run: IMPALA", "run: PPO"))?;
+    let run = impala(dir.path(), &["train", "ppo.yaml"])?;
+    assert!(
+        !run.success && run.stderr.contains("runs `PPO`; impala-rs runs IMPALA"),
+        "{}",
+        run.stderr
+    );
+    Ok(())
+}

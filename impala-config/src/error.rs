@@ -216,6 +216,14 @@ pub enum ConfigError {
         /// [`ConfigError::DuplicateKey`].
         errors: Vec<ConfigError>,
     },
+    /// An RLlib experiment file (`name: {env, run, stop, config}`) that cannot run here.
+    #[error("{origin}: {reason}")]
+    Experiment {
+        /// Where the file came from.
+        origin: Origin,
+        /// What cannot run, and what to write instead.
+        reason: String,
+    },
     /// Validation found problems; all of them are listed.
     #[error("{} problem(s) in the config:\n{}", violations.len(), list(violations))]
     Invalid {

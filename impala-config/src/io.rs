@@ -68,6 +68,9 @@ pub struct Loaded {
     pub config: ImpalaConfig,
     /// Warnings about how it was written.
     pub warnings: Vec<Warning>,
+    /// An RLlib experiment file's stop criteria (`stop: {...}`), as given; none for a flat
+    /// config.
+    pub stop: Vec<(crate::StopKey, f64)>,
 }
 
 impl ImpalaConfig {
@@ -138,7 +141,9 @@ impl ImpalaConfig {
         let typed = serde_path_to_error::deserialize(&root)
             .map_err(|e| wrong_type(&e.path().to_string(), e.inner().to_string(), &origin, None));
         match typed {
-            Ok(config) if problems.is_empty() => return Ok(Loaded { config, warnings }),
+            Ok(config) if problems.is_empty() => {
+                return Ok(Loaded { config, warnings, stop: Vec::new() })
+            }
             Ok(_) => {}
             Err(whole) => {
                 check_types(&root, None, &origin, &mut problems);
@@ -476,7 +481,7 @@ fn yaml_nested_too_deep(text: &str) -> Option<usize> {
 fn parse(text: &str, format: ConfigFormat, origin: &Origin) -> Result<Loaded> {
     let empty = |origin: &Origin| match origin {
         Origin::File(path) => Err(ConfigError::EmptyFile { path: path.clone(), format }),
-        _ => Ok(Loaded { config: ImpalaConfig::default(), warnings: Vec::new() }),
+        _ => Ok(Loaded { config: ImpalaConfig::default(), warnings: Vec::new(), stop: Vec::new() }),
     };
     if text.trim().is_empty() {
         return empty(origin);
@@ -516,11 +521,20 @@ fn parse(text: &str, format: ConfigFormat, origin: &Origin) -> Result<Loaded> {
     if no_keys {
         return empty(origin);
     }
+    if let Some(experiment) = crate::experiment_in(&tree, origin)? {
+        // The experiment's config, checked as a flat config's keys and values are (without
+        // positions in the file: the table is nested there).
+        let Value::Object(config) = experiment.config else { return empty(origin) };
+        let loaded = ImpalaConfig::from_dict_as(config.into_iter().collect(), origin.clone())?;
+        return Ok(Loaded { stop: experiment.stop, ..loaded });
+    }
     let mut problems = Problems::default();
     let warnings = check_keys(&tree, Some(text), origin, &mut problems)?;
     let typed = deserialize_text(text, format, origin);
     match typed {
-        Ok(config) if problems.is_empty() => return Ok(Loaded { config, warnings }),
+        Ok(config) if problems.is_empty() => {
+            return Ok(Loaded { config, warnings, stop: Vec::new() })
+        }
         Ok(_) => {}
         Err(first) => {
             check_types(&tree, Some(text), origin, &mut problems);

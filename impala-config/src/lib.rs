@@ -32,6 +32,7 @@
 mod config;
 mod diagnostics;
 mod error;
+mod experiment;
 mod io;
 mod keys;
 mod log_level;
@@ -45,6 +46,7 @@ mod validate;
 pub use config::{DurationUnit, EnvBackend, EnvRunnerBackend, ImpalaConfig, PlacementStrategy};
 pub use diagnostics::{Rule, Violation, Warning, WarningKind};
 pub use error::{ConfigError, Origin, Position, Result};
+pub use experiment::{experiment_in, Experiment, StopKey};
 pub use impala_core::{
     Activation, ConvFilter, GradClipBy, LearnerDeviceKind, LossReduction, OptType, Precision,
     Schedule,

@@ -212,7 +212,7 @@ pub struct Experiment {
 impl Experiment {
     /// Reads the file, expands its search spaces and validates every trial; nothing is run or
     /// written.
-    pub fn new(options: SearchOptions) -> Result<Self> {
+    pub fn new(mut options: SearchOptions) -> Result<Self> {
         let started = Instant::now();
         checkpoint_policy(&options)
             .check()
@@ -221,7 +221,11 @@ impl Experiment {
             check_name(name)?;
         }
         let file = options.source.file.as_deref().ok_or(TuneError::NoConfigFile)?;
-        let tree = read_tree(file)?;
+        let (tree, file_stop) = read_tree(file)?;
+        if options.stop == StopCriteria::default() {
+            // An RLlib experiment file's own criteria, when the command gave none.
+            options.stop = StopCriteria::of_experiment(&file_stop);
+        }
         let variables = find_variables(&tree, file)?;
         let specs = expand(&tree, &variables, options.num_samples, options.search_seed, file)?;
         let (trials, mut warnings) = validate_trials(specs, &options.source, file)?;

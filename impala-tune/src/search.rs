@@ -10,7 +10,7 @@ use std::fmt;
 use std::fs;
 use std::path::Path;
 
-use impala::config::{ConfigFormat, ImpalaConfig};
+use impala::config::{experiment_in, ConfigFormat, ImpalaConfig, Origin, StopKey};
 use serde_json::Value;
 
 use crate::{Result, TuneError};
@@ -131,7 +131,7 @@ pub(crate) struct TrialSpec {
 /// Reads a config file as a plain tree (JSON values), the way `ImpalaConfig::load` parses it,
 /// but without its key and type checks (search spaces are not config values). A file that
 /// does not parse, or has no keys, gets `ImpalaConfig::load`'s error, which says where.
-pub(crate) fn read_tree(path: &Path) -> Result<Value> {
+pub(crate) fn read_tree(path: &Path) -> Result<(Value, Vec<(StopKey, f64)>)> {
     let format = ConfigFormat::from_path(path)?;
     let text = fs::read(path).ok().and_then(|bytes| String::from_utf8(bytes).ok());
     let parsed: Option<Value> = text.and_then(|text| match format {
@@ -140,7 +140,15 @@ pub(crate) fn read_tree(path: &Path) -> Result<Value> {
         ConfigFormat::Json => serde_json::from_str(&text).ok(),
     });
     match parsed {
-        Some(Value::Object(map)) if !map.is_empty() => Ok(Value::Object(map)),
+        Some(Value::Object(map)) if !map.is_empty() => {
+            // An RLlib experiment file: its config (with its search spaces) and stop criteria.
+            let tree = Value::Object(map);
+            let origin = Origin::File(path.to_path_buf());
+            Ok(match experiment_in(&tree, &origin)? {
+                Some(experiment) => (experiment.config, experiment.stop),
+                None => (tree, Vec::new()),
+            })
+        }
         // Missing, not text, not the format, empty, or not a table: the loader's error says
         // which and where, worded as `impala train` words it.
         _ => match ImpalaConfig::load(path) {

@@ -59,6 +59,15 @@ impl ConfigSource {
         self.apply(loaded.config, warnings)
     }
 
+    /// The stop criteria the file gives, when it is an RLlib experiment file
+    /// (`name: {env, run: IMPALA, stop: {...}, config: {...}}`); none otherwise.
+    pub fn stop(&self) -> Result<crate::StopCriteria, ConfigError> {
+        Ok(match &self.file {
+            Some(path) => crate::StopCriteria::of_experiment(&ImpalaConfig::load(path)?.stop),
+            None => crate::StopCriteria::default(),
+        })
+    }
+
     /// `config` (a checkpoint's, a search trial's) with the changes, validated, and every
     /// warning: those given (how the config was written), the overrides' and validation's.
     pub fn apply(

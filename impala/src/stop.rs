@@ -48,6 +48,31 @@ impl std::fmt::Display for StopCriteria {
 }
 
 impl StopCriteria {
+    /// The criteria an RLlib experiment file gives (`stop: {...}`, by any of RLlib's names for
+    /// them; see [`impala_config::StopKey`]).
+    ///
+    /// ```
+    /// use impala::config::StopKey;
+    /// use impala::StopCriteria;
+    /// let stop = StopCriteria::of_experiment(&[(StopKey::EpisodeReturnMean, 150.0)]);
+    /// assert_eq!(stop.episode_return_mean, Some(150.0));
+    /// ```
+    pub fn of_experiment(stop: &[(impala_config::StopKey, f64)]) -> Self {
+        use impala_config::StopKey;
+        let mut criteria = StopCriteria::default();
+        for &(key, value) in stop {
+            match key {
+                StopKey::EpisodeReturnMean => criteria.episode_return_mean = Some(value),
+                StopKey::TimestepsTotal => criteria.timesteps_total = Some(value.max(0.0) as u64),
+                StopKey::TrainingIteration => {
+                    criteria.training_iteration = Some(value.max(0.0) as u64)
+                }
+                StopKey::TimeTotalS => criteria.time_total_s = Some(value),
+            }
+        }
+        criteria
+    }
+
     /// The first criterion `result` meets, described (e.g. `episode_return_mean 452.1 >= 450`).
     ///
     /// ```

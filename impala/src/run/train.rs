@@ -87,6 +87,10 @@ impl Training {
             (None, _) => source.load(),
         }
         .map_err(ImpalaError::from)?;
+        if options.stop == StopCriteria::default() && checkpoint.is_none() {
+            // An RLlib experiment file's own criteria, when the command gave none.
+            options.stop = source.stop().map_err(ImpalaError::from)?;
+        }
         if options.stop == StopCriteria::default() {
             // No criterion: train until solved, i.e. Gymnasium's `reward_threshold` of the env.
             options.stop.episode_return_mean = impala_envs::reward_threshold(&config.config().env);
