@@ -32,6 +32,7 @@ from .config import IMPALAConfig
 from .models import register_custom_model, registered_models
 from .policy import DEFAULT_POLICY_ID, Policy
 from .registry import register_env, registered_envs
+from .rl_module import DefaultModelConfig, MultiRLModuleSpec, RLModuleSpec
 
 #: RLlib's spelling of the algorithm's name.
 IMPALA = Impala
@@ -40,6 +41,9 @@ __all__ = [
     "IMPALA",
     "DEFAULT_POLICY_ID",
     "IMPALAConfig",
+    "DefaultModelConfig",
+    "MultiRLModuleSpec",
+    "RLModuleSpec",
     "ConfigError",
     "Impala",
     "ImpalaError",

@@ -175,6 +175,53 @@ class IMPALAConfig:
             },
         )
 
+    def rl_module(
+        self,
+        *,
+        model_config=NotProvided,
+        rl_module_spec=NotProvided,
+        algorithm_config_overrides_per_module=NotProvided,
+        model_config_dict=NotProvided,
+    ):
+        """RLlib's ``rl_module()`` (new API stack): ``model_config`` (a ``DefaultModelConfig``,
+        RLlib's or :class:`impala_rs.DefaultModelConfig`, or a dict of its fields; the old name
+        ``model_config_dict`` too) sets the model options; ``rl_module_spec`` (an
+        ``RLModuleSpec`` without a module class of its own, or a ``MultiRLModuleSpec`` of them,
+        one per policy) sets the model, or each policy's; ``algorithm_config_overrides_per_module``
+        sets training options per policy (``policy_config``). A field with no counterpart here,
+        or a custom RLModule class, is refused by name."""
+        from .rl_module import model_options, spec_settings
+
+        if model_config_dict is not NotProvided:
+            if model_config is not NotProvided:
+                raise TypeError("rl_module(): give model_config or its old name model_config_dict, not both")
+            model_config = model_config_dict
+        model = {}
+        per_policy = {}
+        if rl_module_spec is not NotProvided and rl_module_spec is not None:
+            model, per_policy = spec_settings(rl_module_spec)
+        if model_config is not NotProvided:
+            model.update(model_options(model_config))
+        if model:
+            self._update("training", {"model": model})
+        overrides = {} if algorithm_config_overrides_per_module is NotProvided else algorithm_config_overrides_per_module
+        if per_policy or overrides:
+            policy_config = copy.deepcopy(self._values.get("policy_config", {}))
+            for policy_id, options in per_policy.items():
+                policy_config.setdefault(policy_id, {})["model"] = options
+            for policy_id, options in dict(overrides or {}).items():
+                policy_config.setdefault(policy_id, {}).update(copy.deepcopy(dict(options)))
+            self._update("multi_agent", {"policy_config": policy_config})
+        return self
+
+    def get_default_rl_module_spec(self):
+        """What impala-rs builds (RLlib's ``get_default_rl_module_spec()``): an
+        :class:`impala_rs.RLModuleSpec` with no module class of its own (the catalog model) and
+        the model options as ``DefaultModelConfig`` fields."""
+        from .rl_module import default_spec
+
+        return default_spec(self.to_dict()["model"])
+
     def framework(self, framework="torch", **kwargs):
         """RLlib's ``framework()``: impala-rs runs on libtorch, so only ``"torch"`` is
         accepted; ``precision`` is ``"fp32"`` (the default) or ``"bf16-mixed"`` (bfloat16

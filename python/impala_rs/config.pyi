@@ -139,6 +139,14 @@ class IMPALAConfig:
         enable_rl_module_and_learner: Union[bool, _NotProvided] = ...,
         enable_env_runner_and_connector_v2: Union[bool, _NotProvided] = ...,
     ) -> "IMPALAConfig": ...
+    def rl_module(
+        self, *,
+        model_config: Any = ...,
+        rl_module_spec: Any = ...,
+        algorithm_config_overrides_per_module: Optional[Dict[str, Dict[str, Any]]] = ...,
+        model_config_dict: Any = ...,
+    ) -> "IMPALAConfig": ...
+    def get_default_rl_module_spec(self) -> Any: ...
     rollouts = env_runners
     def to_dict(self) -> Dict[str, Any]: ...
     @classmethod

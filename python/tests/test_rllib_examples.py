@@ -98,3 +98,67 @@ def test_new_api_stack_calls_and_options_build_and_train():
         assert 0.0001 <= stats["cur_lr"] <= 0.0005
     finally:
         algo.stop()
+
+
+def test_rl_module_model_configs_map_to_the_catalog_or_are_refused_by_name():
+    import dataclasses
+
+    import pytest
+
+    from impala_rs import DefaultModelConfig, IMPALAConfig, MultiRLModuleSpec, RLModuleSpec
+
+    config = IMPALAConfig().rl_module(
+        model_config=DefaultModelConfig(fcnet_hiddens=[32], head_fcnet_hiddens=[16], vf_share_layers=False)
+    )
+    model = config.to_dict()["model"]
+    assert (model["fcnet_hiddens"], model["post_fcnet_hiddens"], model["vf_share_layers"]) == ([32], [16], False)
+    spec = config.get_default_rl_module_spec()
+    assert spec.module_class is None and spec.model_config["head_fcnet_hiddens"] == [16]
+    # RLlib's own dataclass is read by its fields; the old name and dicts too.
+    @dataclasses.dataclass
+    class RllibStyle:
+        fcnet_hiddens: list = dataclasses.field(default_factory=lambda: [8])
+        use_lstm: bool = True
+        lstm_cell_size: int = 64
+        lstm_use_prev_action: bool = False
+
+    model = IMPALAConfig().rl_module(model_config_dict=RllibStyle()).to_dict()["model"]
+    assert (model["fcnet_hiddens"], model["use_lstm"], model["lstm_cell_size"]) == ([8], True, 64)
+    # A setting with no counterpart is refused by name, never dropped.
+    with pytest.raises(TypeError, match="fcnet_use_layernorm=True"):
+        IMPALAConfig().rl_module(model_config={"fcnet_use_layernorm": True})
+    with pytest.raises(TypeError, match="unknown DefaultModelConfig field `fcnet_hidens`"):
+        IMPALAConfig().rl_module(model_config={"fcnet_hidens": [8]})
+
+    class MyModule:
+        pass
+
+    with pytest.raises(TypeError, match="custom RLModule class"):
+        IMPALAConfig().rl_module(rl_module_spec=RLModuleSpec(module_class=MyModule))
+    # A spec per policy sets each policy's model.
+    multi = IMPALAConfig().rl_module(
+        rl_module_spec=MultiRLModuleSpec(
+            rl_module_specs={"left": RLModuleSpec(model_config={"fcnet_hiddens": [4]})}
+        ),
+        algorithm_config_overrides_per_module={"left": {"lr": 0.001}},
+    )
+    assert multi.to_dict()["policy_config"] == {"left": {"model": {"fcnet_hiddens": [4]}, "lr": 0.001}}
+
+
+def test_a_default_model_config_trains_the_catalog_model():
+    from impala_rs import DefaultModelConfig, IMPALAConfig
+
+    config = (
+        IMPALAConfig()
+        .environment("CartPole-v1")
+        .env_runners(num_env_runners=1)
+        .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[32, 32]))
+        .reporting(min_time_s_per_iteration=0.5)
+    )
+    algo = config.build_algo()
+    try:
+        assert algo.train()["num_env_steps_trained"] > 0
+        names = list(algo.get_weights()["default_policy"])
+        assert any("32" in str(algo.get_weights()["default_policy"][n].shape) for n in names)
+    finally:
+        algo.stop()

@@ -109,6 +109,14 @@ def render():
         lines.extend(params)
         lines.append('    ) -> "IMPALAConfig": ...')
     lines += [
+        "    def rl_module(",
+        "        self, *,",
+        "        model_config: Any = ...,",
+        "        rl_module_spec: Any = ...,",
+        "        algorithm_config_overrides_per_module: Optional[Dict[str, Dict[str, Any]]] = ...,",
+        "        model_config_dict: Any = ...,",
+        '    ) -> "IMPALAConfig": ...',
+        "    def get_default_rl_module_spec(self) -> Any: ...",
         "    rollouts = env_runners",
         "    def to_dict(self) -> Dict[str, Any]: ...",
         "    @classmethod",
