@@ -184,7 +184,10 @@ mod tests {
         let ppo = refused(json!({"x": {"run": "PPO", "env": "CartPole-v1"}}));
         assert!(ppo.contains("runs `PPO`; impala-rs runs IMPALA"), "{ppo}");
         let stop = refused(json!({"x": {"run": "IMPALA", "stop": {"info/num_steps": 5}}}));
-        assert!(stop.contains("stops on `info/num_steps`, which impala-rs cannot stop on"), "{stop}");
+        assert!(
+            stop.contains("stops on `info/num_steps`, which impala-rs cannot stop on"),
+            "{stop}"
+        );
         let two = refused(json!({"a": {"run": "IMPALA"}, "b": {"run": "IMPALA"}}));
         assert!(two.contains("holds 2 experiments (a, b)"), "{two}");
         let local = refused(json!({"a": {"run": "IMPALA", "local_dir": "/tmp"}}));

@@ -10,8 +10,8 @@ use std::thread::ThreadId;
 use std::time::{Duration, Instant};
 
 use impala_core::{
-    AgentSpec, CoreError, EnvSpec, MultiAgentEnv, MultiAgentSpec, MultiAgentStep, Policy,
-    PolicyInput, PolicyOutput, Space, Weights,
+    AgentSpec, CoreError, EnvSpec, MultiAgentEnv, MultiAgentSpec, MultiAgentStep, Policy, Space,
+    Weights,
 };
 use impala_envs::{HalfObserved, MultiAgentCartPole};
 use impala_sampler::{
@@ -21,7 +21,7 @@ use impala_sampler::{
     SamplerError, BROKEN_ENV_FAILURES,
 };
 
-use crate::support::{nz, Deadline, TestResult, WAIT};
+use crate::support::{nz, Deadline, Probed, TestResult, WAIT};
 
 fn policy_for(agent: &AgentSpec, seed: u64) -> Box<dyn Policy> {
     let spec = EnvSpec {
@@ -454,45 +454,6 @@ fn a_multi_agent_env_spoiled_in_every_runner_is_a_broken_env() -> TestResult {
     Ok(())
 }
 
-/// A policy that notes the threads it acts on and fails once `fail` is set.
-struct Watched {
-    inner: Box<dyn Policy>,
-    threads: Arc<Mutex<HashSet<ThreadId>>>,
-    fail: Arc<AtomicBool>,
-}
-
-impl Policy for Watched {
-    fn compute_actions(
-        &mut self,
-        input: &PolicyInput<'_>,
-        out: &mut PolicyOutput,
-    ) -> Result<(), CoreError> {
-        let poisoned = |_| CoreError::Policy { reason: "poisoned".into() };
-        self.threads.lock().map_err(poisoned)?.insert(std::thread::current().id());
-        if self.fail.load(Ordering::SeqCst) {
-            return Err(CoreError::Policy { reason: "told to fail".into() });
-        }
-        self.inner.compute_actions(input, out)
-    }
-    fn compute_values(
-        &mut self,
-        obs: &[f32],
-        num_envs: usize,
-        state: &[f32],
-    ) -> Result<Vec<f32>, CoreError> {
-        self.inner.compute_values(obs, num_envs, state)
-    }
-    fn state_dim(&self) -> usize {
-        self.inner.state_dim()
-    }
-    fn set_weights(&mut self, weights: &Arc<Weights>) -> Result<(), CoreError> {
-        self.inner.set_weights(weights)
-    }
-    fn weights_version(&self) -> u64 {
-        self.inner.weights_version()
-    }
-}
-
 /// Random policies for the agents of `agents` (one each, acting with the weights given), noting
 /// where they act in `threads`; the policies of runner 1's first incarnation fail once `fail`
 /// is set.
@@ -514,10 +475,16 @@ fn watched_policies(
             if let Some(w) = weights.get(p) {
                 inner.set_weights(w)?;
             }
-            let threads = Arc::clone(&threads);
-            policies
-                .push(Box::new(Watched { inner, threads, fail: Arc::clone(&fails) })
-                    as Box<dyn Policy>);
+            let (threads, fails) = (Arc::clone(&threads), Arc::clone(&fails));
+            let watch = move || {
+                let poisoned = |_| CoreError::Policy { reason: "poisoned".into() };
+                threads.lock().map_err(poisoned)?.insert(std::thread::current().id());
+                if fails.load(Ordering::SeqCst) {
+                    return Err(CoreError::Policy { reason: "told to fail".into() });
+                }
+                Ok(())
+            };
+            policies.push(Box::new(Probed::new(inner, watch)) as Box<dyn Policy>);
         }
         Ok(policies)
     })

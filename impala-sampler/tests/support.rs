@@ -264,23 +264,30 @@ pub fn counting_policies() -> PolicyFactory {
     Arc::new(|_| Ok(Box::new(CountingPolicy::default()) as Box<dyn Policy>))
 }
 
-/// A `CountingPolicy` that sends its runner's id on `events` at every `compute_actions`
-/// call, so a test knows how far a runner thread got without sleeping.
-#[derive(Debug)]
-pub struct ReportingPolicy {
-    inner: CountingPolicy,
-    runner_id: usize,
-    events: Sender<usize>,
+/// A policy that runs a test's probe before each of `inner`'s actions (note the runner or the
+/// thread, fail on demand) and is `inner` otherwise.
+pub struct Probed {
+    inner: Box<dyn Policy>,
+    probe: Box<dyn FnMut() -> Result<(), CoreError> + Send>,
 }
 
-impl Policy for ReportingPolicy {
+impl Probed {
+    /// `inner`, with `probe` run before each `compute_actions` (its error is the call's).
+    pub fn new(
+        inner: Box<dyn Policy>,
+        probe: impl FnMut() -> Result<(), CoreError> + Send + 'static,
+    ) -> Self {
+        Probed { inner, probe: Box::new(probe) }
+    }
+}
+
+impl Policy for Probed {
     fn compute_actions(
         &mut self,
         input: &PolicyInput<'_>,
         out: &mut PolicyOutput,
     ) -> Result<(), CoreError> {
-        // The test may have stopped listening; the runner goes on.
-        let _ = self.events.send(self.runner_id);
+        (self.probe)()?;
         self.inner.compute_actions(input, out)
     }
     fn compute_values(
@@ -302,14 +309,16 @@ impl Policy for ReportingPolicy {
     }
 }
 
-/// `ReportingPolicy`s sending on `events`.
+/// `CountingPolicy`s that send their runner's id on `events` before each action.
 pub fn reporting_policies(events: Sender<usize>) -> PolicyFactory {
     Arc::new(move |runner_id| {
-        Ok(Box::new(ReportingPolicy {
-            inner: CountingPolicy::default(),
-            runner_id,
-            events: events.clone(),
-        }) as Box<dyn Policy>)
+        let events = events.clone();
+        // The test may have stopped listening; the runner goes on.
+        let report = move || {
+            let _ = events.send(runner_id);
+            Ok(())
+        };
+        Ok(Box::new(Probed::new(Box::new(CountingPolicy::default()), report)) as Box<dyn Policy>)
     })
 }
 
