@@ -135,13 +135,15 @@ fn module_imports(src: &Path) -> Result<Crates, Box<dyn std::error::Error>> {
     for statement in lib.split(';').filter_map(|s| s.trim().strip_prefix("pub use ")) {
         let Some((module, items)) = statement.split_once("::") else { continue };
         if texts.contains_key(module) {
-            for item in items.split(|c: char| !(c.is_alphanumeric() || c == '_')) {
+            let items = items.split(|c: char| !(c.is_alphanumeric() || c == '_'));
+            for item in items.filter(|item| !item.is_empty() && *item != "self") {
                 owner.insert(item.to_string(), module.to_string());
             }
         }
     }
     let words = |text: &str| -> Vec<String> {
         text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == ':'))
+            .filter(|word| !word.is_empty())
             .map(str::to_string)
             .collect()
     };

@@ -28,6 +28,7 @@ without an algorithm. Ray Tune: :class:`impala_rs.tune.Impala`.
 # same libtorch.
 from ._impala_rs import ConfigError, ImpalaError, __version__, evaluate_checkpoint
 from .algorithm import Impala
+from .callbacks import DefaultCallbacks, RLlibCallback
 from .config import IMPALAConfig
 from .models import register_custom_model, registered_models
 from .policy import DEFAULT_POLICY_ID, Policy
@@ -41,9 +42,11 @@ __all__ = [
     "IMPALA",
     "DEFAULT_POLICY_ID",
     "IMPALAConfig",
+    "DefaultCallbacks",
     "DefaultModelConfig",
     "MultiRLModuleSpec",
     "RLModuleSpec",
+    "RLlibCallback",
     "ConfigError",
     "Impala",
     "ImpalaError",

@@ -56,6 +56,10 @@ class Impala:
                 native["model"]["custom_model"] = path
             server = self._ray_runners.server if self._ray_runners else None
             self._native = _impala_rs.Algorithm(native, creator_path, server, _checkpoint)
+            self._callbacks = self.config._callbacks()
+            self._callbacks.call("on_algorithm_init", algorithm=self)
+            if _checkpoint is not None:
+                self._callbacks.call("on_checkpoint_loaded", algorithm=self)
         except BaseException:
             if self._ray_runners is not None:
                 self._ray_runners.stop()
@@ -71,13 +75,21 @@ class Impala:
         return cls(config, _checkpoint=path)
 
     def train(self):
-        """One training iteration (RLlib's ``train()``); the result dict."""
-        return self._native.train()
+        """One training iteration (RLlib's ``train()``); the result dict, with what the
+        ``on_train_result`` callbacks added or logged."""
+        result = self._native.train()
+        if self._callbacks:
+            self._callbacks.call("on_train_result", algorithm=self, result=result)
+            self._callbacks.metrics_logger.reduce_into(result)
+        return result
 
     def evaluate(self):
         """``evaluation_duration`` evaluation episodes with the current weights (greedy unless
         ``evaluation_explore``); ``{"env_runners": {"episode_return_mean": ...}}``."""
-        return self._native.evaluate()
+        self._callbacks.call("on_evaluate_start", algorithm=self)
+        result = self._native.evaluate()
+        self._callbacks.call("on_evaluate_end", algorithm=self, evaluation_metrics=result)
+        return result
 
     def get_policy(self, policy_id=DEFAULT_POLICY_ID):
         """Policy ``policy_id`` (RLlib's ``algo.get_policy()``) with its learner's current
@@ -152,10 +164,11 @@ class Impala:
         weights and optimizer state, the rest of the run as it is."""
         if policy_ids is None:
             self._native.restore(str(checkpoint_path))
-            return
-        for policy_id in policy_ids:
-            self._check_policy_id(policy_id)
-            self._native.restore_policy(str(checkpoint_path), policy_id)
+        else:
+            for policy_id in policy_ids:
+                self._check_policy_id(policy_id)
+                self._native.restore_policy(str(checkpoint_path), policy_id)
+        self._callbacks.call("on_checkpoint_loaded", algorithm=self)
 
     def stop(self):
         """Stops the env runners (and their Ray actors), env workers and learner (RLlib's

@@ -214,6 +214,23 @@ class IMPALAConfig:
             self._update("multi_agent", {"policy_config": policy_config})
         return self
 
+    def callbacks(self, callbacks_class=NotProvided, **hooks):
+        """RLlib's ``callbacks()``: a callbacks class (an ``RLlibCallback`` subclass, RLlib's
+        or :class:`impala_rs.RLlibCallback`; a list of them) and hooks given as callables
+        (``on_train_result=fn``, or a list of callables). The algorithm's hooks run on the
+        driver (``on_algorithm_init``, ``on_train_result``, which may add to the result,
+        ``on_evaluate_start/end``, ``on_checkpoint_loaded``); a callback that defines a hook of
+        RLlib's env runners (``on_episode_end``, ...) is refused, naming it."""
+        from .callbacks import check
+
+        given = {k: (list(v) if isinstance(v, (list, tuple)) else [v]) for k, v in hooks.items() if v is not NotProvided}
+        current = self._values.get("callbacks") or {"class": None, "hooks": {}}
+        cls = current["class"] if callbacks_class is NotProvided else callbacks_class
+        merged = {**current["hooks"], **given}
+        check(cls, merged)
+        self._values["callbacks"] = {"class": cls, "hooks": merged}
+        return self
+
     def get_default_rl_module_spec(self):
         """What impala-rs builds (RLlib's ``get_default_rl_module_spec()``): an
         :class:`impala_rs.RLModuleSpec` with no module class of its own (the catalog model) and
@@ -240,7 +257,11 @@ class IMPALAConfig:
         """Every option by name, flat like RLlib's ``to_dict()``, the model as a dict under
         ``model``; Tune search spaces stay as given."""
         out = copy.deepcopy(_DEFAULTS)
+        out["callbacks"] = None
         for key, value in self._values.items():
+            if key == "callbacks":
+                out[key] = {"class": value["class"], "hooks": dict(value["hooks"])}
+                continue
             if key == "model":
                 out["model"].update(copy.deepcopy(value))
             else:
@@ -255,6 +276,13 @@ class IMPALAConfig:
     def update_from_dict(self, config_dict):
         """Sets every option of ``config_dict`` (by name or alias, each through its group)."""
         for name, value in dict(config_dict).items():
+            if name == "callbacks":
+                # Python's own: a class, or what `to_dict` returns for `callbacks()`.
+                if isinstance(value, dict):
+                    self.callbacks(value.get("class"), **value.get("hooks", {}))
+                elif value is not None:
+                    self.callbacks(value)
+                continue
             key, _ = _canonical(name)
             if key not in _KEYS:
                 raise TypeError(_unknown(name))
@@ -361,6 +389,13 @@ class IMPALAConfig:
             "name given to register_env, or a gymnasium.Env subclass or creator"
         )
 
+    def _callbacks(self):
+        """The run's callbacks (:class:`impala_rs.callbacks.Callbacks`)."""
+        from .callbacks import Callbacks
+
+        given = self._values.get("callbacks") or {"class": None, "hooks": {}}
+        return Callbacks(given["class"], given["hooks"])
+
     def _python_model(self):
         """``(label, class)`` when ``model.custom_model`` is a class for the package to script
         (given directly or by a name given to ``register_custom_model``), else ``None``."""
@@ -370,6 +405,7 @@ class IMPALAConfig:
         """The config as the Rust side reads it: the env by name; search spaces refused; a
         model class to script left out (``Impala`` scripts it and names the file)."""
         out = self.to_dict()
+        out.pop("callbacks")  # Python's own: the algorithm calls them
         out["env"] = self._env_creator()[0]
         spaces = [f"`{k}` is a Ray Tune search space ({s})" for k, v in out.items() if (s := _search_space(v))]
         spaces += [
