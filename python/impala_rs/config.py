@@ -349,7 +349,7 @@ class IMPALAConfig:
             if key not in _KEYS:
                 raise TypeError(f"{group}(): {_unknown(name)}")
             expected_group = _KEYS[key][0]
-            if expected_group != group:
+            if expected_group != group and NEW_STACK_GROUPS.get(name) != group:
                 raise TypeError(
                     f"`{name}` is set by `{expected_group}()`, not `{group}()`; write "
                     f".{expected_group}({name}=...)"
@@ -521,6 +521,14 @@ def _resolve_multi_agent_callables(out, creator):
     if callable(to_train):
         ids = out.get("policies") or ["default_policy"]
         out["policies_to_train"] = [p for p in ids if to_train(p, None)]
+
+
+#: RLlib's new-stack spellings set by another group than the option they stand for here
+#: (RLlib 2.60's `learners()` takes the aggregator settings).
+NEW_STACK_GROUPS = {
+    "num_aggregator_actors_per_learner": "learners",
+    "max_requests_in_flight_per_aggregator_actor": "learners",
+}
 
 
 #: Options RLlib's new stack also takes as a schedule, and the option that holds it here.

@@ -59,8 +59,6 @@ class IMPALAConfig:
         simple_optimizer: Union[bool, _NotProvided] = ...,
         model: Union[Dict[str, Any], _NotProvided] = ...,
         num_epochs: Union[int, _NotProvided] = ...,
-        num_aggregator_actors_per_learner: Union[int, _NotProvided] = ...,
-        max_requests_in_flight_per_aggregator_actor: Union[int, _NotProvided] = ...,
         max_requests_in_flight_per_env_runner: Union[int, _NotProvided] = ...,
     ) -> "IMPALAConfig": ...
     def env_runners(
@@ -91,6 +89,8 @@ class IMPALAConfig:
         num_learners: Union[int, _NotProvided] = ...,
         num_gpus_per_learner: Union[float, _NotProvided] = ...,
         num_learner_threads: Union[int, _NotProvided] = ...,
+        num_aggregator_actors_per_learner: Union[int, _NotProvided] = ...,
+        max_requests_in_flight_per_aggregator_actor: Union[int, _NotProvided] = ...,
     ) -> "IMPALAConfig": ...
     def framework(
         self, framework: Literal["torch"] = "torch", *,

@@ -162,3 +162,15 @@ def test_a_default_model_config_trains_the_catalog_model():
         assert any("32" in str(algo.get_weights()["default_policy"][n].shape) for n in names)
     finally:
         algo.stop()
+
+
+def test_the_aggregator_settings_are_set_where_rllib_sets_them():
+    from impala_rs import IMPALAConfig
+
+    config = IMPALAConfig().learners(
+        num_learners=1, num_aggregator_actors_per_learner=2, max_requests_in_flight_per_aggregator_actor=3
+    )
+    values = config.to_dict()
+    assert (values["num_aggregation_workers"], values["max_requests_in_flight_per_aggregator_worker"]) == (2, 3)
+    # The old stack's name stays in training().
+    assert IMPALAConfig().training(num_aggregation_workers=1).to_dict()["num_aggregation_workers"] == 1
