@@ -53,7 +53,10 @@ pub(crate) fn print_config(args: &ConfigArgs) -> anyhow::Result<ExitCode> {
     // waits validation made of the options in seconds, as comments in every format but JSON,
     // on stderr for JSON so stdout stays parseable.
     let plan = format!("learner: {}", config.config().learner_plan());
-    for line in [plan, format!("waits: {}", config.durations())] {
+    // RLlib's `api_stack()` flags are kept as written; say what they mean here.
+    let stack = "api_stack: both of RLlib's API stacks drive the one engine here; \
+                 enable_rl_module_and_learner and enable_env_runner_and_connector_v2 change nothing";
+    for line in [plan, format!("waits: {}", config.durations()), stack.to_string()] {
         match format {
             ConfigFormat::Json => eprintln!("{line}"),
             _ => println!("# {line}"),

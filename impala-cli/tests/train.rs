@@ -309,6 +309,11 @@ fn config_prints_the_learner_device_plan() -> TestResult {
         "{}",
         run.stdout
     );
+    assert!(
+        run.stdout.contains("# api_stack: both of RLlib's API stacks drive the one engine"),
+        "{}",
+        run.stdout
+    );
     let run = impala(
         dir.path(),
         &["config", "--set", "simple_optimizer=true", "--set", "num_learners=2"],
