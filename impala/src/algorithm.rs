@@ -381,16 +381,7 @@ impl Impala {
     /// The learner thread died with `cause`: every policy holds its learner's last good state.
     fn keep_dead_learners(&mut self, cause: &LearnerError) {
         for policy in &mut self.policies {
-            if let PolicyLearner::Training(_) = policy.learner {
-                let PolicyLearner::Training(handle) =
-                    std::mem::replace(&mut policy.learner, PolicyLearner::Gone)
-                else {
-                    continue;
-                };
-                if let Some(learner) = handle.finish().0 {
-                    policy.learner = PolicyLearner::Held(learner);
-                }
-            }
+            policy.take_off_thread();
         }
         self.learner_death = Some(cause.to_string());
     }
@@ -851,8 +842,7 @@ impl Impala {
     /// action sampling, replay), so a resumed run does not replay the episodes the original
     /// run saw.
     pub fn restore(&mut self, path: &Path) -> Result<()> {
-        let dir = self.checked_checkpoint(path)?;
-        let (state, saved) = read_checkpoint(&dir)?;
+        let (dir, state, saved) = self.checked_checkpoint(path)?;
         let ids = self.policy_ids();
         if saved.policy_ids() != ids {
             return Err(ImpalaError::IncompatibleCheckpoint {
@@ -901,8 +891,7 @@ impl Impala {
     /// stay as they are): a policy trained in one run, brought into another.
     pub fn restore_policy(&mut self, path: &Path, policy_id: &str) -> Result<()> {
         self.policy(policy_id)?;
-        let dir = self.checked_checkpoint(path)?;
-        let (_, saved) = read_checkpoint(&dir)?;
+        let (dir, _, saved) = self.checked_checkpoint(path)?;
         if !saved.policy_ids().iter().any(|id| id == policy_id) {
             return Err(ImpalaError::IncompatibleCheckpoint {
                 path: dir,
@@ -917,9 +906,12 @@ impl Impala {
         self.restart_runners()
     }
 
-    /// The checkpoint folder of `path`, refused unless it is of this env, kind of env and
-    /// models.
-    fn checked_checkpoint(&self, path: &Path) -> Result<PathBuf> {
+    /// The checkpoint folder of `path` with its state and config (read and verified once),
+    /// refused unless it is of this env, kind of env and models.
+    fn checked_checkpoint(
+        &self,
+        path: &Path,
+    ) -> Result<(PathBuf, AlgorithmState, impala_config::ImpalaConfig)> {
         if self.stopped {
             return Err(ImpalaError::Stopped);
         }
@@ -986,7 +978,7 @@ impl Impala {
                 return Err(incompatible(&what, was, is));
             }
         }
-        Ok(dir)
+        Ok((dir, state, saved))
     }
 
     /// Loads the learners of `ids` from checkpoint `dir`: the trained ones come off the
@@ -1026,10 +1018,11 @@ impl Impala {
         loaded
     }
 
-    /// Replaces the env runners (what they had in flight is dropped) and the batching, so
-    /// nothing sampled with the weights before a restore is trained on; new runners start new
-    /// episodes acting with the restored weights from their first step.
-    fn restart_runners(&mut self) -> Result<()> {
+    /// Starts the batching stages and the env runners on the run's current streams, replacing
+    /// any there are (what they had in flight is dropped), so nothing sampled with the weights
+    /// before a restore is trained on; new runners start new episodes acting with the learners'
+    /// current weights from their first step. The builder starts a fresh run with it too.
+    pub(crate) fn restart_runners(&mut self) -> Result<()> {
         if let Some(group) = self.runners.take() {
             if let Err(e) = group.shutdown() {
                 tracing::warn!(error = %e, "an env runner failed before the restore");

@@ -15,8 +15,8 @@ use impala_sampler::{EnvContext, EnvFactory, WeightBroadcaster};
 use crate::budget::PolicyShare;
 use crate::evaluation::Evaluator;
 use crate::policies::{
-    batching_stage, new_learner, random_seed, start_learners, stream_seed, PolicyLearner,
-    PolicySlot, PolicySource, StatsMean, Streams,
+    new_learner, random_seed, start_learners, stream_seed, PolicyLearner, PolicySlot, PolicySource,
+    StatsMean, Streams,
 };
 use crate::run_envs::{
     check_single_agent, default_env, env_spec, python_envs, single_agent_envs, uses_python, RunEnvs,
@@ -198,7 +198,7 @@ impl ImpalaBuilder {
         // The learners seed their initial weights from `seed`; runs without one get a fresh one.
         let base_seed = config.config().seed.unwrap_or_else(random_seed);
         let streams = Streams::new(&config, base_seed, 0);
-        let (policies, script) = policies(&config, &envs, model, base_seed, &streams)?;
+        let (policies, script) = policies(&config, &envs, model, base_seed)?;
         let sources = policies.iter().map(|p| p.source.clone()).collect();
         let ids = policies.iter().map(|p| p.id.clone()).collect();
         let mut algo = Impala {
@@ -226,9 +226,10 @@ impl ImpalaBuilder {
         match &checkpoint {
             // Restoring loads the held learners, then starts their thread and the runners.
             Some(path) => algo.restore(path)?,
+            // The learners' thread, then the batching stages and the runners.
             None => {
                 start_learners(&mut algo.policies)?;
-                algo.env_runner_group()?;
+                algo.restart_runners()?;
             }
         }
         if let Some(transport) = &algo.remote {
@@ -239,16 +240,15 @@ impl ImpalaBuilder {
 }
 
 /// The policies of a run of `config` on `envs` (`default_policy` for a single-agent env), each
-/// with the config it learns with (`policy_config`), its model (the caller's `factory`, or
-/// the one its config names), a held learner and its batching stage; and the TorchScript
-/// module a single-agent run's model is, if it is one. Refused when they would not fit in
-/// memory.
+/// with the config it learns with (`policy_config`), its model (the caller's `factory`, or the
+/// one its config names) and a held learner (its batching starts with the runners); and the
+/// TorchScript module a single-agent run's model is, if it is one. Refused when they would not
+/// fit in memory.
 fn policies(
     config: &ValidatedConfig,
     envs: &RunEnvs,
     factory: Option<Arc<dyn ModelFactory>>,
     base_seed: u64,
-    streams: &Streams,
 ) -> Result<(Vec<PolicySlot>, Option<crate::torchscript::SharedModule>)> {
     // Per policy: its id, the spaces of its agents, whether it trains, its agents per env.
     let plan: Vec<(String, EnvSpec, bool, u64)> = match envs {
@@ -267,8 +267,8 @@ fn policies(
     };
     let mut script = None;
     let mut policies = Vec::with_capacity(plan.len());
-    let mut shares = Vec::with_capacity(plan.len());
-    for (p, (id, spec, trains, agents_per_env)) in plan.into_iter().enumerate() {
+    let mut agents_per_env = Vec::with_capacity(plan.len());
+    for (p, (id, spec, trains, agents)) in plan.into_iter().enumerate() {
         let policy_config = match envs {
             RunEnvs::Single(_) => config.clone(),
             RunEnvs::Multi(_) => config.config().for_policy(&id)?.validate()?,
@@ -291,14 +291,7 @@ fn policies(
         };
         let learner =
             new_learner(&policy_config, model.as_ref(), &spec, stream_seed(base_seed, p as u64))?;
-        shares.push((
-            policy_config.clone(),
-            spec.clone(),
-            agents_per_env,
-            learner.num_parameters(),
-            trains,
-        ));
-        let batching = if trains { batching_stage(&policy_config, streams)? } else { None };
+        agents_per_env.push(agents);
         let precision = config.config().precision;
         policies.push(PolicySlot {
             id,
@@ -306,7 +299,7 @@ fn policies(
             config: policy_config,
             trains,
             learner: PolicyLearner::Held(learner),
-            batching,
+            batching: None,
             to_place: VecDeque::new(),
             stats: StatsMean::default(),
             last_stats: BTreeMap::new(),
@@ -315,14 +308,18 @@ fn policies(
             episodes: EpisodeWindow::new(config.config().metrics_num_episodes_for_smoothing),
         });
     }
-    let shares: Vec<PolicyShare<'_>> = shares
+    let shares: Vec<PolicyShare<'_>> = policies
         .iter()
-        .map(|(config, spec, agents_per_env, params, trained)| PolicyShare {
-            config,
-            spec,
-            agents_per_env: *agents_per_env,
-            params: *params,
-            trained: *trained,
+        .zip(&agents_per_env)
+        .map(|(policy, &agents_per_env)| PolicyShare {
+            config: &policy.config,
+            spec: &policy.source.spec,
+            agents_per_env,
+            params: match &policy.learner {
+                PolicyLearner::Held(learner) => learner.num_parameters(),
+                _ => 0,
+            },
+            trained: policy.trains,
         })
         .collect();
     crate::budget::check_memory(config, &shares)?;

@@ -72,22 +72,28 @@ impl PolicySlot {
         }
     }
 
-    /// Takes its learner off the thread and holds it (what it had queued is dropped); a
-    /// learner lost to a panic is rebuilt, for a checkpoint to replace its state.
-    pub(crate) fn hold(&mut self, base_seed: u64) -> Result<()> {
-        let learner = match std::mem::replace(&mut self.learner, PolicyLearner::Gone) {
-            PolicyLearner::Training(handle) => handle.finish().0,
-            PolicyLearner::Held(learner) => Some(learner),
-            PolicyLearner::Gone => None,
-        };
-        let learner = match learner {
-            Some(learner) => learner,
-            None => {
-                let source = &self.source;
-                new_learner(&self.config, source.model.as_ref(), &source.spec, base_seed)?
+    /// Takes its learner off the thread (what it had queued is dropped) and holds it; a
+    /// learner lost to a panic of its thread leaves it `Gone`.
+    pub(crate) fn take_off_thread(&mut self) {
+        if let PolicyLearner::Training(handle) =
+            std::mem::replace(&mut self.learner, PolicyLearner::Gone)
+        {
+            if let Some(learner) = handle.finish().0 {
+                self.learner = PolicyLearner::Held(learner);
             }
-        };
-        self.learner = PolicyLearner::Held(learner);
+        }
+    }
+
+    /// Holds its learner off the thread ([`PolicySlot::take_off_thread`]); a learner lost to a
+    /// panic is rebuilt, for a checkpoint to replace its state.
+    pub(crate) fn hold(&mut self, base_seed: u64) -> Result<()> {
+        self.take_off_thread();
+        if let PolicyLearner::Gone = self.learner {
+            let source = &self.source;
+            let learner =
+                new_learner(&self.config, source.model.as_ref(), &source.spec, base_seed)?;
+            self.learner = PolicyLearner::Held(learner);
+        }
         Ok(())
     }
 }

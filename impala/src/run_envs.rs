@@ -47,7 +47,7 @@ impl RunEnvs {
             && creator.is_none()
             && impala_envs::is_multi_agent(&config.config().env)
         {
-            return MultiAgentEnvs::new(config, None).map(RunEnvs::Multi);
+            return MultiAgentEnvs::native(config).map(RunEnvs::Multi);
         }
         if custom.is_none() && (creator.is_some() || uses_python(config)?) {
             // One probe tells a Python env's kind; its worker pool then serves the run.
@@ -84,22 +84,9 @@ impl RunEnvs {
 }
 
 impl MultiAgentEnvs {
-    /// `config`'s multi-agent env (on the envs of `creator` when given), its agents mapped to
-    /// the config's policies; refuses the options a multi-agent run does not take.
-    pub(crate) fn new(config: &ValidatedConfig, creator: Option<PathBuf>) -> Result<Self> {
-        if creator.is_some() || !impala_envs::is_multi_agent(&config.config().env) {
-            let pool = python_pool(config, creator);
-            return match pool.probe_kind()? {
-                EnvKind::Multi(spec) => Self::of_python(config, pool, spec),
-                EnvKind::Single(_) => Err(ImpalaError::EnvOption {
-                    key: "env",
-                    problem: format!("is `{}`, a single-agent env", config.config().env),
-                    fix: "use a multi-agent env (PettingZoo's parallel or AEC API, or RLlib's \
-                          `MultiAgentEnv`)"
-                        .into(),
-                }),
-            };
-        }
+    /// `config.env`, a native multi-agent env, its agents mapped to the config's policies;
+    /// refuses the options a multi-agent run does not take.
+    fn native(config: &ValidatedConfig) -> Result<Self> {
         let c = config.config();
         let spec = impala_envs::make_multi_agent(&c.env, &c.env_config)?.spec().clone();
         Self::mapped(config, multi_agent_env_factory(config, None), spec, None)

@@ -125,6 +125,10 @@ def model_options(model_config, where="rl_module(model_config=...)"):
     return options
 
 
+#: RLlib's own default modules for IMPALA, which the catalog here stands for.
+_RLLIB_DEFAULTS = {"DefaultPPOTorchRLModule", "DefaultAPPOTorchRLModule", "DefaultIMPALATorchRLModule"}
+
+
 def _catalog_only(spec, where):
     """Refuses a spec that names its own module class, which impala-rs does not train."""
     module_class = getattr(spec, "module_class", None)
@@ -135,10 +139,6 @@ def _catalog_only(spec, where):
             "training(model={'custom_model': YourTorchModule}), or leave module_class out to "
             "build the catalog model from model_config"
         )
-
-
-#: RLlib's own default modules for IMPALA, which the catalog here stands for.
-_RLLIB_DEFAULTS = {"DefaultPPOTorchRLModule", "DefaultAPPOTorchRLModule", "DefaultIMPALATorchRLModule"}
 
 
 def spec_settings(rl_module_spec):
