@@ -19,7 +19,7 @@ use crate::policies::{
     StatsMean, Streams,
 };
 use crate::run_envs::{
-    check_single_agent, default_env, env_spec, python_envs, single_agent_envs, uses_python, RunEnvs,
+    check_single_agent, default_env, env_spec, uses_python, RunEnvs,
 };
 use crate::settings;
 use crate::torchscript::ScriptedModel;
@@ -280,8 +280,11 @@ fn policies(
                 if module.is_some() && envs.is_multi_agent() {
                     return Err(ImpalaError::MultiAgentOption {
                         key: "model.custom_model",
-                        reason: "a TorchScript module has one observation space; use a \
-                                 built-in model"
+                        reason: "custom models (a TorchScript file, a torch.nn.Module or \
+                                 an RLModule class) train in single-agent runs, whose \
+                                 checkpoints and remote runners carry one module; give the \
+                                 policies catalog models (`policy_config.<policy>.model`, or \
+                                 a MultiRLModuleSpec of model_configs)"
                             .into(),
                     });
                 }
@@ -355,18 +358,24 @@ pub fn check_environment(config: &ValidatedConfig) -> Result<Vec<String>> {
     Ok(warnings.iter().map(ToString::to_string).collect())
 }
 
-/// The spec of the envs a run of `config` trains on, after the run's wrappers (observation
-/// normalisation, `model.framestack`): the spaces the model sees. A model built outside the
-/// library for the run (the `impala_rs` Python package scripts a user's torch class with
-/// them) needs them before [`ImpalaBuilder::build`]. One env is built to read them, from
-/// `config.env` or, with `env_creator`, from the pickled Python env creator
+/// Per policy, in the run's policy order, the spec of the envs it trains on after the run's
+/// wrappers (observation normalisation, `model.framestack`): the spaces its model sees
+/// (`default_policy` alone for a single-agent env; for a multi-agent one, the spaces of the
+/// agents mapped to each policy). A model built outside the library for the run (the
+/// `impala_rs` Python package builds a user's torch class or RLModule with them) needs them
+/// before [`ImpalaBuilder::build`]. One env is built to read them, from `config.env` or, with
+/// `env_creator`, from the pickled Python env creator
 /// ([`ImpalaBuilder::python_env_creator`]); its errors are those `build` would report.
-pub fn run_env_spec(config: &ValidatedConfig, env_creator: Option<PathBuf>) -> Result<EnvSpec> {
-    let custom = match env_creator {
-        Some(creator) => Some(python_envs(config, Some(creator))?.0),
-        None => None,
-    };
-    env_spec(config, &single_agent_envs(config, custom)?.sampling)
+pub fn run_policy_specs(
+    config: &ValidatedConfig,
+    env_creator: Option<PathBuf>,
+) -> Result<Vec<(String, EnvSpec)>> {
+    match RunEnvs::new(config, None, env_creator)? {
+        RunEnvs::Single(envs) => {
+            Ok(vec![(DEFAULT_POLICY_ID.to_string(), env_spec(config, &envs.sampling)?)])
+        }
+        RunEnvs::Multi(envs) => Ok(envs.map.policy_ids.into_iter().zip(envs.policy_specs).collect()),
+    }
 }
 
 /// A GPU asked on a build or machine without CUDA is an error, never a silent CPU run.

@@ -84,7 +84,7 @@ mod torchscript;
 mod trainable;
 
 pub use algorithm::Impala;
-pub use builder::{check_environment, run_env_spec, ImpalaBuilder};
+pub use builder::{check_environment, run_policy_specs, ImpalaBuilder};
 pub use checkpoint::{AlgorithmState, Counters};
 pub use error::{error_chain, one_line, ImpalaError, Result};
 pub use evaluate_checkpoint::{evaluate_checkpoint, evaluate_checkpoint_with_env};

@@ -34,6 +34,7 @@ from .models import register_custom_model, registered_models
 from .policy import DEFAULT_POLICY_ID, Policy
 from .registry import register_env, registered_envs
 from .rl_module import DefaultModelConfig, MultiRLModuleSpec, RLModuleSpec
+from .rl_module_torchscript import TorchScriptModule
 
 #: RLlib's spelling of the algorithm's name.
 IMPALA = Impala
@@ -46,6 +47,7 @@ __all__ = [
     "DefaultModelConfig",
     "MultiRLModuleSpec",
     "RLModuleSpec",
+    "TorchScriptModule",
     "RLlibCallback",
     "ConfigError",
     "Impala",

@@ -6,10 +6,11 @@ import tempfile
 
 from . import _impala_rs
 from .config import IMPALAConfig
-from .models import script_model
+from .models import python_model, rl_module_instance, script_model
 from .policy import DEFAULT_POLICY_ID, Policy, _tensors
 from .ray_runners import RayEnvRunners
 from .registry import PickledCreator
+from .rl_module_torchscript import TorchScriptModule, is_rl_module_class, load_trained_weights
 
 
 class Impala:
@@ -46,14 +47,19 @@ class Impala:
         try:
             if native.get("env_runner_backend") == "ray":
                 self._ray_runners = RayEnvRunners(native, self._creator)
-            model = self.config._python_model()
-            if model is not None:
-                # A user's torch class: built for the env's spaces and scripted here; the core
-                # trains the file. `self.config` keeps the class (or its name) as written.
-                spec = _impala_rs.env_spec(native, creator_path)
-                model_config = self.config.to_dict()["model"]
-                path = script_model(*model, spec, model_config, native.get("seed"))
-                native["model"]["custom_model"] = path
+            # A user's torch class or RLModule: built for its policy's spaces and scripted
+            # here; the core trains the file. `self.config` keeps the class as written.
+            self._python_models = self.config._python_models()
+            self._policy_specs = {}
+            if self._python_models:
+                self._policy_specs = _impala_rs.policy_specs(native, creator_path)
+                for policy_id, (label, cls, model, seed) in self._policy_models(native).items():
+                    path = script_model(label, cls, self._policy_specs[policy_id], model, seed)
+                    if policy_id == DEFAULT_POLICY_ID and len(self._policy_specs) == 1:
+                        native["model"]["custom_model"] = path
+                    else:
+                        native.setdefault("policy_config", {}).setdefault(policy_id, {}).setdefault("model", {})
+                        native["policy_config"][policy_id]["model"].update(custom_model=path, custom_model_config={})
             server = self._ray_runners.server if self._ray_runners else None
             self._native = _impala_rs.Algorithm(native, creator_path, server, _checkpoint)
             self._callbacks = self.config._callbacks()
@@ -66,6 +72,19 @@ class Impala:
             if self._creator is not None:
                 self._creator.remove()
             raise
+
+    def _policy_models(self, native):
+        """Per policy with a Python model class: ``(label, class, model dict, seed)``; a
+        policy's own model (``MultiRLModuleSpec``) before the run's. Each policy's initial
+        weights are drawn from the run's seed plus its index, so policies start apart."""
+        out = {}
+        seed = native.get("seed")
+        for index, policy_id in enumerate(self._policy_specs):
+            model = self._python_models.get(policy_id, self._python_models.get(None))
+            if model is not None:
+                label, cls = python_model(model)
+                out[policy_id] = (label, cls, model, None if seed is None else seed + index)
+        return out
 
     @classmethod
     def from_checkpoint(cls, path):
@@ -97,6 +116,25 @@ class Impala:
         training does not change (call again for newer weights)."""
         self._check_policy_id(policy_id)
         return Policy(self._native.get_policy(policy_id))
+
+    def get_module(self, module_id=DEFAULT_POLICY_ID):
+        """The trained policy's network as RLlib's ``algo.get_module(module_id)`` gives it, at
+        the learner's current weights (a copy: later training does not change it). A run
+        whose ``RLModuleSpec`` names a module class gets that class, built as at the start and
+        given the trained weights; a catalog or TorchScript model comes as a
+        :class:`impala_rs.TorchScriptModule` over the exported policy (the observation filter
+        folded in), with RLlib's ``forward_inference``/``forward_exploration``/
+        ``forward_train`` and ``compute_values``. Needs torch."""
+        self._check_policy_id(module_id)
+        label, cls, model, seed = self._policy_models({"seed": self.config.to_dict().get("seed")}).get(
+            module_id, (None, None, None, None)
+        )
+        if is_rl_module_class(cls):
+            module = rl_module_instance(cls, self._policy_specs[module_id], model.get("custom_model_config"), seed)
+            load_trained_weights(module, self.get_weights([module_id])[module_id])
+            return module.eval()
+        with tempfile.TemporaryDirectory(prefix="impala_rs_module_") as folder:
+            return TorchScriptModule(self.export_policy_model(folder, policy_id=module_id))
 
     @property
     def policy_ids(self):

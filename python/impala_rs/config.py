@@ -188,9 +188,11 @@ class IMPALAConfig:
         ``model_config_dict`` too) sets the model options; ``rl_module_spec`` (an
         ``RLModuleSpec`` without a module class of its own, or a ``MultiRLModuleSpec`` of them,
         one per policy) sets the model, or each policy's; ``algorithm_config_overrides_per_module``
-        sets training options per policy (``policy_config``). A field with no counterpart here,
-        or a custom RLModule class, is refused by name."""
-        from .rl_module import model_options, spec_settings
+        sets training options per policy (``policy_config``). A spec's own ``module_class`` (a
+        ``TorchRLModule`` with ``ValueFunctionAPI``) is built with its ``model_config`` and
+        trained by the Rust learner as a custom model (``model.custom_model``). A
+        ``DefaultModelConfig`` field with no counterpart here is refused by name."""
+        from .rl_module import model_fields, model_options, spec_settings
 
         if model_config_dict is not NotProvided:
             if model_config is not NotProvided:
@@ -200,7 +202,11 @@ class IMPALAConfig:
         per_policy = {}
         if rl_module_spec is not NotProvided and rl_module_spec is not None:
             model, per_policy = spec_settings(rl_module_spec)
-        if model_config is not NotProvided:
+        if model_config is not NotProvided and "custom_model" in model:
+            # RLlib's way: a module class whose spec has no model_config gets this one.
+            if not model["custom_model_config"]:
+                model["custom_model_config"] = model_fields(model_config)
+        elif model_config is not NotProvided:
             model.update(model_options(model_config))
         if model:
             self._update("training", {"model": model})
@@ -396,10 +402,16 @@ class IMPALAConfig:
         given = self._values.get("callbacks") or {"class": None, "hooks": {}}
         return Callbacks(given["class"], given["hooks"])
 
-    def _python_model(self):
-        """``(label, class)`` when ``model.custom_model`` is a class for the package to script
-        (given directly or by a name given to ``register_custom_model``), else ``None``."""
-        return python_model(self.to_dict()["model"])
+    def _python_models(self):
+        """The model dicts whose ``custom_model`` is a class for the package to script (given
+        directly or by a name given to ``register_custom_model``): ``None`` for the run's
+        model, a policy id for a policy's own (``policy_config``)."""
+        values = self.to_dict()
+        models = {None: values["model"]}
+        for policy_id, entries in (values.get("policy_config") or {}).items():
+            if isinstance(entries.get("model"), dict):
+                models[policy_id] = entries["model"]
+        return {key: model for key, model in models.items() if python_model(model) is not None}
 
     def _native_dict(self):
         """The config as the Rust side reads it: the env by name; search spaces refused; a
@@ -423,9 +435,10 @@ class IMPALAConfig:
             error = _impala_rs.ConfigError(message)
             error.problems = spaces
             raise error
-        if python_model(out["model"]) is not None:
-            out["model"]["custom_model"] = None
-            out["model"]["custom_model_config"] = {}
+        for model in [out["model"]] + [e["model"] for e in out.get("policy_config", {}).values() if isinstance(e.get("model"), dict)]:
+            if python_model(model) is not None:
+                model["custom_model"] = None
+                model["custom_model_config"] = {}
         _resolve_multi_agent_callables(out, self._env_creator()[1])
         return out
 

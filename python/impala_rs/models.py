@@ -26,8 +26,10 @@ import tempfile
 import warnings
 from typing import List
 
+from . import rl_module_torchscript
 from ._impala_rs import ConfigError, ImpalaError
 from .registry import find_in_tune
+from .rl_module_torchscript import is_rl_module_class
 
 #: The model names the core builds itself.
 BUILTIN_MODELS = ("impala_resnet",)
@@ -143,6 +145,10 @@ def script_model(label, cls, spec, model_config, seed=None):
     action_space = _gym_space(spec["action_space"], label)
     num_outputs = _num_outputs(spec["action_space"])
     options = dict(model_config.get("custom_model_config") or {})
+    if is_rl_module_class(cls):
+        scripted = _rl_module_script(cls, spec, options, seed)
+        digest = _digest(cls, scripted, spec, num_outputs, options, seed)
+        return _save(torch, scripted, f"{cls.__name__}-{digest}.pt")
     with torch.random.fork_rng(devices=[]):
         if seed is not None:
             torch.manual_seed(seed)
@@ -168,6 +174,36 @@ def script_model(label, cls, spec, model_config, seed=None):
         ) from exc
     digest = _digest(cls, scripted, spec, num_outputs, options, seed)
     return _save(torch, scripted, f"{cls.__name__}-{digest}.pt")
+
+
+def rl_module_instance(cls, spec, model_config, seed=None):
+    """The user's RLModule ``cls`` built for the env of ``spec`` (the spaces its TorchScript
+    form was traced with) and its ``model_config``, initial weights drawn from ``seed`` as
+    :func:`script_model` draws them."""
+    label = cls.__qualname__
+    torch = _import("torch", "torch==2.11.0", label)
+    obs_space = _observation_space(spec["observation_space"], label)
+    action_space = _gym_space(spec["action_space"], label)
+    with torch.random.fork_rng(devices=[]):
+        if seed is not None:
+            torch.manual_seed(seed)
+        return _rl_module(label, rl_module_torchscript.build, cls, obs_space, action_space, model_config)
+
+
+def _rl_module_script(cls, spec, options, seed):
+    """A user's RLModule class, built and converted to the core's TorchScript contract."""
+    module = rl_module_instance(cls, spec, options, seed)
+    torch = _import("torch", "torch==2.11.0", cls.__qualname__)
+    with torch.random.fork_rng(devices=[]):
+        return _rl_module(cls.__qualname__, rl_module_torchscript.to_torchscript, module, module.observation_space.shape)
+
+
+def _rl_module(label, step, *args):
+    """``step(*args)``, its :class:`RLModuleError` raised as the ``ImpalaError`` of the spec."""
+    try:
+        return step(*args)
+    except rl_module_torchscript.RLModuleError as exc:
+        raise ImpalaError(f"rl_module(rl_module_spec=RLModuleSpec(module_class={label})): {exc}") from exc
 
 
 def _import(module, requirement, label):

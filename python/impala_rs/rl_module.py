@@ -5,12 +5,16 @@ options (RLlib's catalog: the MLP, CNN and LSTM the Rust learner trains).
 The classes here have RLlib's fields and defaults, for code without Ray; RLlib's own classes
 (``ray.rllib.core.rl_module``) are read the same way, by their fields. Every field either maps
 to a model option or, set to anything but RLlib's default, is refused by name: a setting is
-never silently dropped.
+never silently dropped. A spec's own ``module_class`` (the user's ``TorchRLModule``) becomes the
+run's custom model: built, converted to TorchScript (``rl_module_torchscript``) and trained by
+the Rust learner like any ``custom_model``.
 """
 
 import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
+
+from .rl_module_torchscript import is_rl_module_class
 
 #: DefaultModelConfig field -> impala-rs model option.
 _MAPPED = {
@@ -88,7 +92,7 @@ class MultiRLModuleSpec:
     multi_rl_module_class: Optional[type] = None
 
 
-def _fields(model_config):
+def model_fields(model_config):
     """A ``DefaultModelConfig`` (RLlib's or this one), or a dict, as a dict of its fields."""
     if model_config is None:
         return {}
@@ -106,7 +110,7 @@ def model_options(model_config, where="rl_module(model_config=...)"):
     """impala-rs' model options for a ``DefaultModelConfig`` or a dict of its fields. A field
     without a counterpart here, set to anything but RLlib's default, is refused by name."""
     options = {}
-    for name, value in _fields(model_config).items():
+    for name, value in model_fields(model_config).items():
         if name in _MAPPED:
             options[_MAPPED[name]] = value
         elif name in _DEFAULT_ONLY:
@@ -129,16 +133,33 @@ def model_options(model_config, where="rl_module(model_config=...)"):
 _RLLIB_DEFAULTS = {"DefaultPPOTorchRLModule", "DefaultAPPOTorchRLModule", "DefaultIMPALATorchRLModule"}
 
 
-def _catalog_only(spec, where):
-    """Refuses a spec that names its own module class, which impala-rs does not train."""
+def _module_class(spec):
+    """The spec's own module class; ``None`` for none or one of RLlib's default modules (the
+    catalog model here)."""
     module_class = getattr(spec, "module_class", None)
-    if module_class is not None and getattr(module_class, "__name__", "") not in _RLLIB_DEFAULTS:
+    if module_class is None or getattr(module_class, "__name__", "") in _RLLIB_DEFAULTS:
+        return None
+    if not is_rl_module_class(module_class):
         raise TypeError(
-            f"{where}: a custom RLModule class ({getattr(module_class, '__name__', module_class)}) "
-            "is not trained by impala-rs; give the network as a torch.nn.Module, "
-            "training(model={'custom_model': YourTorchModule}), or leave module_class out to "
-            "build the catalog model from model_config"
+            f"rl_module(rl_module_spec=RLModuleSpec(module_class={module_class!r})): expects an "
+            "RLModule subclass (ray.rllib.core.rl_module.torch.TorchRLModule with "
+            "ValueFunctionAPI); a torch.nn.Module model goes to training(model={'custom_model': cls})"
         )
+    return module_class
+
+
+def _spec_model(spec, where):
+    """The model options of one ``RLModuleSpec``: the catalog's from its ``model_config``, or
+    its own module class (trained as a custom model, its ``model_config`` given as is)."""
+    module_class = _module_class(spec)
+    config = getattr(spec, "model_config", None)
+    if module_class is None:
+        return model_options(config, f"{where}(model_config=...)")
+    if dataclasses.is_dataclass(config):
+        config = model_fields(config)
+    if config is not None and not isinstance(config, dict):
+        raise TypeError(f"{where}(module_class={module_class.__name__}, model_config={config!r}): expects a dict")
+    return {"custom_model": module_class, "custom_model_config": dict(config or {})}
 
 
 def spec_settings(rl_module_spec):
@@ -146,20 +167,20 @@ def spec_settings(rl_module_spec):
     ``MultiRLModuleSpec``: the run's model, and each policy's own for a multi-spec."""
     specs = getattr(rl_module_spec, "rl_module_specs", None)
     if specs is None:
-        _catalog_only(rl_module_spec, "rl_module(rl_module_spec=...)")
-        config = getattr(rl_module_spec, "model_config", None)
-        return model_options(config, "rl_module(rl_module_spec=RLModuleSpec(model_config=...))"), {}
+        return _spec_model(rl_module_spec, "rl_module(rl_module_spec=RLModuleSpec"), {}
     per_policy = {}
     for policy_id, spec in dict(specs).items():
-        where = f"rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={{{policy_id!r}: ...}}))"
-        _catalog_only(spec, where)
-        per_policy[policy_id] = model_options(getattr(spec, "model_config", None), where)
+        where = f"rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={{{policy_id!r}: RLModuleSpec"
+        per_policy[policy_id] = _spec_model(spec, where)
     return {}, per_policy
 
 
 def default_spec(model):
-    """The ``RLModuleSpec`` impala-rs builds for the model options ``model``: the catalog
-    model (``module_class=None``) with those options as ``DefaultModelConfig`` fields."""
+    """The ``RLModuleSpec`` impala-rs builds for the model options ``model``: the user's
+    module class with its ``model_config``, or the catalog model (``module_class=None``) with
+    those options as ``DefaultModelConfig`` fields."""
+    if is_rl_module_class(model.get("custom_model")):
+        return RLModuleSpec(module_class=model["custom_model"], model_config=dict(model.get("custom_model_config") or {}))
     back = {option: name for name, option in _MAPPED.items()}
     config = {back[k]: v for k, v in model.items() if k in back}
     return RLModuleSpec(module_class=None, model_config=config)

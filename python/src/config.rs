@@ -76,26 +76,31 @@ pub(crate) fn resource_bundles(
     Ok((bundles, request.strategy.as_str().to_string()))
 }
 
-/// The spaces of the envs a run of `config` trains on, after its wrappers (framestack,
-/// observation normalisation), for building a user's torch model before the run:
-/// `{"observation_space": space, "action_space": space, "max_episode_steps": int | None}`,
-/// each space `{"type": "Discrete", "n"}`, `{"type": "MultiDiscrete", "nvec"}`,
+/// Per policy id, in the run's policy order, the spaces its model sees (after the run's
+/// wrappers, e.g. observation normalisation), for building a user's torch model or RLModule
+/// before the run: `{policy_id: {"observation_space": space, "action_space": space,
+/// "max_episode_steps": int | None}}`, `default_policy` alone for a single-agent env. Each
+/// space is `{"type": "Discrete", "n"}`, `{"type": "MultiDiscrete", "nvec"}`,
 /// `{"type": "Box", "low", "high", "shape"}` (flat bounds) or `{"type": "Bytes", "shape"}` (a
 /// uint8 box). One env is built, from `config.env` or the pickled `env_creator`.
 #[pyfunction]
 #[pyo3(signature = (config, env_creator = None))]
-pub(crate) fn env_spec(
+pub(crate) fn policy_specs(
     py: Python<'_>,
     config: &Bound<'_, PyDict>,
     env_creator: Option<PathBuf>,
 ) -> PyResult<Py<PyAny>> {
     let (config, _) = validated(config)?;
-    let spec = py.detach(|| impala::run_env_spec(&config, env_creator)).map_err(impala_err)?;
-    let dict = PyDict::new(py);
-    dict.set_item("observation_space", space_to_python(py, &spec.observation_space)?)?;
-    dict.set_item("action_space", space_to_python(py, &spec.action_space)?)?;
-    dict.set_item("max_episode_steps", spec.max_episode_steps)?;
-    Ok(dict.into_any().unbind())
+    let specs = py.detach(|| impala::run_policy_specs(&config, env_creator)).map_err(impala_err)?;
+    let out = PyDict::new(py);
+    for (policy_id, spec) in specs {
+        let dict = PyDict::new(py);
+        dict.set_item("observation_space", space_to_python(py, &spec.observation_space)?)?;
+        dict.set_item("action_space", space_to_python(py, &spec.action_space)?)?;
+        dict.set_item("max_episode_steps", spec.max_episode_steps)?;
+        out.set_item(policy_id, dict)?;
+    }
+    Ok(out.into_any().unbind())
 }
 
 /// The config a checkpoint was trained with (a checkpoint folder, or a run folder's newest

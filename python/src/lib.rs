@@ -57,7 +57,7 @@ fn _impala_rs(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(policy::evaluate_checkpoint, m)?)?;
     m.add_function(wrap_pyfunction!(config::checkpoint_config, m)?)?;
     m.add_function(wrap_pyfunction!(config::resource_bundles, m)?)?;
-    m.add_function(wrap_pyfunction!(config::env_spec, m)?)?;
+    m.add_function(wrap_pyfunction!(config::policy_specs, m)?)?;
     m.add_function(wrap_pyfunction!(config::multi_agent_ids, m)?)?;
     Ok(())
 }

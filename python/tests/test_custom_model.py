@@ -162,7 +162,7 @@ def test_an_unknown_name_lists_the_registered_models():
 
 def test_builtin_names_and_files_go_to_the_core_as_written(tmp_path):
     resnet = IMPALAConfig().training(model={"custom_model": "impala_resnet", "custom_model_config": {"hidden": 32}})
-    assert resnet._python_model() is None
+    assert resnet._python_models() == {}
     assert resnet._native_dict()["model"]["custom_model"] == "impala_resnet"
     file = tmp_path / "mlp.pt"
     torch.jit.script(Mlp(gym.spaces.Box(-1, 1, (4,)), gym.spaces.Discrete(2), 2, {}, "m")).save(str(file))

@@ -133,7 +133,8 @@ def test_rl_module_model_configs_map_to_the_catalog_or_are_refused_by_name():
     class MyModule:
         pass
 
-    with pytest.raises(TypeError, match="custom RLModule class"):
+    # A module class must be an RLModule (users' RLModules train: python/tests_rllib).
+    with pytest.raises(TypeError, match="expects an RLModule subclass"):
         IMPALAConfig().rl_module(rl_module_spec=RLModuleSpec(module_class=MyModule))
     # A spec per policy sets each policy's model.
     multi = IMPALAConfig().rl_module(
