@@ -139,14 +139,14 @@ impl<'py> Columns<'py> {
             DType::Float32,
             &layout.observation_shape,
             total(|a| a.observations.len()),
-            |out: &mut std::slice::ChunksExactMut<'_, u8>| {
+            |out| {
                 for agent in agents {
                     match &agent.observations {
                         Observations::F32(values) => {
-                            write(out, values.iter().map(|v| v.to_ne_bytes()))
+                            out.put(values.iter().map(|v| v.to_ne_bytes()))
                         }
                         Observations::Bytes(values) => {
-                            write(out, values.iter().map(|&b| f32::from(b).to_ne_bytes()))
+                            out.put(values.iter().map(|&b| f32::from(b).to_ne_bytes()))
                         }
                     }
                 }
@@ -158,26 +158,26 @@ impl<'py> Columns<'py> {
             // Indices are whole f32 values (exact up to 2^24).
             numpy.array(DType::Int64, &action_shape, action_values, |out| {
                 for agent in agents {
-                    write(out, agent.actions.iter().map(|&a| (a as i64).to_ne_bytes()));
+                    out.put(agent.actions.iter().map(|&a| (a as i64).to_ne_bytes()));
                 }
             })?
         } else {
             numpy.array(DType::Float32, &action_shape, action_values, |out| {
                 for agent in agents {
-                    write(out, agent.actions.iter().map(|a| a.to_ne_bytes()));
+                    out.put(agent.actions.iter().map(|a| a.to_ne_bytes()));
                 }
             })?
         };
         let rewards = numpy.array(DType::Float32, &[], total(|a| a.rewards.len()), |out| {
             for agent in agents {
-                write(out, agent.rewards.iter().map(|r| r.to_ne_bytes()));
+                out.put(agent.rewards.iter().map(|r| r.to_ne_bytes()));
             }
         })?;
         let env_steps = multi_agent
             .then(|| {
                 numpy.array(DType::Int64, &[], total(|a| a.observed_at.len()), |out| {
                     for agent in agents {
-                        write(out, agent.observed_at.iter().map(|&s| (s as i64).to_ne_bytes()));
+                        out.put(agent.observed_at.iter().map(|&s| (s as i64).to_ne_bytes()));
                     }
                 })
             })
@@ -214,14 +214,23 @@ impl<'py> Columns<'py> {
     }
 }
 
-/// Writes `values` into the next chunks of `out` (as many as there are values).
-fn write<const N: usize>(
-    out: &mut std::slice::ChunksExactMut<'_, u8>,
-    values: impl Iterator<Item = [u8; N]>,
-) {
-    // The values first: `zip` takes no chunk once they run out.
-    for (value, chunk) in values.zip(out) {
-        chunk.copy_from_slice(&value);
+/// An array's bytes, filled from the front.
+struct Fill<'b> {
+    buffer: &'b mut [u8],
+    filled: usize,
+}
+
+impl Fill<'_> {
+    /// Writes `values` next (each value's bytes, as many as fit).
+    fn put<const N: usize>(&mut self, values: impl Iterator<Item = [u8; N]>) {
+        // One contiguous slice, so the copies vectorise.
+        let rest = self.buffer.get_mut(self.filled..).unwrap_or_default();
+        let mut written = 0;
+        for (chunk, value) in rest.chunks_exact_mut(N).zip(values) {
+            chunk.copy_from_slice(&value);
+            written += N;
+        }
+        self.filled += written;
     }
 }
 
@@ -243,21 +252,20 @@ impl<'py> Numpy<'py> {
         Ok(Numpy { py, frombuffer: py.import("numpy")?.getattr("frombuffer")? })
     }
 
-    /// A `dtype` array `[-1, *shape]` of `len` values that `fill` writes into the chunks it
-    /// is given (one per value), in order.
+    /// A `dtype` array `[-1, *shape]` of `len` values that `fill` puts, in order.
     fn array(
         &self,
         dtype: DType,
         shape: &[usize],
         len: usize,
-        fill: impl FnOnce(&mut std::slice::ChunksExactMut<'_, u8>),
+        fill: impl FnOnce(&mut Fill<'_>),
     ) -> PyResult<Bound<'py, PyAny>> {
         let (name, width) = match dtype {
             DType::Float32 => ("float32", 4),
             DType::Int64 => ("int64", 8),
         };
         let bytes = PyBytes::new_with(self.py, len * width, |buffer| {
-            fill(&mut buffer.chunks_exact_mut(width));
+            fill(&mut Fill { buffer, filled: 0 });
             Ok(())
         })?;
         let flat = self.frombuffer.call1((bytes, name))?;
