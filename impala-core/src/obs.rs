@@ -91,9 +91,25 @@ impl Observations {
                 // Not `x.round()`: that is a libm call per value without SSE4.1 (12% of an
                 // Atari runner's time); this loop vectorises.
                 for (b, &x) in v[range].iter_mut().zip(values) {
-                    *b = (x + 0.5) as u8;
+                    *b = to_byte(x);
                 }
             }
+        }
+    }
+
+    /// Makes room for `additional` more values.
+    pub fn reserve(&mut self, additional: usize) {
+        match self {
+            Observations::F32(v) => v.reserve(additional),
+            Observations::Bytes(v) => v.reserve(additional),
+        }
+    }
+
+    /// Appends `values`, converted as [`Observations::write`] converts them.
+    pub fn extend(&mut self, values: &[f32]) {
+        match self {
+            Observations::F32(v) => v.extend_from_slice(values),
+            Observations::Bytes(v) => v.extend(values.iter().map(|&x| to_byte(x))),
         }
     }
 
@@ -136,6 +152,13 @@ impl Observations {
     }
 }
 
+/// A value of a bytes observation: `x + 0.5` truncated and saturated (see
+/// [`Observations::write`]).
+#[inline]
+fn to_byte(x: f32) -> u8 {
+    (x + 0.5) as u8
+}
+
 /// Concatenates `pieces` (a part and a range of its values) of `parts`.
 pub(crate) fn gather<V: Copy>(
     parts: &[&[V]],
@@ -160,5 +183,8 @@ mod tests {
         let mut obs = Observations::zeros(&Space::Bytes { shape: vec![values.len()] }, 7);
         obs.write(0, &values);
         assert_eq!(obs, Observations::Bytes(vec![0, 0, 3, 127, 255, 255, 0]));
+        let mut appended = Observations::zeros(&Space::Bytes { shape: vec![values.len()] }, 0);
+        appended.extend(&values);
+        assert_eq!(appended, obs);
     }
 }

@@ -463,7 +463,9 @@ pub fn fragment_from_proto(
 ) -> Result<Fragment, RemoteError> {
     let episodes = std::mem::take(&mut f.episodes);
     let batch = batch_from_proto(f, spec, newest_version)?;
-    Ok(Fragment { runner_id, batch, episodes: episodes_from_proto(episodes)? })
+    // Remote runners record no episodes: the algorithm refuses episode recording with them.
+    let episodes = episodes_from_proto(episodes)?;
+    Ok(Fragment { runner_id, batch, episodes, episode_records: Vec::new() })
 }
 
 /// The wire form of a multi-agent fragment (moved, not copied): each policy's batch as a
@@ -555,6 +557,7 @@ pub fn multi_agent_fragment_from_proto(
         agent_steps: f.agent_steps as usize,
         episodes,
         policy_returns,
+        episode_records: Vec::new(),
     })
 }
 
@@ -597,6 +600,7 @@ mod tests {
                 weights_version: vec![4, 4, 5],
             },
             episodes: vec![EpisodeStats { episode_return: 12.5, episode_len: 9, truncated: true }],
+            episode_records: vec![],
         }
     }
 
@@ -746,6 +750,7 @@ mod tests {
                 EpisodeStats { episode_return: 3.25, episode_len: 10, truncated: true },
             ],
             policy_returns: vec![vec![1.5, -2.0], vec![0.0, 3.25]],
+            episode_records: vec![],
         }
     }
 

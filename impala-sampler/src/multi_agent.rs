@@ -15,8 +15,8 @@
 use std::sync::Arc;
 
 use impala_core::{
-    CoreError, EnvSpec, EpisodeStats, MultiAgentEnv, MultiAgentSpec, MultiAgentStep, Policy,
-    PolicyInput, PolicyOutput, SampleBatch, Space, Weights,
+    AgentRecord, CoreError, EnvSpec, EpisodeRecord, EpisodeStats, MultiAgentEnv, MultiAgentSpec,
+    MultiAgentStep, Policy, PolicyInput, PolicyOutput, SampleBatch, Space, Weights,
 };
 
 use crate::{Fragment, Result, SamplerError};
@@ -50,6 +50,9 @@ pub struct MultiAgentFragment {
     /// Per ended episode, per policy, the sum of the rewards of the agents mapped to it
     /// (RLlib's `policy_reward_mean/<policy id>` averages these).
     pub policy_returns: Vec<Vec<f64>>,
+    /// The ended episodes step by step, in the same order, when the runner records them
+    /// ([`MultiAgentSettings::record_episodes`]); empty otherwise.
+    pub episode_records: Vec<EpisodeRecord>,
 }
 
 /// A single-agent fragment as a multi-agent one of one policy, so a group of multi-agent
@@ -62,7 +65,7 @@ pub struct MultiAgentFragment {
 /// use impala_sampler::{Fragment, MultiAgentFragment};
 /// let batch = SampleBatch::zeros(5, 2, &Space::Discrete(2), &Space::Discrete(2), 0);
 /// let episode = EpisodeStats { episode_return: 3.0, episode_len: 3, truncated: false };
-/// let fragment = Fragment { runner_id: 1, batch, episodes: vec![episode] };
+/// let fragment = Fragment { runner_id: 1, batch, episodes: vec![episode], episode_records: vec![] };
 /// let multi = MultiAgentFragment::from(fragment.clone());
 /// assert_eq!((multi.runner_id, multi.env_steps, multi.agent_steps), (1, 10, 10));
 /// assert_eq!(multi.batches, vec![fragment.batch]);
@@ -70,7 +73,7 @@ pub struct MultiAgentFragment {
 /// ```
 impl From<Fragment> for MultiAgentFragment {
     fn from(fragment: Fragment) -> Self {
-        let Fragment { runner_id, batch, episodes } = fragment;
+        let Fragment { runner_id, batch, episodes, episode_records } = fragment;
         MultiAgentFragment {
             runner_id,
             env_steps: batch.env_steps(),
@@ -78,6 +81,7 @@ impl From<Fragment> for MultiAgentFragment {
             policy_returns: episodes.iter().map(|e| vec![e.episode_return]).collect(),
             episodes,
             batches: vec![batch],
+            episode_records,
         }
     }
 }
@@ -93,6 +97,9 @@ pub struct MultiAgentSettings {
     pub seed: Option<u64>,
     /// Sample actions (`true`) or act greedily.
     pub explore: bool,
+    /// Record every episode step by step into the fragments
+    /// ([`MultiAgentFragment::episode_records`]), for callbacks that replay them.
+    pub record_episodes: bool,
 }
 
 impl MultiAgentSettings {
@@ -107,6 +114,7 @@ impl MultiAgentSettings {
     ///     rollout_fragment_length: 10,
     ///     seed: Some(7),
     ///     explore: true,
+    ///     record_episodes: false,
     /// };
     /// let (first, restarted) = (base.for_runner(1, 0), base.for_runner(1, 1));
     /// assert!(first.seed.is_some() && first.seed != restarted.seed);
@@ -240,6 +248,13 @@ struct Row {
 /// policy id, every agent acting with the policy [`MultiAgentSettings::policy_of_agent`] maps it
 /// to, and per-policy rows out (see the module docs).
 ///
+/// With [`MultiAgentSettings::record_episodes`] it also keeps every episode, per agent, and
+/// hands each complete one over in the fragment where it ends
+/// ([`MultiAgentFragment::episode_records`]), as [`EnvRunner`](crate::EnvRunner) does: an
+/// agent's observations, with the env step each came at, its actions, and per action its
+/// rewards until it was next observed or left (a reward it got with no action open, before
+/// it first acted, counts in the episode's return only, as in its rows).
+///
 /// ```
 /// use std::sync::Arc;
 /// use impala_core::{EnvSpec, MultiAgentEnv, Policy};
@@ -262,6 +277,7 @@ struct Row {
 ///     rollout_fragment_length: 5,
 ///     seed: Some(1),
 ///     explore: true,
+///     record_episodes: false,
 /// };
 /// let mut runner = MultiAgentEnvRunner::new(0, 3, &envs, policies, &settings)?;
 /// let fragment = runner.sample()?;
@@ -292,6 +308,9 @@ pub struct MultiAgentEnvRunner {
     out: PolicyOutput,
     /// Per agent, whether its observations can hold non-finite values (not bytes).
     check_obs: Vec<bool>,
+    /// With [`MultiAgentSettings::record_episodes`], per env, each agent's part of the
+    /// episode so far.
+    records: Option<Vec<Vec<AgentRecord>>>,
 }
 
 impl std::fmt::Debug for MultiAgentEnvRunner {
@@ -353,6 +372,7 @@ impl MultiAgentEnvRunner {
                 .iter()
                 .map(|a| !matches!(a.observation_space, Space::Bytes { .. }))
                 .collect(),
+            records: settings.record_episodes.then(|| vec![Vec::new(); num_envs]),
         })
     }
 
@@ -373,6 +393,7 @@ impl MultiAgentEnvRunner {
     pub fn sample(&mut self) -> Result<MultiAgentFragment> {
         let mut episodes = Vec::new();
         let mut policy_returns = Vec::new();
+        let mut episode_records = Vec::new();
         if !self.started {
             for e in 0..self.envs.len() {
                 let seed = self.settings.seed.map(|s| s.wrapping_add(e as u64));
@@ -403,12 +424,23 @@ impl MultiAgentEnvRunner {
                 self.check_finite(e, "observation")?;
                 self.record(e)?;
                 if self.outs[e].episode_done() {
-                    episodes.push(EpisodeStats {
+                    let stats = EpisodeStats {
                         episode_return: self.episode_return[e],
                         episode_len: self.episode_len[e],
                         truncated: self.outs[e].all_truncated,
-                    });
+                    };
+                    episodes.push(stats);
                     policy_returns.push(self.episode_policy_returns[e].clone());
+                    if let Some(records) = self.records.as_mut() {
+                        let mut agents = std::mem::take(&mut records[e]);
+                        agents.retain(AgentRecord::took_part);
+                        episode_records.push(EpisodeRecord {
+                            runner_id: self.runner_id,
+                            env_index: e,
+                            agents,
+                            stats,
+                        });
+                    }
                     self.reset_env(e, None)?;
                 }
             }
@@ -422,6 +454,7 @@ impl MultiAgentEnvRunner {
             agent_steps,
             episodes,
             policy_returns,
+            episode_records,
         })
     }
 
@@ -435,6 +468,21 @@ impl MultiAgentEnvRunner {
         for a in 0..self.num_agents {
             let lane = &mut self.lanes[e * self.num_agents + a];
             lane.next_obs = self.outs[e].agents[a].observed.then(|| self.obs[e][a].clone());
+        }
+        if let Some(records) = self.records.as_mut() {
+            let spec = self.envs[e].spec();
+            records[e] = spec
+                .agents
+                .iter()
+                .enumerate()
+                .map(|(a, agent)| {
+                    let mut record = AgentRecord::new(a, &agent.observation_space);
+                    if self.outs[e].agents[a].observed {
+                        record.observe_at(&self.obs[e][a], 0);
+                    }
+                    record
+                })
+                .collect();
         }
         Ok(())
     }
@@ -515,6 +563,9 @@ impl MultiAgentEnvRunner {
                 let (e, a) = (l / self.num_agents, l % self.num_agents);
                 let action = &self.out.actions[k * ad..(k + 1) * ad];
                 self.actions[e][a].copy_from_slice(action);
+                if let Some(records) = self.records.as_mut() {
+                    records[e][a].act(action);
+                }
                 let lane = &mut self.lanes[l];
                 if lane.row.is_empty() {
                     lane.row_state.clone_from(&lane.state);
@@ -547,6 +598,16 @@ impl MultiAgentEnvRunner {
             let lane = &mut self.lanes[l];
             self.episode_return[e] += agent.reward;
             self.episode_policy_returns[e][lane.policy] += agent.reward;
+            if let Some(record) = self.records.as_mut().map(|records| &mut records[e][a]) {
+                if agent.observed {
+                    record.observe_at(&self.obs[e][a], self.episode_len[e]);
+                }
+                // Rewards with no action of the agent's open count in the episode's return
+                // only, as in its rows.
+                if lane.open.is_some() {
+                    record.reward(agent.reward);
+                }
+            }
             let Some(open) = lane.open.as_mut() else { continue };
             open.reward += agent.reward as f32;
             // The agent leaves: by its own flags, or with the episode.

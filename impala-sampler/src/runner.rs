@@ -4,8 +4,8 @@ use impala_profile::{span, Activity};
 use std::sync::Arc;
 
 use impala_core::{
-    CoreError, EnvSpec, EpisodeStats, Policy, PolicyInput, PolicyOutput, SampleBatch, Space,
-    Weights,
+    AgentRecord, CoreError, EnvSpec, EpisodeRecord, EpisodeStats, Policy, PolicyInput,
+    PolicyOutput, SampleBatch, Space, Weights,
 };
 use impala_envs::VectorEnv;
 
@@ -21,6 +21,9 @@ pub struct Fragment {
     pub batch: SampleBatch,
     /// Episodes that ended during this fragment.
     pub episodes: Vec<EpisodeStats>,
+    /// The same episodes step by step, in the same order, when the runner records them
+    /// ([`EnvRunnerSettings::record_episodes`]); empty otherwise.
+    pub episode_records: Vec<EpisodeRecord>,
 }
 
 /// RLlib's `RolloutWorker` / `SingleAgentEnvRunner`: owns `num_envs_per_env_runner` envs and one
@@ -34,6 +37,11 @@ pub struct Fragment {
 /// without termination) the behaviour value of the episode's final observation goes into
 /// `truncation_values[t, b]`; recurrent state is carried across steps and fragments and zeroed
 /// when an episode starts; `state_in` holds each row's starting state.
+///
+/// With [`EnvRunnerSettings::record_episodes`] it also keeps every episode step by step and
+/// hands each complete one over in the fragment where it ends ([`Fragment::episode_records`]):
+/// RLlib's episode callbacks look at whole episodes, and the rows of a fragment cut them at
+/// fragment boundaries (and clip rewards). Off, it costs one branch per step.
 ///
 /// ```
 /// use std::sync::Arc;
@@ -107,6 +115,8 @@ pub struct EnvRunner {
     /// elsewhere begins it as each group finishes the current fragment's last step, so its
     /// workers step while the fragment is handed over (see [`EnvRunner::sample`]).
     next: Option<SampleBatch>,
+    /// With [`EnvRunnerSettings::record_episodes`], each env's episode so far.
+    records: Option<Vec<AgentRecord>>,
 }
 
 impl std::fmt::Debug for EnvRunner {
@@ -197,6 +207,9 @@ impl EnvRunner {
             final_state: vec![0.0; num_envs * state_dim],
             started: false,
             next: None,
+            records: settings
+                .record_episodes
+                .then(|| vec![AgentRecord::new(0, &spec.observation_space); num_envs]),
             spec,
         })
     }
@@ -242,6 +255,7 @@ impl EnvRunner {
             }
         };
         let mut episodes = Vec::new();
+        let mut episode_records = Vec::new();
         // With two groups, one group's step runs in its workers while the runner finishes the
         // other's and infers its next actions. Across fragments too: as each group finishes
         // the last step, it acts the next fragment's first, so the workers never wait for the
@@ -252,7 +266,7 @@ impl EnvRunner {
         let mut next = None;
         for t in 0..self.fragment_len {
             for g in 0..self.groups.len() {
-                self.finish(g, t, &mut batch, &mut episodes)?;
+                self.finish(g, t, &mut batch, &mut episodes, &mut episode_records)?;
                 if t + 1 < self.fragment_len {
                     self.act(g, t + 1, &mut batch)?;
                 } else if overlap {
@@ -270,7 +284,7 @@ impl EnvRunner {
             next.state_in.copy_from_slice(&self.state);
         }
         self.next = next;
-        Ok(Fragment { runner_id: self.runner_id, batch, episodes })
+        Ok(Fragment { runner_id: self.runner_id, batch, episodes, episode_records })
     }
 
     /// A fragment's empty batch, starting from the current recurrent state and weights.
@@ -312,6 +326,16 @@ impl EnvRunner {
         batch.action_logp[rows(1)].copy_from_slice(&group.out.action_logp);
         batch.action_dist_inputs[rows(dd)].copy_from_slice(&group.out.action_dist_inputs);
         batch.vf_preds[rows(1)].copy_from_slice(&group.out.vf_preds);
+        if let Some(records) = self.records.as_mut() {
+            let observed = group.envs.obs().chunks_exact(od);
+            let acted = group.out.actions.chunks_exact(ad);
+            for ((record, obs), action) in
+                records[first..first + n].iter_mut().zip(observed).zip(acted)
+            {
+                record.observe(obs);
+                record.act(action);
+            }
+        }
         let actions = match (&self.spec.action_space, self.clip_actions) {
             (Space::Box { low, high, .. }, true) => {
                 for (i, (clipped, a)) in
@@ -328,14 +352,15 @@ impl EnvRunner {
         Ok(())
     }
 
-    /// Finishes group `g`'s step `t`: rewards, flags, episodes, recurrent state and the values
-    /// of truncated episodes' final observations.
+    /// Finishes group `g`'s step `t`: rewards, flags, episodes (and their records), recurrent
+    /// state and the values of truncated episodes' final observations.
     fn finish(
         &mut self,
         g: usize,
         t: usize,
         batch: &mut SampleBatch,
         episodes: &mut Vec<EpisodeStats>,
+        episode_records: &mut Vec<EpisodeRecord>,
     ) -> Result<()> {
         let (od, sd) = (self.obs_dim, self.state_dim);
         let group = &mut self.groups[g];
@@ -374,6 +399,25 @@ impl EnvRunner {
             state[b * sd..(b + 1) * sd].fill(0.0);
         }
         episodes.extend(step.episodes.iter().map(|(_, stats)| *stats));
+        if let Some(records) = self.records.as_mut() {
+            let records = &mut records[first..first + n];
+            for (record, &reward) in records.iter_mut().zip(&step.rewards) {
+                record.reward(reward);
+            }
+            for &(b, stats) in &step.episodes {
+                // An episode's last observation is the one that ended it, not the next
+                // episode's first, which the next act records.
+                let fresh = records[b].sized_like();
+                let mut record = std::mem::replace(&mut records[b], fresh);
+                record.observe(step.final_obs(b).unwrap_or_default());
+                episode_records.push(EpisodeRecord {
+                    runner_id: self.runner_id,
+                    env_index: first + b,
+                    agents: vec![record],
+                    stats,
+                });
+            }
+        }
         if !self.truncated_rows.is_empty() {
             let k = self.truncated_rows.len();
             let _inferring = span(Activity::Inference);

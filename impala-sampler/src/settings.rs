@@ -30,10 +30,15 @@ pub struct EnvRunnerSettings {
     pub seed: Option<u64>,
     /// Passed to the env factory unchanged.
     pub env_config: EnvConfig,
+    /// Record every episode step by step into the fragments
+    /// ([`Fragment::episode_records`](crate::Fragment::episode_records)), for callbacks that
+    /// replay them; off, the runner pays nothing for it.
+    pub record_episodes: bool,
 }
 
 impl Default for EnvRunnerSettings {
-    /// RLlib's defaults: one env per runner, fragments of 50 steps, no clipping, sampling.
+    /// RLlib's defaults: one env per runner, fragments of 50 steps, no clipping, sampling; no
+    /// episode records.
     fn default() -> Self {
         EnvRunnerSettings {
             num_envs: NonZeroUsize::MIN,
@@ -43,6 +48,7 @@ impl Default for EnvRunnerSettings {
             explore: true,
             seed: None,
             env_config: EnvConfig::default(),
+            record_episodes: false,
         }
     }
 }

@@ -34,7 +34,13 @@ fn policy_for(agent: &AgentSpec, seed: u64) -> Box<dyn Policy> {
 }
 
 fn settings(policy_of_agent: Vec<usize>, t: usize) -> MultiAgentSettings {
-    MultiAgentSettings { policy_of_agent, rollout_fragment_length: t, seed: Some(7), explore: true }
+    MultiAgentSettings {
+        policy_of_agent,
+        rollout_fragment_length: t,
+        seed: Some(7),
+        explore: true,
+        record_episodes: false,
+    }
 }
 
 /// Eight steps an episode; agent `a` acts in all of them, agent `b` joins after step 1, acts
@@ -165,6 +171,59 @@ fn agents_that_join_and_leave_fill_their_own_rows() -> TestResult {
         assert_eq!(rewards, [1.0, 1.0, 1.0]);
         let ended: Vec<bool> = (0..3).map(|t| b.terminateds[b.index(t, r)]).collect();
         assert_eq!(ended, [false, false, true]);
+    }
+    Ok(())
+}
+
+/// With `record_episodes`, each ended episode comes per agent: the observations with the env
+/// step each came at, the actions of its rows, and per action the rewards until it was next
+/// observed; an agent that joins late starts later, and its reward from before it joined is
+/// in the episode's return only. Several envs, episodes longer than a fragment.
+#[test]
+fn recorded_episodes_hold_each_agent_from_when_it_joins() -> TestResult {
+    let envs: MultiAgentEnvFactory =
+        Arc::new(|_| Ok(Box::new(Staggered::new()?) as Box<dyn MultiAgentEnv>));
+    let agents = Staggered::new()?.spec.agents;
+    let policies = vec![policy_for(&agents[0], 1), policy_for(&agents[1], 2)];
+    let settings = MultiAgentSettings { record_episodes: true, ..settings(vec![0, 1], 3) };
+    let mut runner = MultiAgentEnvRunner::new(4, 2, &envs, policies, &settings)?;
+    // Per env, agent a's actions in its rows, step after step.
+    let (mut records, mut a_actions) = (Vec::new(), vec![Vec::new(); 2]);
+    for _ in 0..6 {
+        let fragment = runner.sample()?;
+        assert_eq!(fragment.episode_records.len(), fragment.episodes.len());
+        for (record, stats) in fragment.episode_records.iter().zip(&fragment.episodes) {
+            assert_eq!(&record.stats, stats);
+        }
+        records.extend(fragment.episode_records);
+        // a fills a row of 3 steps per env and fragment, env 0's first.
+        let a = &fragment.batches[0];
+        assert_eq!(a.num_rows, 2);
+        for (row, actions) in a_actions.iter_mut().enumerate() {
+            actions.extend((0..3).map(|t| a.actions[a.index(t, row)]));
+        }
+    }
+    // 18 env steps an env: two episodes of 8 each.
+    assert_eq!(records.len(), 4);
+    for (env_index, env_actions) in a_actions.iter().enumerate() {
+        let of_env: Vec<_> = records.iter().filter(|r| r.env_index == env_index).collect();
+        assert_eq!(of_env.len(), 2);
+        for (episode, record) in of_env.into_iter().enumerate() {
+            assert_eq!(record.runner_id, 4);
+            assert_eq!((record.stats.episode_return, record.stats.episode_len), (21.0, 8));
+            assert!(record.stats.truncated && !record.terminated());
+            let [a, b] = record.agents.as_slice() else { return Err("two agents".into()) };
+            assert_eq!((a.agent, b.agent), (0, 1));
+            // a: observed at every step (its observation counts them), acts 8 times.
+            assert_eq!(a.observations.to_f32(), (0..=8).map(|k| k as f32).collect::<Vec<_>>());
+            assert_eq!(a.observed_at, (0..=8).collect::<Vec<u64>>());
+            assert_eq!(a.rewards, vec![1.0; 8]);
+            assert_eq!(a.actions, env_actions[episode * 8..episode * 8 + 8].to_vec());
+            // b: observed after env steps 2 to 5, acts on the first three, leaves at 5.
+            assert_eq!(b.observations.to_f32(), vec![2.0, 3.0, 4.0, 5.0]);
+            assert_eq!(b.observed_at, vec![2, 3, 4, 5]);
+            assert_eq!((b.actions.len(), b.rewards.clone()), (3, vec![1.0; 3]));
+        }
     }
     Ok(())
 }

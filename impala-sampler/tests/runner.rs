@@ -307,3 +307,95 @@ fn without_instance(mut fragment: impala_sampler::Fragment) -> impala_sampler::F
     }
     fragment
 }
+
+/// With `record_episodes`, every episode that ends comes with its fragment step by step: the
+/// observations its policy acted on and the one that ended it, the actions of the rows, the
+/// env's rewards before clipping; across fragment boundaries, with several envs, and with
+/// envs that step elsewhere (two groups, the next fragment begun before this one is handed
+/// over). Off, there are none.
+#[test]
+fn recorded_episodes_are_the_steps_of_the_rows() -> TestResult {
+    use impala_core::{EpisodeRecord, Observations};
+
+    let random: PolicyFactory = Arc::new(|id| {
+        Ok(Box::new(impala_sampler::RandomPolicy::new(&crate::support::spec(None), id as u64))
+            as Box<dyn Policy>)
+    });
+    for (terminate_after, max_episode_steps, elsewhere) in
+        [(Some(5), None, false), (None, Some(4), false), (Some(5), Some(7), true)]
+    {
+        let setup = EnvSetup { max_episode_steps, terminate_after, ..EnvSetup::default() };
+        let inner = setup.factory();
+        let envs: impala_sampler::EnvFactory = if elsewhere {
+            let begun = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            Arc::new(move |ctx| {
+                let (inner, begun) = (inner(ctx)?, Arc::clone(&begun));
+                Ok(Box::new(Elsewhere { inner, action: Vec::new(), begun })
+                    as Box<dyn impala_core::Env>)
+            })
+        } else {
+            inner
+        };
+        let settings = EnvRunnerSettings {
+            clip_rewards: Some(0.5),
+            record_episodes: true,
+            ..runner_settings(3, 3)
+        };
+        let mut runner = EnvRunner::new(&settings, 2, &envs, &random)?;
+        // Per env: the steps of its rows so far as (obs, action, flags), and its records.
+        let mut steps: Vec<Vec<(Vec<f32>, f32, bool)>> = vec![Vec::new(); 3];
+        let mut records: Vec<Vec<EpisodeRecord>> = vec![Vec::new(); 3];
+        for _ in 0..5 {
+            let f = runner.sample()?;
+            let b = &f.batch;
+            let obs = b.obs.to_f32();
+            for t in 0..b.fragment_len {
+                for (row, env_steps) in steps.iter_mut().enumerate() {
+                    let i = b.index(t, row);
+                    assert_eq!(b.rewards[i], 0.5, "clipped in the rows");
+                    let done = b.terminateds[i] || b.truncateds[i];
+                    env_steps.push((obs[i * 3..(i + 1) * 3].to_vec(), b.actions[i], done));
+                }
+            }
+            assert_eq!(f.episode_records.len(), f.episodes.len());
+            for (record, stats) in f.episode_records.into_iter().zip(&f.episodes) {
+                assert_eq!(&record.stats, stats, "in the order of the episodes");
+                assert_eq!(record.runner_id, 2);
+                records[record.env_index].push(record);
+            }
+        }
+        for (env_steps, env_records) in steps.iter().zip(&records) {
+            // 15 steps an env: whole episodes of 5 (or 4), the rest under way.
+            let len = if terminate_after.is_some() { 5 } else { 4 };
+            assert_eq!(env_records.len(), 15 / len);
+            let mut episodes = env_steps.split_inclusive(|(_, _, done)| *done);
+            for record in env_records {
+                let episode = episodes.next().ok_or("a record with no rows")?;
+                assert_eq!(episode.len(), len);
+                assert_eq!(record.stats.episode_len, len as u64);
+                assert_eq!(record.terminated(), terminate_after.is_some());
+                let [agent] = record.agents.as_slice() else { return Err("one agent".into()) };
+                let Observations::F32(obs) = &agent.observations else {
+                    return Err("f32 observations".into());
+                };
+                assert_eq!(obs.len(), (len + 1) * 3);
+                for (k, (row_obs, action, _)) in episode.iter().enumerate() {
+                    assert_eq!(&obs[k * 3..(k + 1) * 3], row_obs.as_slice(), "step {k}");
+                    assert_eq!(agent.actions[k], *action);
+                }
+                // The last observation ended the episode: its step in the episode is `len`,
+                // one env step after the observation before it.
+                let (last, before) = (&obs[len * 3..], &obs[(len - 1) * 3..len * 3]);
+                assert_eq!((last[0], last[1], last[2]), (before[0], len as f32, before[2] + 1.0));
+                assert_eq!(agent.rewards, vec![1.0; len], "unclipped");
+                assert!(agent.observed_at.is_empty());
+            }
+        }
+    }
+    // Off by default.
+    let setup = EnvSetup::default();
+    let mut runner = EnvRunner::new(&runner_settings(2, 9), 0, &setup.factory(), &random)?;
+    let f = runner.sample()?;
+    assert!(!f.episodes.is_empty() && f.episode_records.is_empty());
+    Ok(())
+}

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use impala_config::{CountStepsBy, PolicyMap, ValidatedConfig};
-use impala_core::{CustomModel, EnvSpec, EpisodeStats, MultiAgentSpec, NamedTensor, Weights};
+use impala_core::{
+    CustomModel, EnvSpec, EpisodeRecord, EpisodeStats, MultiAgentSpec, NamedTensor, Weights,
+};
 use impala_envs::MeanStdFilter;
 use impala_learner::LearnerError;
 use impala_profile::{span, Activity};
@@ -119,6 +121,10 @@ pub struct Impala {
     /// The TorchScript module `model.custom_model` names, as read when the run started:
     /// checkpoints keep a copy, remote env runners get it in their session.
     pub(crate) script: Option<SharedModule>,
+    /// Whether the sampling runners record episodes ([`crate::ImpalaBuilder::record_episodes`]).
+    pub(crate) record_episodes: bool,
+    /// The episodes recorded since the last [`Impala::take_episode_records`].
+    pub(crate) episode_records: Vec<EpisodeRecord>,
 }
 
 impl std::fmt::Debug for Impala {
@@ -273,6 +279,13 @@ impl Impala {
         Ok(())
     }
 
+    /// The episodes the sampling runners recorded since the last call, in the order they were
+    /// counted (see [`crate::ImpalaBuilder::record_episodes`]; always empty without it). They
+    /// pile up until taken.
+    pub fn take_episode_records(&mut self) -> Vec<EpisodeRecord> {
+        std::mem::take(&mut self.episode_records)
+    }
+
     /// A flag that, once set (by a Ctrl-C handler), ends the current iteration early so the
     /// caller can save and exit.
     pub fn set_interrupt_flag(&mut self, flag: Arc<AtomicBool>) {
@@ -343,6 +356,7 @@ impl Impala {
             let streams = self.streams();
             let mut settings = settings::env_runner_group(&self.config);
             settings.runner.seed = streams.env_seed;
+            settings.runner.record_episodes = self.record_episodes;
             self.runners = Some(match &self.remote {
                 Some(transport) => {
                     let env = match &self.envs {
@@ -573,6 +587,7 @@ impl Impala {
         c.num_agent_steps_sampled += fragment.agent_steps as u64;
         c.episodes_total += fragment.episodes.len() as u64;
         self.episodes.extend(&fragment.episodes);
+        self.episode_records.extend(fragment.episode_records);
         if self.envs.is_multi_agent() {
             for (episode, returns) in fragment.episodes.iter().zip(&fragment.policy_returns) {
                 for (policy, &episode_return) in self.policies.iter_mut().zip(returns) {

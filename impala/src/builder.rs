@@ -33,6 +33,7 @@ pub struct ImpalaBuilder {
     remote: Option<Arc<dyn RunnerTransport>>,
     model: Option<Arc<dyn ModelFactory>>,
     checkpoint: Option<PathBuf>,
+    record_episodes: bool,
 }
 
 impl std::fmt::Debug for ImpalaBuilder {
@@ -44,6 +45,7 @@ impl std::fmt::Debug for ImpalaBuilder {
             .field("remote", &self.remote)
             .field("model", &self.model)
             .field("checkpoint", &self.checkpoint)
+            .field("record_episodes", &self.record_episodes)
             .finish()
     }
 }
@@ -60,6 +62,7 @@ impl Impala {
             remote: None,
             model: None,
             checkpoint: None,
+            record_episodes: false,
         }
     }
 }
@@ -173,6 +176,38 @@ impl ImpalaBuilder {
         self
     }
 
+    /// Has the sampling env runners record every episode step by step, for
+    /// [`Impala::take_episode_records`] (evaluation runners do not). RLlib's episode callbacks
+    /// run inside its env runners, between env steps; these env runners never wait for user
+    /// code, so the `impala_rs` package replays the records to the callbacks on the driver
+    /// after each iteration instead. Off by default: records cost memory (every observation
+    /// of every episode until taken) and a little sampling time. Refused with
+    /// [`remote_env_runners`](Self::remote_env_runners), whose fragments carry none.
+    ///
+    /// ```
+    /// use impala::config::ImpalaConfig;
+    /// use impala::Impala;
+    ///
+    /// let mut config = ImpalaConfig::default();
+    /// config.num_env_runners = 1;
+    /// config.min_time_s_per_iteration = 0.2;
+    /// let mut algo = Impala::builder(config.validate()?).record_episodes(true).build()?;
+    /// let result = algo.train()?;
+    /// let records = algo.take_episode_records();
+    /// assert_eq!(records.len() as u64, result.num_episodes);
+    /// let agent = &records[0].agents[0];
+    /// assert_eq!(agent.rewards.len() as u64, records[0].stats.episode_len);
+    /// assert_eq!(agent.observations.len(), (agent.rewards.len() + 1) * 4); // CartPole's 4 values
+    /// assert!(algo.take_episode_records().is_empty()); // taken
+    /// algo.stop()?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    #[must_use]
+    pub fn record_episodes(mut self, record: bool) -> Self {
+        self.record_episodes = record;
+        self
+    }
+
     /// Builds the policies (a learner each, on one learner thread for those to train), the
     /// env runners and the batching stages. Runners start sampling at once, with the learners'
     /// initial weights, or with [`restore_from`](Self::restore_from) the restored ones: the
@@ -180,9 +215,20 @@ impl ImpalaBuilder {
     /// ([`Impala::restore`] on a running algorithm replaces its runners, and drops what they
     /// sampled, with runners that act with the restored weights.)
     pub fn build(self) -> Result<Impala> {
-        let ImpalaBuilder { config, env_factory, env_creator, remote, model, checkpoint } = self;
+        let ImpalaBuilder {
+            config,
+            env_factory,
+            env_creator,
+            remote,
+            model,
+            checkpoint,
+            record_episodes,
+        } = self;
         if model.is_some() && remote.is_some() {
             return Err(ImpalaError::ModelFactoryWithRemoteRunners);
+        }
+        if record_episodes && remote.is_some() {
+            return Err(ImpalaError::EpisodeRecordingWithRemoteRunners);
         }
         match &remote {
             Some(_) => crate::remote::check_remote_config(&config)?,
@@ -221,6 +267,8 @@ impl ImpalaBuilder {
             staleness_reported: false,
             remote,
             script,
+            record_episodes,
+            episode_records: Vec::new(),
             config,
         };
         match &checkpoint {

@@ -184,6 +184,15 @@ pub enum ImpalaError {
          them) instead"
     )]
     ModelFactoryWithRemoteRunners,
+    /// [`ImpalaBuilder::record_episodes`](crate::ImpalaBuilder::record_episodes) with remote
+    /// env runners, whose fragments carry no episode records.
+    #[error(
+        "episode callbacks (on_episode_start, on_episode_step, on_episode_end, ...) need local \
+         env runners: the episodes they replay are recorded by the runner threads of this \
+         process, and remote env runners (impala train --listen, env_runner_backend = \"ray\") \
+         send none; use local env runners, or leave the episode callbacks out"
+    )]
+    EpisodeRecordingWithRemoteRunners,
     /// The run's TorchScript module does not fit the message that welcomes a remote env
     /// runner (it travels in the run's session data).
     #[error(

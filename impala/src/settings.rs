@@ -42,6 +42,8 @@ pub fn env_runner(config: &ValidatedConfig) -> EnvRunnerSettings {
         explore: true,
         seed: c.seed,
         env_config: c.env_config.clone(),
+        // The algorithm asks for records when it replays them (`ImpalaBuilder::record_episodes`).
+        record_episodes: false,
     }
 }
 

@@ -1,8 +1,11 @@
 //! The `Impala` library type on its less common paths: sampling on the driver, aggregation
-//! workers with mix-in replay, evaluation during training, save/restore in-process.
+//! workers with mix-in replay, evaluation during training, save/restore in-process, episode
+//! records.
+
+use std::sync::Arc;
 
 use impala::config::ImpalaConfig;
-use impala::{Impala, DEFAULT_POLICY_ID};
+use impala::{Impala, ImpalaError, DEFAULT_POLICY_ID};
 
 use crate::common::TestResult;
 
@@ -114,5 +117,58 @@ fn a_panic_on_the_driver_thread_saves_the_run() -> TestResult {
         other => return Err(format!("expected a saved failure, got {other:?}").into()),
     }
     algo.stop()?;
+    Ok(())
+}
+
+/// `record_episodes`: the episodes the iteration counted come step by step (the sampling
+/// runners', not evaluation's), single- and multi-agent, taken once; remote env runners,
+/// which send no records, are refused.
+#[test]
+fn recorded_episodes_are_the_counted_ones_and_need_local_runners() -> TestResult {
+    let mut config = ImpalaConfig::default();
+    quick(&mut config);
+    config.num_env_runners = 1;
+    config.evaluation_interval = Some(1);
+    config.evaluation_duration = 2;
+    let mut algo = Impala::builder(config.clone().validate()?).record_episodes(true).build()?;
+    let result = algo.train()?;
+    let records = algo.take_episode_records();
+    assert!(result.num_episodes > 0);
+    assert_eq!(records.len() as u64, result.num_episodes);
+    for record in &records {
+        let [agent] = record.agents.as_slice() else { return Err("one agent".into()) };
+        let len = record.stats.episode_len as usize;
+        assert_eq!((agent.rewards.len(), agent.actions.len()), (len, len));
+        assert_eq!(agent.observations.len(), (len + 1) * 4);
+        let total: f32 = agent.rewards.iter().sum();
+        assert_eq!(f64::from(total), record.stats.episode_return);
+        assert!(record.env_index < 4 && record.runner_id == 1);
+    }
+    algo.evaluate()?;
+    assert!(algo.take_episode_records().is_empty(), "evaluation records nothing");
+    algo.stop()?;
+
+    let mut multi = config.clone();
+    multi.env = "HalfObserved".into();
+    multi.policies = vec!["left".into(), "right".into()];
+    multi.evaluation_interval = None;
+    let mut algo = Impala::builder(multi.validate()?).record_episodes(true).build()?;
+    let result = algo.train()?;
+    let records = algo.take_episode_records();
+    algo.stop()?;
+    assert_eq!(records.len() as u64, result.num_episodes);
+    for record in &records {
+        assert_eq!(record.agents.iter().map(|a| a.agent).collect::<Vec<_>>(), [0, 1]);
+        let total: f64 = record.agents.iter().flat_map(|a| &a.rewards).map(|&r| f64::from(r)).sum();
+        assert_eq!(total, record.stats.episode_return);
+    }
+
+    let refused = Impala::builder(config.validate()?)
+        .record_episodes(true)
+        .remote_env_runners(Arc::new(impala::runner_pool::RunnerPool::new()))
+        .build()
+        .err();
+    assert!(matches!(refused, Some(ImpalaError::EpisodeRecordingWithRemoteRunners)), "{refused:?}");
+    assert!(refused.is_some_and(|e| e.to_string().contains("need local env runners")));
     Ok(())
 }

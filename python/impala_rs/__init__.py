@@ -20,7 +20,8 @@ worker processes, never in this interpreter. Models: RLlib's catalog (``model`` 
 ``"impala_resnet"``, a TorchScript file, or a ``torch.nn.Module`` class passed as
 ``model={"custom_model": cls}`` or named with :func:`register_custom_model`. Trained policies:
 ``algo.compute_single_action(obs)``, ``algo.get_policy()``, or :meth:`Policy.from_checkpoint`
-without an algorithm. Ray Tune: :class:`impala_rs.tune.Impala`.
+without an algorithm. Callbacks: ``config.callbacks(...)``, the episode hooks replayed on the
+driver after each iteration (:mod:`impala_rs.callbacks`). Ray Tune: :class:`impala_rs.tune.Impala`.
 """
 
 # The native module links the torch wheel's libtorch (its run path is `../torch/lib`), so it
@@ -30,6 +31,7 @@ from ._impala_rs import ConfigError, ImpalaError, __version__, evaluate_checkpoi
 from .algorithm import Impala
 from .callbacks import DefaultCallbacks, RLlibCallback
 from .config import IMPALAConfig
+from .episode import MultiAgentEpisode, SingleAgentEpisode
 from .models import register_custom_model, registered_models
 from .policy import DEFAULT_POLICY_ID, Policy
 from .registry import register_env, registered_envs
@@ -52,7 +54,9 @@ __all__ = [
     "ConfigError",
     "Impala",
     "ImpalaError",
+    "MultiAgentEpisode",
     "Policy",
+    "SingleAgentEpisode",
     "__version__",
     "evaluate_checkpoint",
     "register_custom_model",

@@ -44,7 +44,17 @@ class Impala:
         # Ray env runner actors connect to a server bound before the algorithm is built, which
         # waits for them.
         self._ray_runners = None
+        self._callbacks = self.config._callbacks()
+        # Episode hooks replay what the env runners record; remote runners record nothing.
+        record_episodes = self._callbacks.replays_episodes
         try:
+            if record_episodes and native.get("env_runner_backend") == "ray":
+                raise TypeError(
+                    "episode callbacks (on_episode_start, on_episode_step, on_episode_end, ...) "
+                    "need local env runners: they replay the episodes that the runner threads of "
+                    "this process record, and Ray env runner actors send none; use "
+                    "env_runners(env_runner_backend='threads'), or leave the episode callbacks out"
+                )
             if native.get("env_runner_backend") == "ray":
                 self._ray_runners = RayEnvRunners(native, self._creator)
             # A user's torch class or RLModule: built for its policy's spaces and scripted
@@ -61,8 +71,7 @@ class Impala:
                         native.setdefault("policy_config", {}).setdefault(policy_id, {}).setdefault("model", {})
                         native["policy_config"][policy_id]["model"].update(custom_model=path, custom_model_config={})
             server = self._ray_runners.server if self._ray_runners else None
-            self._native = _impala_rs.Algorithm(native, creator_path, server, _checkpoint)
-            self._callbacks = self.config._callbacks()
+            self._native = _impala_rs.Algorithm(native, creator_path, server, _checkpoint, record_episodes)
             self._callbacks.call("on_algorithm_init", algorithm=self)
             if _checkpoint is not None:
                 self._callbacks.call("on_checkpoint_loaded", algorithm=self)
@@ -95,8 +104,11 @@ class Impala:
 
     def train(self):
         """One training iteration (RLlib's ``train()``); the result dict, with what the
-        ``on_train_result`` callbacks added or logged."""
+        callbacks added or logged. The episode callbacks see the iteration's episodes first
+        (replayed on the driver, see :mod:`impala_rs.callbacks`), then ``on_train_result``."""
         result = self._native.train()
+        if self._callbacks.replays_episodes:
+            self._callbacks.replay_episodes(self._native.take_episodes(), result)
         if self._callbacks:
             self._callbacks.call("on_train_result", algorithm=self, result=result)
             self._callbacks.metrics_logger.reduce_into(result)

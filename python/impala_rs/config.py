@@ -225,8 +225,12 @@ class IMPALAConfig:
         or :class:`impala_rs.RLlibCallback`; a list of them) and hooks given as callables
         (``on_train_result=fn``, or a list of callables). The algorithm's hooks run on the
         driver (``on_algorithm_init``, ``on_train_result``, which may add to the result,
-        ``on_evaluate_start/end``, ``on_checkpoint_loaded``); a callback that defines a hook of
-        RLlib's env runners (``on_episode_end``, ...) is refused, naming it."""
+        ``on_evaluate_start/end``, ``on_checkpoint_loaded``); so do the episode hooks
+        (``on_episode_created``, ``on_episode_start``, ``on_episode_step``,
+        ``on_episode_end``), replayed after each iteration from the episodes the env runners
+        recorded (see :mod:`impala_rs.callbacks`; they need local env runners). A callback
+        that defines another hook of RLlib's env runners (``on_sample_end``, ...) is refused,
+        naming it."""
         from .callbacks import check
 
         given = {k: (list(v) if isinstance(v, (list, tuple)) else [v]) for k, v in hooks.items() if v is not NotProvided}
@@ -400,7 +404,7 @@ class IMPALAConfig:
         from .callbacks import Callbacks
 
         given = self._values.get("callbacks") or {"class": None, "hooks": {}}
-        return Callbacks(given["class"], given["hooks"])
+        return Callbacks(given["class"], given["hooks"], self["metrics_num_episodes_for_smoothing"])
 
     def _python_models(self):
         """The model dicts whose ``custom_model`` is a class for the package to script (given

@@ -8,10 +8,11 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use impala::{Impala, Trainable};
 use pyo3::prelude::*;
-use pyo3::types::PyDict;
+use pyo3::types::{PyDict, PyList};
 
 use crate::config::validated;
 use crate::convert::{config_to_python, serialized_to_python, to_python};
+use crate::episodes::EpisodeLayout;
 use crate::errors::{impala_err, ImpalaError};
 use crate::policy::{named_tensors, Policy, RawTensor};
 use crate::runners::RunnerServer;
@@ -32,15 +33,19 @@ impl PyAlgorithm {
     /// `env_creator` is a pickled env creator (`impala_rs.register_env`) the env workers call.
     /// With `runner_server` the env runners are the processes that connect to it (Ray
     /// actors), waited for up to `env_runner_connect_timeout_s`. With `checkpoint` it is
-    /// restored from that checkpoint before its env runners start.
+    /// restored from that checkpoint before its env runners start. With `record_episodes` the
+    /// env runners record every episode for `take_episodes` (refused with `runner_server`).
     #[new]
-    #[pyo3(signature = (config, env_creator = None, runner_server = None, checkpoint = None))]
+    #[pyo3(signature = (
+        config, env_creator = None, runner_server = None, checkpoint = None, record_episodes = false
+    ))]
     fn new(
         py: Python<'_>,
         config: &Bound<'_, PyDict>,
         env_creator: Option<PathBuf>,
         runner_server: Option<PyRef<'_, RunnerServer>>,
         checkpoint: Option<PathBuf>,
+        record_episodes: bool,
     ) -> PyResult<Self> {
         // The package's `IMPALAConfig` already reported the warnings (`check_config`).
         let (config, _warnings) = validated(config)?;
@@ -49,7 +54,7 @@ impl PyAlgorithm {
         });
         let mut algo = py
             .detach(|| {
-                let mut builder = Impala::builder(config);
+                let mut builder = Impala::builder(config).record_episodes(record_episodes);
                 if let Some(creator) = env_creator {
                     builder = builder.python_env_creator(creator);
                 }
@@ -83,6 +88,15 @@ impl PyAlgorithm {
             return Err(interrupted);
         }
         Ok(result)
+    }
+
+    /// The episodes the env runners recorded since the last call (`record_episodes`; none
+    /// without it), in the order they were counted, as dicts of numpy arrays (see
+    /// `impala_rs.episode`).
+    fn take_episodes<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        let (records, layout) =
+            self.with(py, |algo| Ok((algo.take_episode_records(), EpisodeLayout::of(algo))))?;
+        layout.to_python(py, records)
     }
 
     /// Runs `evaluation_duration` evaluation episodes with the current weights (RLlib's

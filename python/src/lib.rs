@@ -12,6 +12,7 @@
 mod algorithm;
 mod config;
 mod convert;
+mod episodes;
 mod errors;
 mod policy;
 mod runners;

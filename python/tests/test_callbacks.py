@@ -1,5 +1,6 @@
 """RLlib's callbacks: the algorithm's hooks on the driver, metrics logged into the result, errors
-that name the hook, and env-runner hooks refused by name."""
+that name the hook, and the env-runner hooks that are not replayed refused by name (the episode
+hooks: test_episode_callbacks.py)."""
 
 import pytest
 from conftest import fast_cartpole
@@ -70,14 +71,14 @@ def test_a_callback_that_raises_names_its_hook():
 
 
 def test_env_runner_hooks_and_unknown_hooks_are_refused_by_name():
-    class PerEpisode(RLlibCallback):
-        def on_episode_end(self, *, episode, **kwargs):
+    class PerSample(RLlibCallback):
+        def on_sample_end(self, *, samples, **kwargs):
             pass
 
-    with pytest.raises(TypeError, match="PerEpisode.on_episode_end.*env runners"):
-        fast_cartpole().callbacks(PerEpisode)
-    with pytest.raises(TypeError, match="`on_episode_start` runs in RLlib's env runners"):
-        fast_cartpole().callbacks(on_episode_start=lambda **kw: None)
+    with pytest.raises(TypeError, match="PerSample.on_sample_end.*env runners"):
+        fast_cartpole().callbacks(PerSample)
+    with pytest.raises(TypeError, match="`on_environment_created` runs in RLlib's env runners"):
+        fast_cartpole().callbacks(on_environment_created=lambda **kw: None)
     with pytest.raises(TypeError, match="`on_trian_result` is no callback hook"):
         fast_cartpole().callbacks(on_trian_result=lambda **kw: None)
 
