@@ -106,7 +106,7 @@ class Impala:
         """One training iteration (RLlib's ``train()``); the result dict, with what the
         callbacks added or logged. The episode callbacks see the iteration's episodes first
         (replayed on the driver, see :mod:`impala_rs.callbacks`), then ``on_train_result``."""
-        result = self._native.train()
+        result = _nested(self._native.train())
         if self._callbacks.replays_episodes:
             self._callbacks.replay_episodes(self._native.take_episodes(), result)
         if self._callbacks:
@@ -264,3 +264,18 @@ class Impala:
         ids = self.policy_ids
         if policy_id not in ids:
             raise KeyError(f"no policy {policy_id!r}: the algorithm's policies are {ids}")
+
+
+def _nested(result):
+    """``result`` with its ``env_runners`` keys that hold a path (``"a/b"``) as nested dicts,
+    where RLlib's result has them (``result["env_runners"]["module_episode_returns_mean"]["p0"]``);
+    Tune's flattening gives back the same names."""
+    runners = result.get("env_runners")
+    if isinstance(runners, dict):
+        for key in [k for k in runners if "/" in k]:
+            *parents, leaf = key.split("/")
+            node = runners
+            for part in parents:
+                node = node.setdefault(part, {})
+            node[leaf] = runners.pop(key)
+    return result

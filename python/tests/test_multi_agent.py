@@ -46,7 +46,7 @@ def test_a_policy_per_agent_learns_to_coordinate(tmp_path):
                 break
         assert reached(result, 9.5), result["policy_reward_mean"]
         assert set(result["info"]["learner"]) == {"left", "right"}
-        assert result["env_runners"]["module_episode_returns_mean/right"] >= 9.5
+        assert result["env_runners"]["module_episode_returns_mean"]["right"] >= 9.5
         assert result["timesteps_total"] == result["num_agent_steps_sampled"]
         # Greedy, the two policies share a convention (both play their bit, or both flip it).
         act = {

@@ -77,11 +77,8 @@ def test_multi_agent_cartpole_reaches_350_per_agent():
     )
 
     def per_agent(result):
-        return {
-            k: v
-            for k, v in result["env_runners"].items()
-            if k.startswith("module_episode_returns_mean/") and v is not None
-        }
+        means = result["env_runners"].get("module_episode_returns_mean", {})
+        return {policy: mean for policy, mean in means.items() if mean is not None}
 
     def reached(result):
         means = per_agent(result)
