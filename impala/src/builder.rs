@@ -18,9 +18,7 @@ use crate::policies::{
     new_learner, random_seed, start_learners, stream_seed, PolicyLearner, PolicySlot, PolicySource,
     StatsMean, Streams,
 };
-use crate::run_envs::{
-    check_single_agent, default_env, env_spec, uses_python, RunEnvs,
-};
+use crate::run_envs::{check_single_agent, default_env, env_spec, uses_python, RunEnvs};
 use crate::settings;
 use crate::torchscript::ScriptedModel;
 use crate::{EpisodeWindow, Impala, ImpalaError, Result, DEFAULT_POLICY_ID};
@@ -422,7 +420,9 @@ pub fn run_policy_specs(
         RunEnvs::Single(envs) => {
             Ok(vec![(DEFAULT_POLICY_ID.to_string(), env_spec(config, &envs.sampling)?)])
         }
-        RunEnvs::Multi(envs) => Ok(envs.map.policy_ids.into_iter().zip(envs.policy_specs).collect()),
+        RunEnvs::Multi(envs) => {
+            Ok(envs.map.policy_ids.into_iter().zip(envs.policy_specs).collect())
+        }
     }
 }
 
