@@ -69,16 +69,6 @@ def find_in_tune(category, name):
     except Exception:  # noqa: BLE001 - no Ray session: nothing registered there
         return None
     return None
-    try:
-        from ray.tune.registry import ENV_CREATOR, _global_registry
-    except ImportError:
-        return None
-    try:
-        if _global_registry.contains(ENV_CREATOR, name):
-            return _global_registry.get(ENV_CREATOR, name)
-    except Exception:  # noqa: BLE001 - no Ray session: nothing registered there
-        return None
-    return None
 
 
 class PickledCreator:
