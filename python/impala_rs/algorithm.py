@@ -5,6 +5,7 @@ import sys
 import tempfile
 
 from . import _impala_rs
+from .callbacks import put_at_path
 from .config import IMPALAConfig
 from .models import python_model, rl_module_instance, script_model
 from .policy import DEFAULT_POLICY_ID, Policy, _tensors
@@ -63,13 +64,13 @@ class Impala:
             self._policy_specs = {}
             if self._python_models:
                 self._policy_specs = _impala_rs.policy_specs(native, creator_path)
-                for policy_id, (label, cls, model, seed) in self._policy_models(native).items():
+                for policy_id, (label, cls, model, seed) in self._policy_models(native.get("seed")).items():
                     path = script_model(label, cls, self._policy_specs[policy_id], model, seed)
                     if policy_id == DEFAULT_POLICY_ID and len(self._policy_specs) == 1:
                         native["model"]["custom_model"] = path
                     else:
-                        native.setdefault("policy_config", {}).setdefault(policy_id, {}).setdefault("model", {})
-                        native["policy_config"][policy_id]["model"].update(custom_model=path, custom_model_config={})
+                        policy = native.setdefault("policy_config", {}).setdefault(policy_id, {})
+                        policy.setdefault("model", {}).update(custom_model=path, custom_model_config={})
             server = self._ray_runners.server if self._ray_runners else None
             self._native = _impala_rs.Algorithm(native, creator_path, server, _checkpoint, record_episodes)
             self._callbacks.call("on_algorithm_init", algorithm=self)
@@ -82,12 +83,11 @@ class Impala:
                 self._creator.remove()
             raise
 
-    def _policy_models(self, native):
+    def _policy_models(self, seed):
         """Per policy with a Python model class: ``(label, class, model dict, seed)``; a
         policy's own model (``MultiRLModuleSpec``) before the run's. Each policy's initial
-        weights are drawn from the run's seed plus its index, so policies start apart."""
+        weights are drawn from the run's ``seed`` plus its index, so policies start apart."""
         out = {}
-        seed = native.get("seed")
         for index, policy_id in enumerate(self._policy_specs):
             model = self._python_models.get(policy_id, self._python_models.get(None))
             if model is not None:
@@ -138,7 +138,7 @@ class Impala:
         folded in), with RLlib's ``forward_inference``/``forward_exploration``/
         ``forward_train`` and ``compute_values``. Needs torch."""
         self._check_policy_id(module_id)
-        label, cls, model, seed = self._policy_models({"seed": self.config.to_dict().get("seed")}).get(
+        label, cls, model, seed = self._policy_models(self.config.to_dict().get("seed")).get(
             module_id, (None, None, None, None)
         )
         if is_rl_module_class(cls):
@@ -273,9 +273,5 @@ def _nested(result):
     runners = result.get("env_runners")
     if isinstance(runners, dict):
         for key in [k for k in runners if "/" in k]:
-            *parents, leaf = key.split("/")
-            node = runners
-            for part in parents:
-                node = node.setdefault(part, {})
-            node[leaf] = runners.pop(key)
+            put_at_path(runners, key.split("/"), runners.pop(key))
     return result

@@ -137,6 +137,15 @@ def _check_hook(hook, where):
         raise TypeError(f"{where}: `{hook}` is no callback hook; the hooks run here are " + ", ".join(HOOKS))
 
 
+def put_at_path(node, path, value):
+    """Sets ``value`` in the nested dict ``node`` under the parts of ``path``, making the
+    dicts on the way (a result's ``"a/b"`` key as ``node["a"]["b"]``)."""
+    *parents, leaf = path
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+
+
 class _Values:
     """One key's logged values, as its reduction needs them: the last ``window`` of them, or
     (without a window) a running reduction of all of them, so a key logged for every episode
@@ -214,10 +223,7 @@ class MetricsLogger:
         for path, values in self._values.items():
             if not values.count:
                 continue
-            node = result
-            for part in path[:-1]:
-                node = node.setdefault(part, {})
-            node[path[-1]] = values.reduced()
+            put_at_path(result, path, values.reduced())
             if values.clear_on_reduce:
                 values.clear()
 

@@ -16,6 +16,7 @@ The trained weights come back by name: the adapter holds the module as ``net.mod
 parameter ``_pi_head.weight`` of the module is ``net.module._pi_head.weight`` in the core.
 """
 
+import sys
 import traceback
 import warnings
 from typing import List, Tuple
@@ -31,9 +32,9 @@ STATE_IN = "state_in"
 STATE_OUT = "state_out"
 EMBEDDINGS = "embeddings"
 
-#: What a module's value-function parameters are named after (RLlib's default modules' ``vf``
-#: and the examples' ``_values``), for ``_separate_vf_optimizer``.
-_VALUE_NAMES = ("vf", "_vf", "value", "_value", "values", "_values")
+#: How a module's value-function children are named (RLlib's default modules' ``vf``, the
+#: examples' ``_values``), for ``_separate_vf_optimizer``.
+_VALUE_PREFIXES = ("vf", "_vf", "value", "_value")
 
 
 def is_rl_module_class(cls):
@@ -52,7 +53,7 @@ def _where(exc, cls):
     frames = traceback.extract_tb(exc.__traceback__)
     if not frames:
         return "?"
-    source = getattr(__import__("sys").modules.get(cls.__module__), "__file__", None)
+    source = getattr(sys.modules.get(cls.__module__), "__file__", None)
     mine = [f for f in frames if source and f.filename == source]
     frame = (mine or frames)[-1]
     return f"{frame.filename}:{frame.lineno}"
@@ -146,8 +147,7 @@ def to_torchscript(module, observation_shape):
             return logits[:, 0], values.reshape(-1), [state_out[k].reshape(s.shape) for k, s in zip(keys, state)]
 
     step = Step()
-    names = [name for name, _ in module.named_children()]
-    prefixes = [PREFIX + n for n in names if n in _VALUE_NAMES or n.startswith(("vf", "_vf", "value", "_value"))]
+    prefixes = [PREFIX + name for name, _ in module.named_children() if name.startswith(_VALUE_PREFIXES)]
 
     def example(b):
         obs = torch.empty((b, *observation_shape), dtype=torch.float32).uniform_(-1.0, 1.0)
@@ -233,7 +233,6 @@ def _shells():
             return self.prefixes
 
     return Stateless, Recurrent
-
 
 
 def load_trained_weights(module, weights):
