@@ -341,6 +341,11 @@ pub struct EvaluateArgs {
     /// Sample actions instead of acting greedily.
     #[arg(long)]
     pub explore: bool,
+    /// Write one MP4 per episode into DIR (`episode-000-return-<R>.mp4`), rendered by the
+    /// env's Gymnasium twin; needs the `impala_rs` Python package with imageio-ffmpeg in the
+    /// interpreter IMPALA_PYTHON names (`pip install "impala-rs[video]"`).
+    #[arg(long, value_name = "DIR")]
+    pub video: Option<PathBuf>,
 }
 
 /// `impala export`.

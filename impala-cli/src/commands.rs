@@ -146,10 +146,42 @@ pub(crate) fn train(args: &TrainArgs) -> anyhow::Result<ExitCode> {
 }
 
 pub(crate) fn evaluate(args: &EvaluateArgs) -> anyhow::Result<ExitCode> {
+    if let Some(dir) = &args.video {
+        return record_video(args, dir);
+    }
     // Only what evaluation needs: the env and CPU policies with the checkpoint's weights (no
     // learner thread, optimizer state or training runners), its files verified.
     let eval = impala::evaluate_checkpoint(&args.checkpoint, args.episodes, args.explore)?;
     println!("{}", serde_json::to_string(&eval)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `evaluate --video`: the episodes are played by the `impala_rs` Python package
+/// (`python -m impala_rs.video`), which renders the env through Gymnasium (frames this process
+/// has no renderer for) and encodes them with imageio-ffmpeg; it prints a JSON line per episode.
+fn record_video(args: &EvaluateArgs, dir: &std::path::Path) -> anyhow::Result<ExitCode> {
+    let python = impala::gym::default_python();
+    let mut command = std::process::Command::new(&python);
+    command.args(["-m", "impala_rs.video", "--checkpoint"]).arg(&args.checkpoint);
+    command.arg("--video").arg(dir).args(["--episodes", &args.episodes.to_string()]);
+    if args.explore {
+        command.arg("--explore");
+    }
+    let status = command.status().with_context(|| {
+        format!(
+            "--video: cannot run {} (the interpreter that records); name one that has the \
+             impala_rs package with IMPALA_PYTHON",
+            python.display()
+        )
+    })?;
+    if !status.success() {
+        anyhow::bail!(
+            "--video: `{} -m impala_rs.video` failed ({status}); it needs the impala_rs package \
+             and imageio-ffmpeg in that interpreter (`pip install \"impala-rs[video]\"`), or \
+             IMPALA_PYTHON naming one that has them",
+            python.display()
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

@@ -113,6 +113,8 @@ pub use impala_config as config;
 pub use impala_core as core;
 /// Native environments, the env registry and wrappers.
 pub use impala_envs as envs;
+/// Python (Gymnasium, PettingZoo) envs in env worker processes, and the interpreter they run in.
+pub use impala_gym as gym;
 /// Models, the V-trace loss and the learner threads (libtorch).
 pub use impala_learner as learner;
 /// Where the time goes: wall time per thread and activity (`impala train --profile`).

@@ -27,7 +27,16 @@ driver after each iteration (:mod:`impala_rs.callbacks`). Ray Tune: :class:`impa
 # The native module links the torch wheel's libtorch (its run path is `../torch/lib`), so it
 # loads without importing torch (which takes seconds) and `import torch` later shares that
 # same libtorch.
-from ._impala_rs import ConfigError, ImpalaError, __version__, evaluate_checkpoint
+from ._torch_pin import torch_problem
+
+try:
+    from ._impala_rs import ConfigError, ImpalaError, __version__, evaluate_checkpoint
+except ImportError as error:
+    # Most often a torch wheel other than the one the module links: say which and the fix.
+    problem = torch_problem()
+    if problem is None:
+        raise
+    raise ImportError(problem) from error
 from .algorithm import Impala
 from .callbacks import DefaultCallbacks, RLlibCallback
 from .config import IMPALAConfig
