@@ -20,7 +20,8 @@ worker processes, never in this interpreter. Models: RLlib's catalog (``model`` 
 ``"impala_resnet"``, a TorchScript file, or a ``torch.nn.Module`` class passed as
 ``model={"custom_model": cls}`` or named with :func:`register_custom_model`. Trained policies:
 ``algo.compute_single_action(obs)``, ``algo.get_policy()``, or :meth:`Policy.from_checkpoint`
-without an algorithm. Callbacks: ``config.callbacks(...)``, the episode hooks replayed on the
+without an algorithm; videos of it playing: :func:`record_video` (or
+``algo.record_video(dir)``). Callbacks: ``config.callbacks(...)``, the episode hooks replayed on the
 driver after each iteration (:mod:`impala_rs.callbacks`). Ray Tune: :class:`impala_rs.tune.Impala`.
 """
 
@@ -50,6 +51,16 @@ from .rl_module_torchscript import TorchScriptModule
 #: RLlib's spelling of the algorithm's name.
 IMPALA = Impala
 
+
+def __getattr__(name):
+    # `record_video` is imported on first use: `python -m impala_rs.video` runs that module as
+    # a script, which runpy warns of when importing the package has already imported it.
+    if name == "record_video":
+        from .video import record_video
+
+        return record_video
+    raise AttributeError(f"module 'impala_rs' has no attribute {name!r}")
+
 __all__ = [
     "IMPALA",
     "DEFAULT_POLICY_ID",
@@ -68,6 +79,7 @@ __all__ = [
     "SingleAgentEpisode",
     "__version__",
     "evaluate_checkpoint",
+    "record_video",
     "register_custom_model",
     "register_env",
     "registered_envs",

@@ -185,6 +185,16 @@ class Impala:
         :meth:`Policy.export_model`. Returns the file's path."""
         return self.get_policy(policy_id).export_model(export_dir, onnx=onnx)
 
+    def record_video(self, video_dir, episodes=1, explore=False, seed=None, fps=None, max_steps=None):
+        """Records the policy at the learner's current weights playing the run's env, one
+        MP4 per episode in ``video_dir``, as :func:`impala_rs.record_video` records a
+        checkpoint's (no checkpoint is written); returns its per-episode dicts (``path``,
+        ``episode_return``, ``episode_len``, ``frames``)."""
+        from .video import record_policy  # not at import: see the package's __getattr__
+
+        episodes = record_policy(self.get_policy(), self.config, video_dir, episodes, explore, seed, fps, max_steps)
+        return list(episodes)
+
     def get_weights(self, policies=None):
         """The learners' current weights as RLlib's ``algo.get_weights()`` gives them:
         ``{policy id: {parameter name: float32 array}}``, for ``policies`` (default: all)."""
