@@ -116,8 +116,12 @@ pub struct ImpalaConfig {
     /// Clip rewards to `[-c, c]` (RLlib's `clip_rewards`: `None` = no clipping; Atari uses 1).
     #[serde(deserialize_with = "crate::serde_util::none_or")]
     pub clip_rewards: Option<f64>,
-    /// Clip continuous actions to the action space bounds before stepping the env.
+    /// Clip continuous actions to the action space bounds before stepping the env (when
+    /// `normalize_actions` is off, or the space has an infinite bound).
     pub clip_actions: bool,
+    /// The policy acts in `[-1, 1]` for a bounded `Box` action space, mapped onto its bounds
+    /// (and clipped to them) before stepping the env: RLlib's default.
+    pub normalize_actions: bool,
     /// Normalise observations with a running mean/std filter (RLlib's `observation_filter=
     /// "MeanStdFilter"` when true). Unlike RLlib, each env keeps its own statistics: they are
     /// not yet synced across runners nor saved in checkpoints, so evaluating or resuming a
@@ -393,6 +397,7 @@ impl Default for ImpalaConfig {
             env_config: BTreeMap::new(),
             clip_rewards: None,
             clip_actions: false,
+            normalize_actions: true,
             normalize_observations: false,
             env_backend: EnvBackend::Auto,
             python_executable: None,

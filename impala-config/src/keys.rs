@@ -302,6 +302,7 @@ groups! {
         env_config: BTreeMap<String, serde_json::Value>,
         [into] clip_rewards: Option<f64>,
         clip_actions: bool,
+        normalize_actions: bool,
         normalize_observations: bool,
         env_backend: EnvBackend,
         [into] python_executable: Option<String>,

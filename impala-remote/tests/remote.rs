@@ -549,6 +549,7 @@ fn failing_multi_agent_builder(fail_after: Option<usize>) -> BuildRunner {
             rollout_fragment_length: 5,
             seed: Some(a.incarnation),
             explore: true,
+            normalize_actions: true,
             record_episodes: false,
         };
         MultiAgentEnvRunner::new(a.runner_id, 2, &envs, acting, &settings)

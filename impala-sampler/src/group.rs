@@ -330,6 +330,7 @@ impl EnvRunnerGroup<MultiAgentFragment> {
     ///     rollout_fragment_length: 10,
     ///     seed: Some(0),
     ///     explore: true,
+    ///     normalize_actions: true,
     ///     record_episodes: false,
     /// };
     /// let mut group = EnvRunnerGroup::multi_agent(&settings, envs, runner, policies, vec![])?;

@@ -15,8 +15,8 @@
 use std::sync::Arc;
 
 use impala_core::{
-    AgentRecord, CoreError, EnvSpec, EpisodeRecord, EpisodeStats, MultiAgentEnv, MultiAgentSpec,
-    MultiAgentStep, Policy, PolicyInput, PolicyOutput, SampleBatch, Space, Weights,
+    AgentRecord, CoreError, EnvActions, EnvSpec, EpisodeRecord, EpisodeStats, MultiAgentEnv,
+    MultiAgentSpec, MultiAgentStep, Policy, PolicyInput, PolicyOutput, SampleBatch, Space, Weights,
 };
 
 use crate::{Fragment, Result, SamplerError};
@@ -97,6 +97,9 @@ pub struct MultiAgentSettings {
     pub seed: Option<u64>,
     /// Sample actions (`true`) or act greedily.
     pub explore: bool,
+    /// Policies act in `[-1, 1]` for bounded `Box` action spaces, mapped onto the bounds
+    /// before the env steps ([`EnvActions`]).
+    pub normalize_actions: bool,
     /// Record every episode step by step into the fragments
     /// ([`MultiAgentFragment::episode_records`]), for callbacks that replay them.
     pub record_episodes: bool,
@@ -277,6 +280,7 @@ struct Row {
 ///     rollout_fragment_length: 5,
 ///     seed: Some(1),
 ///     explore: true,
+///     normalize_actions: true,
 ///     record_episodes: false,
 /// };
 /// let mut runner = MultiAgentEnvRunner::new(0, 3, &envs, policies, &settings)?;
@@ -291,6 +295,8 @@ pub struct MultiAgentEnvRunner {
     envs: Vec<Box<dyn MultiAgentEnv>>,
     policies: Vec<Box<dyn Policy>>,
     policy_specs: Vec<EnvSpec>,
+    /// Per policy, what its actions become in the env.
+    env_actions: Vec<EnvActions>,
     settings: MultiAgentSettings,
     num_agents: usize,
     /// `[env][agent]` flattened: lane `e * num_agents + a`.
@@ -361,6 +367,10 @@ impl MultiAgentEnvRunner {
             rows: (0..policies.len()).map(|_| Vec::new()).collect(),
             envs,
             policies,
+            env_actions: policy_specs
+                .iter()
+                .map(|s| EnvActions::new(&s.action_space, settings.normalize_actions, false))
+                .collect(),
             policy_specs,
             settings: settings.clone(),
             num_agents,
@@ -563,6 +573,7 @@ impl MultiAgentEnvRunner {
                 let (e, a) = (l / self.num_agents, l % self.num_agents);
                 let action = &self.out.actions[k * ad..(k + 1) * ad];
                 self.actions[e][a].copy_from_slice(action);
+                self.env_actions[p].apply(&mut self.actions[e][a]);
                 if let Some(records) = self.records.as_mut() {
                     records[e][a].act(action);
                 }

@@ -4,8 +4,8 @@ use impala_profile::{span, Activity};
 use std::sync::Arc;
 
 use impala_core::{
-    AgentRecord, CoreError, EnvSpec, EpisodeRecord, EpisodeStats, Policy, PolicyInput,
-    PolicyOutput, SampleBatch, Space, Weights,
+    AgentRecord, CoreError, EnvActions, EnvSpec, EpisodeRecord, EpisodeStats, Policy, PolicyInput,
+    PolicyOutput, SampleBatch, Weights,
 };
 use impala_envs::VectorEnv;
 
@@ -99,7 +99,7 @@ pub struct EnvRunner {
     spec: EnvSpec,
     fragment_len: usize,
     clip_rewards: Option<f64>,
-    clip_actions: bool,
+    env_actions: EnvActions,
     explore: bool,
     obs_dim: usize,
     state_dim: usize,
@@ -197,7 +197,11 @@ impl EnvRunner {
             policy,
             fragment_len: settings.rollout_fragment_length.get(),
             clip_rewards: settings.clip_rewards,
-            clip_actions: settings.clip_actions,
+            env_actions: EnvActions::new(
+                &spec.action_space,
+                settings.normalize_actions,
+                settings.clip_actions,
+            ),
             explore: settings.explore,
             obs_dim,
             state_dim,
@@ -336,16 +340,12 @@ impl EnvRunner {
                 record.act(action);
             }
         }
-        let actions = match (&self.spec.action_space, self.clip_actions) {
-            (Space::Box { low, high, .. }, true) => {
-                for (i, (clipped, a)) in
-                    group.env_actions.iter_mut().zip(&group.out.actions).enumerate()
-                {
-                    *clipped = a.clamp(low[i % ad], high[i % ad]);
-                }
-                &group.env_actions
-            }
-            _ => &group.out.actions,
+        let actions = if self.env_actions.is_identity() {
+            &group.out.actions
+        } else {
+            group.env_actions.copy_from_slice(&group.out.actions);
+            self.env_actions.apply(&mut group.env_actions);
+            &group.env_actions
         };
         let _stepping = span(Activity::EnvStep);
         group.envs.begin_step(actions)?;
@@ -450,7 +450,7 @@ struct EnvGroup {
     /// The group's first row among the runner's `B` rows.
     first_row: usize,
     out: PolicyOutput,
-    /// Scratch for clipped actions, `[n, action_dim]`.
+    /// Scratch for the env's actions (normalised or clipped), `[n, action_dim]`.
     env_actions: Vec<f32>,
 }
 

@@ -22,8 +22,12 @@ pub struct EnvRunnerSettings {
     pub rollout_fragment_length: NonZeroUsize,
     /// Clip rewards to `[-c, c]` in the fragments (episode returns stay unclipped).
     pub clip_rewards: Option<f64>,
-    /// Clip `Box` actions to the space's bounds before stepping the envs.
+    /// Clip `Box` actions to the space's bounds before stepping the envs (without
+    /// `normalize_actions`; see [`EnvActions`](impala_core::EnvActions)).
     pub clip_actions: bool,
+    /// The policy acts in `[-1, 1]`, mapped onto a bounded `Box` action space's bounds
+    /// ([`EnvActions`](impala_core::EnvActions)).
+    pub normalize_actions: bool,
     /// Sample actions (`true`) or act greedily (evaluation with `explore = false`).
     pub explore: bool,
     /// Base seed of the envs (see [`EnvContext::new`](crate::EnvContext::new)).
@@ -37,14 +41,15 @@ pub struct EnvRunnerSettings {
 }
 
 impl Default for EnvRunnerSettings {
-    /// RLlib's defaults: one env per runner, fragments of 50 steps, no clipping, sampling; no
-    /// episode records.
+    /// RLlib's defaults: one env per runner, fragments of 50 steps, no clipping, normalised
+    /// `Box` actions, sampling; no episode records.
     fn default() -> Self {
         EnvRunnerSettings {
             num_envs: NonZeroUsize::MIN,
             rollout_fragment_length: count(50),
             clip_rewards: None,
             clip_actions: false,
+            normalize_actions: true,
             explore: true,
             seed: None,
             env_config: EnvConfig::default(),

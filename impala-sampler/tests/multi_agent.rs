@@ -39,6 +39,7 @@ fn settings(policy_of_agent: Vec<usize>, t: usize) -> MultiAgentSettings {
         rollout_fragment_length: t,
         seed: Some(7),
         explore: true,
+        normalize_actions: true,
         record_episodes: false,
     }
 }

@@ -206,8 +206,9 @@ impl impala_core::Env for Echo {
     }
 }
 
-#[test]
-fn clip_actions_clips_what_the_env_gets_not_what_the_batch_keeps() -> Result<()> {
+/// A runner of one `Echo` env whose actions are bounded to `[-0.1, 0.1]`, sampling standard
+/// normal actions, with `settings` changed by `set`.
+fn echo_fragment(set: impl FnOnce(&mut EnvRunnerSettings)) -> Result<impala_sampler::Fragment> {
     let spec = impala_core::EnvSpec {
         id: "Echo".into(),
         observation_space: impala_core::Space::continuous(vec![-1.0], vec![1.0])?,
@@ -220,12 +221,35 @@ fn clip_actions_clips_what_the_env_gets_not_what_the_batch_keeps() -> Result<()>
     let policies: PolicyFactory = Arc::new(move |_| {
         Ok(Box::new(impala_sampler::RandomPolicy::new(&s2, 0)) as Box<dyn Policy>)
     });
-    let cfg = EnvRunnerSettings { clip_actions: true, ..runner_settings(1, 200) };
-    let f = EnvRunner::new(&cfg, 0, &envs, &policies)?.sample()?;
+    let mut cfg = runner_settings(1, 200);
+    set(&mut cfg);
+    Ok(EnvRunner::new(&cfg, 0, &envs, &policies)?.sample()?)
+}
+
+#[test]
+fn clip_actions_clips_what_the_env_gets_not_what_the_batch_keeps() -> Result<()> {
+    let f = echo_fragment(|c| (c.clip_actions, c.normalize_actions) = (true, false))?;
     let b = &f.batch;
     // Standard-normal actions: most exceed 0.1 in the batch, none reach the env unclipped.
     assert!(b.actions.iter().filter(|a| a.abs() > 0.1).count() > 100);
-    assert!(b.obs.to_f32().iter().chain(&b.bootstrap_obs.to_f32()).all(|o| o.abs() <= 0.1));
+    let got = [b.obs.to_f32(), b.bootstrap_obs.to_f32()].concat();
+    for (a, o) in b.actions.iter().zip(&got[1..]) {
+        assert_eq!(*o, a.clamp(-0.1, 0.1));
+    }
+    Ok(())
+}
+
+#[test]
+fn normalize_actions_maps_the_unit_range_onto_the_bounds_for_the_env_only() -> Result<()> {
+    // RLlib's default: the env gets `low + (a + 1) (high - low) / 2`, clipped; here `0.1 a`.
+    let f = echo_fragment(|c| assert!(c.normalize_actions && !c.clip_actions))?;
+    let b = &f.batch;
+    let got = [b.obs.to_f32(), b.bootstrap_obs.to_f32()].concat();
+    let inside = b.actions.iter().filter(|a| a.abs() < 1.0).count();
+    assert!(inside > 100 && inside < 200, "{inside} of 200 standard-normal actions in (-1, 1)");
+    for (a, o) in b.actions.iter().zip(&got[1..]) {
+        assert!((o - (0.1 * a).clamp(-0.1, 0.1)).abs() < 1e-6, "action {a} reached the env as {o}");
+    }
     Ok(())
 }
 

@@ -226,7 +226,7 @@ impl Impala {
         TrainedPolicy::new(
             &policy.source,
             self.observation_filter()?,
-            self.config.config().clip_actions,
+            (self.config.config().normalize_actions, self.config.config().clip_actions),
             self.live_weights(policy)?,
             Device::Cpu,
         )

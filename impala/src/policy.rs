@@ -5,7 +5,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use impala_core::{EnvSpec, NamedTensor, Policy, PolicyInput, PolicyOutput, Space, Weights};
+use impala_core::{
+    EnvActions, EnvSpec, NamedTensor, Policy, PolicyInput, PolicyOutput, Space, Weights,
+};
 use impala_envs::MeanStdFilter;
 use impala_learner::{ExportFilter, TorchPolicy};
 use impala_sampler::EnvFactory;
@@ -24,8 +26,9 @@ const SAMPLE_STREAM: u64 = 0x9011_C700;
 /// `f32`, `observation_space().flat_dim()` values each); the run's observation filter
 /// (`normalize_observations`) is applied with the statistics saved with the weights and never
 /// updated, as evaluation does. `explore = false` acts greedily (the argmax of the logits, or
-/// the Gaussian's mean); `Box` actions are clipped to the action space when the run's config
-/// says `clip_actions`, as the env runners clip what they send to the env. Recurrent models
+/// the Gaussian's mean); `Box` actions are what the env runners send to the env: mapped from
+/// `[-1, 1]` onto the bounds with the run's `normalize_actions`, or clipped with its
+/// `clip_actions` ([`EnvActions`](crate::core::EnvActions)). Recurrent models
 /// (`use_lstm`, custom models with state) take the state an earlier call returned; a zero state
 /// ([`TrainedPolicy::initial_state`]) starts an episode.
 ///
@@ -49,7 +52,8 @@ pub struct TrainedPolicy {
     policy: TorchPolicy,
     spec: EnvSpec,
     filter: Option<MeanStdFilter>,
-    clip_actions: bool,
+    /// What the actions become for the env, as the run's env runners map them.
+    env_actions: EnvActions,
     /// The weights the model holds (what [`TrainedPolicy::get_weights`] returns).
     weights: Arc<Weights>,
 }
@@ -103,8 +107,9 @@ impl TrainedPolicy {
 
     fn read(path: &Path, envs: EnvSource, device: Device) -> Result<Self> {
         let loaded = load_checkpoint_policy(path, envs, |_| {})?;
-        let clip_actions = loaded.config.config().clip_actions;
-        let mut policy = Self::build(&loaded.policies, loaded.filter, clip_actions, device)?;
+        let c = loaded.config.config();
+        let (normalize, clip) = (c.normalize_actions, c.clip_actions);
+        let mut policy = Self::build(&loaded.policies, loaded.filter, (normalize, clip), device)?;
         policy.load_weights(loaded.weights).map_err(|e| match e {
             ImpalaError::PolicyInput { what, problem, .. } => {
                 weights_do_not_fit(&loaded.dir, &format!("{what} {problem}"))
@@ -118,11 +123,11 @@ impl TrainedPolicy {
     pub(crate) fn new(
         source: &PolicySource,
         filter: Option<MeanStdFilter>,
-        clip_actions: bool,
+        normalize_and_clip_actions: (bool, bool),
         weights: Arc<Weights>,
         device: Device,
     ) -> Result<Self> {
-        let mut policy = Self::build(source, filter, clip_actions, device)?;
+        let mut policy = Self::build(source, filter, normalize_and_clip_actions, device)?;
         policy.load_weights(weights)?;
         Ok(policy)
     }
@@ -131,7 +136,7 @@ impl TrainedPolicy {
     fn build(
         source: &PolicySource,
         filter: Option<MeanStdFilter>,
-        clip_actions: bool,
+        (normalize_actions, clip_actions): (bool, bool),
         device: Device,
     ) -> Result<Self> {
         let seed = source.base_seed ^ SAMPLE_STREAM;
@@ -141,7 +146,11 @@ impl TrainedPolicy {
             policy,
             spec: source.spec.clone(),
             filter,
-            clip_actions,
+            env_actions: EnvActions::new(
+                &source.spec.action_space,
+                normalize_actions,
+                clip_actions,
+            ),
             weights: Arc::new(Weights::default()),
         })
     }
@@ -237,11 +246,7 @@ impl TrainedPolicy {
         let mut out = PolicyOutput::default();
         let input = PolicyInput { obs, num_envs: n, state: states, explore };
         self.policy.compute_actions(&input, &mut out)?;
-        if let (Space::Box { low, high, .. }, true) = (&self.spec.action_space, self.clip_actions) {
-            for (i, a) in out.actions.iter_mut().enumerate() {
-                *a = a.clamp(low[i % low.len()], high[i % high.len()]);
-            }
-        }
+        self.env_actions.apply(&mut out.actions);
         Ok(out)
     }
 

@@ -330,6 +330,7 @@ fn multi_agent_runner(
         rollout_fragment_length: config.config().rollout_fragment_length,
         seed: streams.env_seed,
         explore: true,
+        normalize_actions: config.config().normalize_actions,
         record_episodes: false,
     }
     .for_runner(runner_id, incarnation);

@@ -46,6 +46,7 @@ pub(crate) fn local_runners(
                 rollout_fragment_length: settings.runner.rollout_fragment_length.get(),
                 seed: settings.runner.seed,
                 explore: settings.runner.explore,
+                normalize_actions: settings.runner.normalize_actions,
                 record_episodes: settings.runner.record_episodes,
             };
             let policies = acting_policies(sources.to_vec(), sample_seed);

@@ -39,6 +39,7 @@ pub fn env_runner(config: &ValidatedConfig) -> EnvRunnerSettings {
         rollout_fragment_length: count(c.rollout_fragment_length),
         clip_rewards: c.clip_rewards,
         clip_actions: c.clip_actions,
+        normalize_actions: c.normalize_actions,
         explore: true,
         seed: c.seed,
         env_config: c.env_config.clone(),

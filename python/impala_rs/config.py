@@ -68,7 +68,8 @@ class IMPALAConfig:
         """RLlib's ``environment()``: ``env`` (a native or Gymnasium id, an entry point
         ``"pkg.module:Name"``, a name given to ``register_env``, or a ``gymnasium.Env``
         subclass or creator), ``env_config``, ``clip_rewards``, ``clip_actions``,
-        ``normalize_observations``, ``env_backend``, ``python_executable``."""
+        ``normalize_actions``, ``normalize_observations``, ``env_backend``,
+        ``python_executable``."""
         if env is not NotProvided:
             kwargs["env"] = env
         return self._update("environment", kwargs)

@@ -14,6 +14,7 @@ class IMPALAConfig:
         env_config: Union[Dict[str, Any], _NotProvided] = ...,
         clip_rewards: Union[Optional[float], _NotProvided] = ...,
         clip_actions: Union[bool, _NotProvided] = ...,
+        normalize_actions: Union[bool, _NotProvided] = ...,
         normalize_observations: Union[bool, _NotProvided] = ...,
         env_backend: Union[Literal["auto", "native", "gymnasium"], _NotProvided] = ...,
         python_executable: Union[Optional[str], _NotProvided] = ...,

@@ -194,7 +194,7 @@ def test_a_registered_env_checkpoint_loads_and_clips_box_actions(tmp_path):
     register_env("push", make_push)
     config = (
         fast_cartpole()
-        .environment("push", env_config={"max_episode_steps": 20}, clip_actions=True)
+        .environment("push", env_config={"max_episode_steps": 20}, clip_actions=True, normalize_actions=False)
         .env_runners(num_envs_per_env_runner=2)
     )
     with config.build() as algo:
@@ -209,3 +209,22 @@ def test_a_registered_env_checkpoint_loads_and_clips_box_actions(tmp_path):
     # Greedy: the Gaussian's mean, clipped.
     greedy, _, info = policy.compute_actions(obs, explore=False)
     np.testing.assert_array_equal(greedy[:, 0], np.clip(info["action_dist_inputs"][:, 0], -1, 1))
+
+
+def test_box_actions_are_what_the_env_runners_send_normalised_by_default():
+    """RLlib's ``normalize_actions`` (on by default): the policy acts in [-1, 1] and its
+    actions reach Pendulum's [-2, 2] torque mapped and clipped; without it they come as sampled."""
+    obs = np.array([1.0, 0.0, 0.0], np.float32)
+
+    def actions(**environment):
+        config = fast_cartpole().environment("Pendulum-v1", **environment)
+        with config.build() as algo:
+            policy = algo.get_policy()
+            return np.array([policy.compute_single_action(obs, explore=True)[0][0] for _ in range(300)])
+
+    normalised = actions()
+    assert normalised.min() >= -2.0 and normalised.max() <= 2.0
+    # A unit-scale Gaussian in [-1, 1] space: about a third of the torques at a bound.
+    assert 40 < np.sum(np.abs(normalised) == 2.0) < 200
+    raw = actions(normalize_actions=False)
+    assert np.sum(np.abs(raw) > 2.0) > 10 and np.sum(np.abs(raw) == 2.0) == 0
