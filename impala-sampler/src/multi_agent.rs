@@ -117,6 +117,7 @@ impl MultiAgentSettings {
     ///     rollout_fragment_length: 10,
     ///     seed: Some(7),
     ///     explore: true,
+    ///     normalize_actions: true,
     ///     record_episodes: false,
     /// };
     /// let (first, restarted) = (base.for_runner(1, 0), base.for_runner(1, 1));
