@@ -93,6 +93,13 @@ pub trait Env: Send {
     fn episode_continues(&self) -> bool {
         false
     }
+
+    /// The info of the reset or step that gave the current observation, serialised by the
+    /// env's host (a Python env's `info` dict, pickled, when its runner records episodes for
+    /// the callbacks' `get_infos()`); empty for an empty info. The default: always empty.
+    fn info(&self) -> &[u8] {
+        &[]
+    }
 }
 
 impl<E: Env + ?Sized> Env for Box<E> {
@@ -119,5 +126,8 @@ impl<E: Env + ?Sized> Env for Box<E> {
     }
     fn episode_continues(&self) -> bool {
         (**self).episode_continues()
+    }
+    fn info(&self) -> &[u8] {
+        (**self).info()
     }
 }

@@ -151,6 +151,9 @@ pub struct MultiAgentStep {
     pub all_terminated: bool,
     /// RLlib's `truncateds["__all__"]`: the episode was cut short for every agent.
     pub all_truncated: bool,
+    /// Per agent, its info from this reset or step, serialised by the env's host (see
+    /// [`Env::info`](crate::Env::info)); read with [`MultiAgentStep::info`].
+    pub infos: Vec<Vec<u8>>,
 }
 
 impl MultiAgentStep {
@@ -164,6 +167,21 @@ impl MultiAgentStep {
         self.agents.fill(AgentStep::default());
         self.all_terminated = false;
         self.all_truncated = false;
+        self.infos.iter_mut().for_each(Vec::clear);
+    }
+
+    /// Agent `i`'s info from this reset or step: empty for an empty one, and for envs that
+    /// send none.
+    pub fn info(&self, i: usize) -> &[u8] {
+        self.infos.get(i).map_or(&[], Vec::as_slice)
+    }
+
+    /// Sets agent `i`'s info.
+    pub fn set_info(&mut self, i: usize, info: Vec<u8>) {
+        if self.infos.len() <= i {
+            self.infos.resize(i + 1, Vec::new());
+        }
+        self.infos[i] = info;
     }
 
     /// Whether the episode is over (`"__all__"` terminated or truncated).

@@ -10,11 +10,12 @@ use crate::{EpisodeStats, Observations, Space};
 /// ```
 /// use impala_core::{AgentRecord, Space};
 /// let mut agent = AgentRecord::new(0, &Space::Bytes { shape: vec![2] });
-/// agent.observe(&[1.0, 2.0]);
+/// agent.observe(&[1.0, 2.0], &[]);
 /// agent.act(&[1.0]);
 /// agent.reward(0.5);
-/// agent.observe(&[3.0, 4.0]);
+/// agent.observe(&[3.0, 4.0], b"info");
 /// assert_eq!((agent.observations.len(), agent.actions.len(), agent.rewards), (4, 1, vec![0.5]));
+/// assert_eq!(agent.infos, vec![(1, b"info".to_vec())]);
 /// ```
 #[derive(Debug, Clone, PartialEq)]
 pub struct AgentRecord {
@@ -35,6 +36,10 @@ pub struct AgentRecord {
     /// Per action, the env's reward for it, unclipped: for an agent of a multi-agent episode,
     /// the sum of its rewards until it was next observed or left.
     pub rewards: Vec<f32>,
+    /// `(observation index, info)` of each observation that came with a non-empty info
+    /// ([`Env::info`](crate::Env::info): serialised by the env's host), in order; the
+    /// others' infos are empty.
+    pub infos: Vec<(usize, Vec<u8>)>,
 }
 
 impl AgentRecord {
@@ -46,6 +51,7 @@ impl AgentRecord {
             observed_at: Vec::new(),
             actions: Vec::new(),
             rewards: Vec::new(),
+            infos: Vec::new(),
         }
     }
 
@@ -64,19 +70,29 @@ impl AgentRecord {
             observed_at: Vec::with_capacity(self.observed_at.len()),
             actions: Vec::with_capacity(self.actions.len()),
             rewards: Vec::with_capacity(self.rewards.len()),
+            infos: Vec::new(),
         }
     }
 
-    /// Appends an observation of a single-agent episode.
-    pub fn observe(&mut self, obs: &[f32]) {
+    /// Appends an observation of a single-agent episode (one before each action and the last
+    /// one), with its info (empty: none).
+    pub fn observe(&mut self, obs: &[f32], info: &[u8]) {
+        self.keep_info(self.rewards.len(), info);
         self.observations.extend(obs);
     }
 
     /// Appends an observation of a multi-agent episode's agent that came at env step
-    /// `env_step`.
-    pub fn observe_at(&mut self, obs: &[f32], env_step: u64) {
+    /// `env_step`, with its info (empty: none).
+    pub fn observe_at(&mut self, obs: &[f32], env_step: u64, info: &[u8]) {
+        self.keep_info(self.observed_at.len(), info);
         self.observations.extend(obs);
         self.observed_at.push(env_step);
+    }
+
+    fn keep_info(&mut self, index: usize, info: &[u8]) {
+        if !info.is_empty() {
+            self.infos.push((index, info.to_vec()));
+        }
     }
 
     /// Appends an action, with a reward of 0 that [`AgentRecord::reward`] adds to.

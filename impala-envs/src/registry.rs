@@ -594,6 +594,10 @@ impl Env for Renamed {
     fn step(&mut self, action: &[f32], obs: &mut [f32]) -> impala_core::Result<StepOutcome> {
         self.env.step(action, obs)
     }
+
+    fn info(&self) -> &[u8] {
+        self.env.info()
+    }
 }
 
 // In the library's own test binary, not tests/: a creator that always fails makes `list` fail

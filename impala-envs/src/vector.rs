@@ -23,6 +23,10 @@ pub struct VectorStep {
     /// The last observation of each episode that ended this step, `[N, obs_dim]`; rows of envs
     /// whose episode goes on are zero. Use [`VectorStep::final_obs`].
     pub final_obs: Vec<f32>,
+    /// The info ([`Env::info`](impala_core::Env::info)) of the step that ended each env's
+    /// episode this step, `[N]`; empty for envs whose episode goes on. The current
+    /// observations' infos are [`VectorEnv::info`]'s.
+    pub final_infos: Vec<Vec<u8>>,
     /// `(env index, stats)` of every episode that ended this step (not those that end only for
     /// learning while the game goes on: [`Env::episode_continues`](impala_core::Env)).
     pub episodes: Vec<(usize, EpisodeStats)>,
@@ -130,6 +134,7 @@ impl VectorEnv {
                 terminateds: vec![false; n],
                 truncateds: vec![false; n],
                 final_obs: vec![0.0; n * obs_dim],
+                final_infos: vec![Vec::new(); n],
                 episodes: Vec::new(),
                 obs_dim,
             },
@@ -167,6 +172,12 @@ impl VectorEnv {
         &self.step.obs
     }
 
+    /// Env `i`'s info of its current observation ([`Env::info`]): empty but for envs that
+    /// send infos.
+    pub fn info(&self, i: usize) -> &[u8] {
+        self.envs[i].info()
+    }
+
     /// Resets every env and returns the first observations, `[N, obs_dim]`. Episodes in progress
     /// are dropped without being reported.
     pub fn reset(&mut self) -> Result<&[f32]> {
@@ -188,6 +199,7 @@ impl VectorEnv {
         step.terminateds.fill(false);
         step.truncateds.fill(false);
         step.final_obs.fill(0.0);
+        step.final_infos.iter_mut().for_each(Vec::clear);
         step.episodes.clear();
         Ok(&self.step.obs)
     }
@@ -264,6 +276,7 @@ impl VectorEnv {
         {
             if step.terminateds[i] || step.truncateds[i] {
                 final_obs.fill(0.0); // the row held the previous step's final observation
+                step.final_infos[i].clear();
             }
             let outcome =
                 if self.elsewhere[i] { env.finish_step(obs)? } else { env.step(action, obs)? };
@@ -278,6 +291,7 @@ impl VectorEnv {
             }
             if outcome.terminated || outcome.truncated {
                 final_obs.copy_from_slice(obs);
+                step.final_infos[i].extend_from_slice(env.info());
                 if !(outcome.terminated && env.episode_continues()) {
                     let stats = EpisodeStats {
                         episode_return: *episode_return,

@@ -12,7 +12,8 @@ Protocol (see impala-gym/src/worker.rs, which is the other side):
   `slot + i` for each bit i set in `value` with the actions the runner wrote into shared memory
   (one command for all of a worker's envs, so one wake-up and one reply write per step); b"Q"
   quits. A reply is 16 bytes (status, flags, slot, message
-  length, reward): status b"O" ok, b"E" failed (an UTF-8 message of that length follows),
+  length, reward): status b"O" ok (with `record_infos`, the env's infos of that length
+  follow: see `info_payload`), b"E" failed (an UTF-8 message of that length follows),
   b"X" failed and recreated (restart_failed_sub_environments); flags bit 0 terminated, bit 1
   truncated, bit 2 reset: the step ended the episode and the env was reset at once
   (Gymnasium's same-step autoreset, unseeded as the runner's own reset after an episode would
@@ -48,6 +49,42 @@ COMMAND = struct.Struct("<cBHIQ")
 # The variables that size numerical libraries' thread pools, set before numpy is imported.
 NUMERICAL_THREAD_VARS = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
 REPLY = struct.Struct("<cBHId")
+# The length of an info payload's first part (see `info_payload`).
+INFO_SPLIT = struct.Struct("<I")
+
+
+def pickled_info(info):
+    """`info` pickled for the driver's episode callbacks (`get_infos()`), or b"" for an empty
+    one; values that cannot be pickled go as their `repr`."""
+    if not info:
+        return b""
+    import pickle
+
+    try:
+        return pickle.dumps(info, protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception:  # noqa: BLE001 - an info must never fail the env's step
+        safe = {}
+        for key, value in info.items():
+            try:
+                pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+                safe[key] = value
+            except Exception:  # noqa: BLE001
+                safe[key] = repr(value)
+        return pickle.dumps(safe, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def info_payload(info, reset_info=None):
+    """What an ok reply carries with `record_infos`: the 4-byte length of the step's (or
+    reset's) pickled info, that info, then the pickled info of the reset that followed in the
+    same step (same-step autoreset); b"" when both are empty."""
+    first, second = pickled_info(info), pickled_info(reset_info)
+    if not first and not second:
+        return b""
+    return INFO_SPLIT.pack(len(first)) + first + second
+
+
+def ok_reply(flags, slot, reward, payload=b""):
+    return REPLY.pack(b"O", flags, slot, len(payload), reward) + payload
 
 
 def orphaned():
@@ -270,8 +307,8 @@ class Envs:
         return env
 
     def reset(self, slot, seed):
-        obs, _ = self.envs[slot].reset(seed=seed)
-        return obs
+        """The first observation of a new episode, and its info."""
+        return self.envs[slot].reset(seed=seed)
 
     def recreate(self, slot):
         try:
@@ -325,6 +362,8 @@ class MultiAgentEnvs:
         self.observation_spaces = [self.space(first, "observation", a) for a in self.agents]
         self.action_spaces = [self.space(first, "action", a) for a in self.agents]
         self.max_episode_steps = None
+        # Whether replies carry each agent's info (the worker's `record_infos`).
+        self.record_infos = False
 
     @staticmethod
     def parallel(env):
@@ -385,18 +424,18 @@ class MultiAgentEnvs:
 
     def reset(self, e, seed):
         """Resets env `e`; returns its replies (one per agent slot)."""
-        obs, _ = self.envs[e].reset(seed=seed)
-        return self.replies(e, obs, {}, {}, {}, None)
+        obs, infos = self.envs[e].reset(seed=seed)
+        return self.replies(e, obs, {}, {}, {}, None, infos)
 
     def step(self, e, slots):
         """Steps env `e` with the actions of `slots` (its acting agents); its replies."""
         k = len(self.agents)
         actions = {self.agents[slot - e * k]: self.readers[slot - e * k](slot) for slot in slots}
         env = self.envs[e]
-        obs, rewards, terminateds, truncateds, _ = env.step(actions)
-        return self.replies(e, obs, rewards, terminateds, truncateds, env)
+        obs, rewards, terminateds, truncateds, infos = env.step(actions)
+        return self.replies(e, obs, rewards, terminateds, truncateds, env, infos)
 
-    def replies(self, e, obs, rewards, terminateds, truncateds, env):
+    def replies(self, e, obs, rewards, terminateds, truncateds, env, infos):
         k = len(self.agents)
         if "__all__" in terminateds or "__all__" in truncateds:
             all_term = bool(terminateds.get("__all__", False))
@@ -419,7 +458,8 @@ class MultiAgentEnvs:
             elif truncateds.get(agent, False):
                 flags |= 2
             flags |= (32 if all_term else 0) | (64 if all_trunc else 0)
-            out.append(REPLY.pack(b"O", flags, slot, 0, float(rewards.get(agent, 0.0))))
+            payload = info_payload(infos.get(agent)) if self.record_infos and infos else b""
+            out.append(ok_reply(flags, slot, float(rewards.get(agent, 0.0)), payload))
         return out
 
 
@@ -576,6 +616,8 @@ class AtariEnvs:
         self.reset_obs = {}
 
     def reset(self, slot, seed):
+        """A new game's first observation for `slot` and its info: the vector env resets every
+        game at once, so the other slots' come from that reset when they ask."""
         if slot in self.reset_obs:
             return self.reset_obs.pop(slot)
         np = self.np
@@ -585,8 +627,10 @@ class AtariEnvs:
         obs, info = self.vec.reset(seed=seeds)
         self.lives[:] = info["lives"]
         starts = self.frames.reset(obs)
-        self.reset_obs = {i: starts[i] for i in range(self.count) if i != slot}
-        return starts[slot]
+        self.reset_obs = {
+            i: (starts[i], env_info(info, i)) for i in range(self.count) if i != slot
+        }
+        return starts[slot], env_info(info, slot)
 
     def gather_step(self, slot, action):
         """Records `slot`'s action; returns True once every slot has one."""
@@ -615,10 +659,31 @@ class AtariEnvs:
                 now = frames[i]
                 results.append((now, now if lost else None, float(rewards[i]), lost, False, lost))
             self.lives[i] = lives[i]
-        return results
+        return results, info
+
+    def infos(self, info, i, ended):
+        """Slot `i`'s info of the step `info` came from, and of the reset that followed in it
+        (None where the game goes on). ale-py's vector env reports the next game's info at the
+        step that ends a game, so that step's own info is empty."""
+        if not ended:
+            return env_info(info, i), None
+        return {}, env_info(info, i)
 
     def recreate(self, slot):
         raise RuntimeError("an Atari vector env cannot recreate one of its envs")
+
+
+def env_info(info, i):
+    """Env `i`'s info out of a vector env's (a dict of arrays, with `_key` masks)."""
+    out = {}
+    for key, value in info.items():
+        if key.startswith("_") or key in ("final_obs", "final_info"):
+            continue
+        mask = info.get("_" + key)
+        if mask is not None and not mask[i]:
+            continue
+        out[key] = value[i].item() if hasattr(value[i], "item") else value[i]
+    return out
 
 
 class Commands:
@@ -737,6 +802,7 @@ def main():
         envs = (AtariEnvs if atari else Envs)(setup, np, gym)
         if not atari and is_multi_agent(envs.envs[0]):
             envs = MultiAgentEnvs(envs, np, spaces)
+            envs.record_infos = setup.get("record_infos", False)
             hello({"agents": envs.describe(), "max_episode_steps": None})
         else:
             writer = ObsWriter(envs.observation_space, np, spaces)
@@ -781,6 +847,8 @@ def main():
     hello({"ready": True})
 
     restart_sub_envs = setup.get("restart_failed_sub_environments", False)
+    record_infos = setup.get("record_infos", False)
+    infos = info_payload if record_infos else (lambda info, reset_info=None: b"")
     commands = Commands(sys.stdin.buffer.raw.fileno(), setup.get("spin", False))
     for op, has_seed, slot, seed in frames(commands):
         # Each command's replies go out as soon as it is done (one write), not after the
@@ -798,36 +866,46 @@ def main():
         for slot, action in zip(slots, actions):
             try:
                 if op == b"R":
-                    write(envs.reset(slot, int(seed) if has_seed else None), slot)
-                    out.append(REPLY.pack(b"O", 0, slot, 0, 0.0))
+                    first, info = envs.reset(slot, int(seed) if has_seed else None)
+                    write(first, slot)
+                    out.append(ok_reply(0, slot, 0.0, infos(info)))
                     continue
                 if atari:
                     if envs.gather_step(slot, action):
-                        for i, step in enumerate(envs.step_all()):
+                        steps, info = envs.step_all()
+                        for i, step in enumerate(steps):
                             obs, last, reward, term, trunc, continues = step
                             write(obs, i)
                             flags = term | (trunc << 1) | (continues << 3)
                             if last is not None:
                                 write_final(last, i)
                                 flags |= 4
-                            out.append(REPLY.pack(b"O", flags, i, 0, reward))
+                            payload = b""
+                            if record_infos:
+                                ended = (term or trunc) and not continues
+                                step_info, reset_info = envs.infos(info, i, ended)
+                                payload = info_payload(
+                                    step_info, step_info if continues else reset_info
+                                )
+                            out.append(ok_reply(flags, i, reward, payload))
                     continue
                 env = envs.envs[slot]
-                obs, reward, term, trunc, _ = env.step(action)
+                obs, reward, term, trunc, info = env.step(action)
                 if term or trunc:
                     flags = (1 if term else 0) | (2 if trunc else 0)
                     try:
-                        first, _ = env.reset()
+                        first, reset_info = env.reset()
                     except Exception:  # noqa: BLE001 - the runner's own reset reports it
                         write(obs, slot)
+                        reset_info = None
                     else:
                         write_final(obs, slot)
                         write(first, slot)
                         flags |= 4
-                    out.append(REPLY.pack(b"O", flags, slot, 0, float(reward)))
+                    out.append(ok_reply(flags, slot, float(reward), infos(info, reset_info)))
                     continue
                 write(obs, slot)
-                out.append(REPLY.pack(b"O", 0, slot, 0, float(reward)))
+                out.append(ok_reply(0, slot, float(reward), infos(info)))
             except Exception as exc:  # noqa: BLE001 - a failing env is reported, not fatal
                 message = last_frame(exc).encode("utf-8", "replace")
                 status = b"E"

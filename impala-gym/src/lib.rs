@@ -71,7 +71,7 @@ use impala_core::{CoreError, Env, EnvSpec, MultiAgentSpec, StepOutcome};
 
 pub use error::{GymError, Result};
 pub use multi_agent::GymMultiAgentEnv;
-use worker::{EnvWorker, Reply};
+use worker::{EnvWorker, Infos, Reply};
 
 /// The environment variable that names the Python interpreter (after the config's
 /// `python_executable`).
@@ -111,6 +111,9 @@ pub struct GymSettings {
     /// busy threads than cores a spinning thread takes the core from the one it waits for
     /// (measured: 2 workers and a runner on 2 cores sampled 25% slower with it). Off by default.
     pub spin: bool,
+    /// Send each step's and reset's info (pickled; [`impala_core::Env::info`]) for the
+    /// episode callbacks' `get_infos()`. Off by default: the workers then skip the infos.
+    pub record_infos: bool,
 }
 
 impl GymSettings {
@@ -128,6 +131,7 @@ impl GymSettings {
             sys_path: std::env::current_dir().into_iter().collect(),
             creator: None,
             spin: false,
+            record_infos: false,
         }
     }
 
@@ -202,6 +206,8 @@ impl GymEnvPool {
             stepping: false,
             reset_done: false,
             episode_continues: false,
+            info: Vec::new(),
+            reset_info: Vec::new(),
         })
     }
 
@@ -311,6 +317,12 @@ pub struct GymEnv {
     reset_done: bool,
     /// The last step ended the episode for learning only (see [`Env::episode_continues`]).
     episode_continues: bool,
+    /// The info of the current observation ([`Env::info`]; only with
+    /// [`GymSettings::record_infos`]).
+    info: Vec<u8>,
+    /// The info of the reset the worker did in the step that ended the episode, which
+    /// becomes [`GymEnv::info`] at the `reset` that takes its observation.
+    reset_info: Vec<u8>,
 }
 
 impl GymEnv {
@@ -325,7 +337,9 @@ impl GymEnv {
 
     fn outcome(&mut self, reply: Reply, obs: &mut [f32]) -> Result<StepOutcome> {
         match reply {
-            Reply::Ok { reward, terminated, truncated, reset, continues, .. } => {
+            Reply::Ok { reward, terminated, truncated, reset, continues, infos, .. } => {
+                let Infos { info, reset_info } = *infos;
+                (self.info, self.reset_info) = (info, reset_info);
                 let mut worker = self.worker();
                 if reset {
                     worker.read_final_obs(self.slot, obs);
@@ -345,6 +359,7 @@ impl GymEnv {
                 );
                 // The row still holds the last observation the env returned.
                 self.worker().read_obs(self.slot, obs);
+                self.info.clear();
                 Ok(StepOutcome { reward: 0.0, terminated: false, truncated: true })
             }
             Reply::Failed { message, recreated: false } => {
@@ -365,6 +380,7 @@ impl Env for GymEnv {
             // The worker reset the env in the step that ended its episode, as an unseeded
             // reset here would have.
             self.worker().read_obs(slot, obs);
+            self.info = std::mem::take(&mut self.reset_info);
             return Ok(());
         }
         let stale = std::mem::take(&mut self.stepping);
@@ -377,8 +393,9 @@ impl Env for GymEnv {
         let reply = worker.wait(slot, "reset")?;
         drop(worker);
         match reply {
-            Reply::Ok { .. } => {
+            Reply::Ok { infos, .. } => {
                 self.worker().read_obs(slot, obs);
+                self.info = infos.info;
                 Ok(())
             }
             Reply::Failed { message, .. } => {
@@ -398,6 +415,10 @@ impl Env for GymEnv {
 
     fn episode_continues(&self) -> bool {
         self.episode_continues
+    }
+
+    fn info(&self) -> &[u8] {
+        &self.info
     }
 
     fn begin_step(&mut self, action: &[f32]) -> impala_core::Result<()> {

@@ -69,10 +69,14 @@ impl GymMultiAgentEnv {
                     observed,
                     all_terminated,
                     all_truncated,
+                    infos,
                     ..
                 } => {
                     if observed {
                         worker.read_obs(slot, agent_obs);
+                    }
+                    if !infos.info.is_empty() {
+                        out.set_info(i, infos.info);
                     }
                     let agent = &mut out.agents[i];
                     (agent.observed, agent.reward) = (observed, reward);

@@ -28,6 +28,9 @@ const FRAME: usize = 16;
 /// Largest error message a worker may send (longer ones are a protocol error).
 const MAX_MESSAGE: usize = 64 * 1024;
 
+/// Largest info payload a worker may send with one reply ([`GymSettings::record_infos`]).
+const MAX_INFOS: usize = 64 * 1024 * 1024;
+
 /// How long a worker gets to exit after `Q` before it is killed.
 const EXIT_GRACE: Duration = Duration::from_millis(500);
 
@@ -50,9 +53,31 @@ pub(crate) enum Reply {
         observed: bool,
         all_terminated: bool,
         all_truncated: bool,
+        /// With [`GymSettings::record_infos`]: the info of the step (or reset), pickled; and,
+        /// where the step ended the episode and the worker reset the env, the reset's. Empty
+        /// for an empty info, and always without `record_infos`.
+        infos: Box<Infos>,
     },
     /// The env raised; with `restart_failed_sub_environments` the worker recreated it.
     Failed { message: String, recreated: bool },
+}
+
+/// The pickled infos an ok reply carries (see [`Reply::Ok`]).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub(crate) struct Infos {
+    pub info: Vec<u8>,
+    pub reset_info: Vec<u8>,
+}
+
+impl Infos {
+    /// Splits a worker's info payload: the first part's length (4 bytes, little-endian), the
+    /// first part, then the second.
+    fn parse(payload: &[u8]) -> Option<Self> {
+        let (len, rest) = payload.split_first_chunk::<4>()?;
+        let len = u32::from_le_bytes(*len) as usize;
+        (len <= rest.len())
+            .then(|| Infos { info: rest[..len].to_vec(), reset_info: rest[len..].to_vec() })
+    }
 }
 
 /// A running worker hosting `layout.count` envs.
@@ -196,6 +221,7 @@ impl EnvWorker {
             "restart_failed_sub_environments": settings.restart_failed_sub_environments,
             "atari_vector": settings.is_atari(),
             "spin": settings.spin,
+            "record_infos": settings.record_infos,
         });
         let mut child = Command::new(&settings.python)
             .arg("-c")
@@ -468,8 +494,21 @@ impl EnvWorker {
         let reward = f64::from_le_bytes(frame[8..16].try_into().unwrap_or([0; 8]));
         let reply = match frame[0] {
             b'O' => {
-                self.pending.drain(..FRAME);
+                let infos = if len == 0 {
+                    Box::default()
+                } else {
+                    if len > MAX_INFOS {
+                        return Err(self.protocol(format!("info payload of {len} bytes")));
+                    }
+                    self.fill(FRAME + len, deadline, what)?;
+                    match Infos::parse(&self.pending[FRAME..FRAME + len]) {
+                        Some(infos) => Box::new(infos),
+                        None => return Err(self.protocol("malformed info payload".into())),
+                    }
+                };
+                self.pending.drain(..FRAME + len);
                 Reply::Ok {
+                    infos,
                     reward,
                     terminated: frame[1] & 1 != 0,
                     truncated: frame[1] & 2 != 0,

@@ -156,3 +156,41 @@ fn workers_give_numerical_libraries_one_thread_unless_exported() -> TestResult {
     assert_eq!(obs, expected, "{names:?}");
     Ok(())
 }
+
+/// Whether `info` (a pickled dict) holds the string `tag`.
+fn tagged(info: &[u8], tag: &str) -> bool {
+    info.windows(tag.len()).any(|w| w == tag.as_bytes())
+}
+
+#[test]
+fn infos_come_with_their_observations_only_when_recorded() -> TestResult {
+    for record_infos in [true, false] {
+        let mut s = settings_n("impala_test_envs:Tagged", 2, 2);
+        s.record_infos = record_infos;
+        let pool = GymEnvPool::new(s);
+        let envs = (0..2).map(|i| Ok(Box::new(pool.make(0, 0, i)?) as Box<dyn Env>));
+        let mut vec_env =
+            VectorEnv::new(envs.collect::<Result<_, impala_gym::GymError>>()?, Some(0))?;
+        vec_env.reset()?;
+        let has =
+            |info: &[u8], tag: &str| if record_infos { tagged(info, tag) } else { info.is_empty() };
+        assert!(has(vec_env.info(0), "reset") && has(vec_env.info(1), "reset"));
+        for t in 1..=7 {
+            let step = vec_env.step(&[0.0, 1.0])?;
+            let ended = t % 3 == 0;
+            assert_eq!(step.done(0), ended);
+            let final_infos = step.final_infos.clone();
+            for (i, final_info) in final_infos.iter().enumerate() {
+                if ended {
+                    // The step's info goes with the final observation; the reset's with the next.
+                    assert!(has(final_info, "step-3"), "step {t}, env {i}");
+                    assert!(has(vec_env.info(i), "reset"), "step {t}, env {i}");
+                } else {
+                    assert!(has(vec_env.info(i), &format!("step-{}", t % 3)), "step {t}, env {i}");
+                    assert!(final_info.is_empty());
+                }
+            }
+        }
+    }
+    Ok(())
+}

@@ -489,7 +489,7 @@ impl MultiAgentEnvRunner {
                 .map(|(a, agent)| {
                     let mut record = AgentRecord::new(a, &agent.observation_space);
                     if self.outs[e].agents[a].observed {
-                        record.observe_at(&self.obs[e][a], 0);
+                        record.observe_at(&self.obs[e][a], 0, self.outs[e].info(a));
                     }
                     record
                 })
@@ -612,7 +612,7 @@ impl MultiAgentEnvRunner {
             self.episode_policy_returns[e][lane.policy] += agent.reward;
             if let Some(record) = self.records.as_mut().map(|records| &mut records[e][a]) {
                 if agent.observed {
-                    record.observe_at(&self.obs[e][a], self.episode_len[e]);
+                    record.observe_at(&self.obs[e][a], self.episode_len[e], out.info(a));
                 }
                 // Rewards with no action of the agent's open count in the episode's return
                 // only, as in its rows.

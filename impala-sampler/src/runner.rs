@@ -333,10 +333,10 @@ impl EnvRunner {
         if let Some(records) = self.records.as_mut() {
             let observed = group.envs.obs().chunks_exact(od);
             let acted = group.out.actions.chunks_exact(ad);
-            for ((record, obs), action) in
-                records[first..first + n].iter_mut().zip(observed).zip(acted)
+            for (b, ((record, obs), action)) in
+                records[first..first + n].iter_mut().zip(observed).zip(acted).enumerate()
             {
-                record.observe(obs);
+                record.observe(obs, group.envs.info(b));
                 record.act(action);
             }
         }
@@ -409,7 +409,7 @@ impl EnvRunner {
                 // episode's first, which the next act records.
                 let fresh = records[b].sized_like();
                 let mut record = std::mem::replace(&mut records[b], fresh);
-                record.observe(step.final_obs(b).unwrap_or_default());
+                record.observe(step.final_obs(b).unwrap_or_default(), &step.final_infos[b]);
                 episode_records.push(EpisodeRecord {
                     runner_id: self.runner_id,
                     env_index: first + b,

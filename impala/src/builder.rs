@@ -238,7 +238,7 @@ impl ImpalaBuilder {
         check_devices(&config)?;
         // Env runners infer on the CPU; the learner's towers check their own devices.
         impala_learner::check_precision(config.config().precision, tch::Device::Cpu)?;
-        let envs = RunEnvs::new(&config, env_factory, env_creator)?;
+        let envs = RunEnvs::new(&config, env_factory, env_creator, record_episodes)?;
         // The learners seed their initial weights from `seed`; runs without one get a fresh one.
         let base_seed = config.config().seed.unwrap_or_else(random_seed);
         let streams = Streams::new(&config, base_seed, 0);
@@ -416,7 +416,7 @@ pub fn run_policy_specs(
     config: &ValidatedConfig,
     env_creator: Option<PathBuf>,
 ) -> Result<Vec<(String, EnvSpec)>> {
-    match RunEnvs::new(config, None, env_creator)? {
+    match RunEnvs::new(config, None, env_creator, false)? {
         RunEnvs::Single(envs) => {
             Ok(vec![(DEFAULT_POLICY_ID.to_string(), env_spec(config, &envs.sampling)?)])
         }

@@ -302,7 +302,7 @@ fn multi_agent_runner(
     base_seed: u64,
 ) -> Result<MultiAgentEnvRunner> {
     let python = creator.is_some() || !impala_envs::is_multi_agent(&config.config().env);
-    let pool = python.then(|| python_pool(config, creator));
+    let pool = python.then(|| python_pool(config, creator, false));
     let envs = multi_agent_env_factory(config, pool.as_ref());
     let map = config.config().policy_map(&spec.agent_ids())?;
     if map.policy_ids.len() != policies.len() {

@@ -37,11 +37,13 @@ pub(crate) struct MultiAgentEnvs {
 impl RunEnvs {
     /// The envs of `config`: the caller's single-agent `custom` factory, the envs of a pickled
     /// Python `creator`, or `config.env`; one env is built (or probed in a worker) now, so a
-    /// bad id, `env_config` or import is reported before any thread starts.
+    /// bad id, `env_config` or import is reported before any thread starts. Python envs send
+    /// their infos with `record_infos` (for recorded episodes).
     pub(crate) fn new(
         config: &ValidatedConfig,
         custom: Option<EnvFactory>,
         creator: Option<PathBuf>,
+        record_infos: bool,
     ) -> Result<Self> {
         if custom.is_none()
             && creator.is_none()
@@ -51,7 +53,7 @@ impl RunEnvs {
         }
         if custom.is_none() && (creator.is_some() || uses_python(config)?) {
             // One probe tells a Python env's kind; its worker pool then serves the run.
-            let pool = python_pool(config, creator);
+            let pool = python_pool(config, creator, record_infos);
             return match pool.probe_kind()? {
                 EnvKind::Multi(spec) => {
                     MultiAgentEnvs::of_python(config, pool, spec).map(RunEnvs::Multi)
@@ -261,16 +263,21 @@ pub(crate) fn python_envs(
     config: &ValidatedConfig,
     creator: Option<PathBuf>,
 ) -> Result<(EnvFactory, Arc<GymEnvPool>)> {
-    let pool = python_pool(config, creator);
+    let pool = python_pool(config, creator, false);
     pool.probe()?;
     Ok((gym_env_factory(&pool), pool))
 }
 
-/// The pool of env worker processes for `config.env` (or the envs of a pickled `creator`);
-/// starts no worker.
-pub(crate) fn python_pool(config: &ValidatedConfig, creator: Option<PathBuf>) -> Arc<GymEnvPool> {
+/// The pool of env worker processes for `config.env` (or the envs of a pickled `creator`),
+/// whose workers send infos with `record_infos`; starts no worker.
+pub(crate) fn python_pool(
+    config: &ValidatedConfig,
+    creator: Option<PathBuf>,
+    record_infos: bool,
+) -> Arc<GymEnvPool> {
     let mut settings = settings::python_envs(config);
     settings.creator = creator;
+    settings.record_infos = record_infos;
     Arc::new(GymEnvPool::new(settings))
 }
 

@@ -11,14 +11,37 @@ each step, whole at the end), its getters reading views of the recorded arrays, 
 Observations are what the policy received (after the run's wrappers: normalised with
 ``normalize_observations``, stacked with ``model.framestack``), as float32; actions as sampled
 (before clipping to the action space), int64 for ``Discrete`` and ``MultiDiscrete`` spaces;
-rewards as the env gave them (before ``clip_rewards``). Infos are not carried from the env
-workers: ``get_infos()`` gives empty dicts.
+rewards as the env gave them (before ``clip_rewards``). Infos are the env's own dicts, one per
+observation (the reset's, then each step's), pickled in the env workers and unpickled when a
+callback asks; native envs (``impala_rs.envs``) give empty ones, and so does the last step of an
+Atari game (ale-py's vector env reports only the next game's info at that step).
 """
 
+import pickle
 import uuid
 
 #: The agent id of a single-agent episode (RLlib old stack's ``_DUMMY_AGENT_ID``).
 DEFAULT_AGENT_ID = "agent0"
+
+
+class _Infos:
+    """The infos of one agent's observations: ``{index: pickled info}`` for those not empty,
+    unpickled once when first asked for."""
+
+    def __init__(self, pickled):
+        self._pickled = pickled or {}
+        self._loaded = {}
+
+    def upto(self, n):
+        """The first ``n`` infos, a dict each."""
+        out = [{} for _ in range(n)]
+        for index, blob in self._pickled.items():
+            if index < n:
+                info = self._loaded.get(index)
+                if info is None:
+                    info = self._loaded[index] = pickle.loads(blob)
+                out[index] = info
+        return out
 
 
 def _pick(values, indices):
@@ -29,6 +52,13 @@ def _pick(values, indices):
     if isinstance(indices, tuple):
         indices = list(indices)
     return values[indices]
+
+
+def _pick_list(values, indices):
+    """``_pick`` over a list, which numpy's list indices do not index."""
+    if isinstance(indices, (list, tuple)):
+        return [values[i] for i in indices]
+    return _pick(values, indices)
 
 
 class _Replay:
@@ -123,6 +153,7 @@ class SingleAgentEpisode(_Replay):
         self._observations = record["observations"]
         self._actions = record["actions"]
         self._rewards = record["rewards"]
+        self._infos = _Infos(record.get("infos"))
         super().__init__(record, len(self._rewards))
 
     @property
@@ -150,11 +181,9 @@ class SingleAgentEpisode(_Replay):
         return _pick(self._rewards[: self._t], indices)
 
     def get_infos(self, indices=None):
-        """Empty dicts, one per observation: infos are not carried from the env workers."""
-        infos = [{} for _ in range(self._t + 1 if self._reset else 0)]
-        if isinstance(indices, (list, tuple)):
-            return [infos[i] for i in indices]
-        return _pick(infos, indices)
+        """The env's infos so far, one dict per observation (the reset's first), or those
+        ``indices`` picks."""
+        return _pick_list(self._infos.upto(self._t + 1 if self._reset else 0), indices)
 
     def get_return(self):
         """The sum of the rewards so far."""
@@ -178,6 +207,12 @@ class SingleAgentEpisode(_Replay):
         self._check_agent(agent_id)
         return float(self._rewards[self._t - 1]) if self._t > 0 else 0.0
 
+    def last_info_for(self, agent_id=DEFAULT_AGENT_ID):
+        """The env's info of the last observation (None before the reset)."""
+        self._check_agent(agent_id)
+        infos = self.get_infos()
+        return infos[-1] if infos else None
+
     def _check_agent(self, agent_id):
         if agent_id != DEFAULT_AGENT_ID:
             raise KeyError(f"agent {agent_id!r}: a single-agent episode's agent is {DEFAULT_AGENT_ID!r}")
@@ -194,6 +229,7 @@ class _AgentTimeline:
         self.actions = arrays["actions"]
         self.rewards = arrays["rewards"]
         self.env_steps = arrays["env_steps"]
+        self.infos = _Infos(arrays.get("infos"))
 
     def counts(self, t, reset, whole):
         """How many observations, actions and rewards are in after env step ``t``."""
@@ -251,8 +287,11 @@ class MultiAgentEpisode(_Replay):
             if timeline is None:
                 continue
             counts = timeline.counts(self._t, self._reset, whole)
-            n = counts[field]
+            n = counts[0 if field == 3 else field]
             if n > 0:
+                if field == 3:
+                    out[agent_id] = _pick_list(timeline.infos.upto(n), indices)
+                    continue
                 values = (timeline.observations, timeline.actions, timeline.rewards)[field][:n]
                 out[agent_id] = _pick(values, indices)
         return out
@@ -268,6 +307,11 @@ class MultiAgentEpisode(_Replay):
     def get_rewards(self, indices=None, agent_ids=None):
         """Per agent, its rewards so far (or those ``indices`` picks)."""
         return self._get(2, indices, agent_ids)
+
+    def get_infos(self, indices=None, agent_ids=None):
+        """Per agent, the env's infos for it so far, one dict per observation of the agent
+        (or those ``indices`` picks)."""
+        return self._get(3, indices, agent_ids)
 
     def get_return(self, include_hanging_rewards=False):
         """The sum of every agent's rewards so far; at the end with
@@ -289,6 +333,11 @@ class MultiAgentEpisode(_Replay):
         """Agent ``agent_id``'s last reward so far (0.0 before it got one)."""
         reward = self.get_rewards(-1, [agent_id]).get(agent_id)
         return 0.0 if reward is None else float(reward)
+
+    def last_info_for(self, agent_id):
+        """The env's info of agent ``agent_id``'s last observation (None before it was
+        observed)."""
+        return self.get_infos(-1, [agent_id]).get(agent_id)
 
     def __repr__(self):
         return f"MultiAgentEpisode(env_index={self.env_index}, env_t={self._t}, len={self._length})"

@@ -195,7 +195,8 @@ impl<'py> Columns<'py> {
     }
 
     /// Puts views of `agent`'s rows (the next record's part) into `dict`: `observations`,
-    /// `actions`, `rewards`, and for a multi-agent episode `env_steps`.
+    /// `actions`, `rewards`, for a multi-agent episode `env_steps`, and where any observation
+    /// came with an info, `infos` (`{observation index: pickled info}`).
     fn next_into(&mut self, dict: &Bound<'py, PyDict>, agent: &AgentRecord) -> PyResult<()> {
         let py = dict.py();
         let observed = self.observed + agent.observations.len() / self.observation_len;
@@ -208,6 +209,14 @@ impl<'py> Columns<'py> {
         dict.set_item("rewards", rows(&self.rewards, self.acted, acted)?)?;
         if let Some(env_steps) = &self.env_steps {
             dict.set_item("env_steps", rows(env_steps, self.observed, observed)?)?;
+        }
+        if !agent.infos.is_empty() {
+            // Sparse: only the observations whose info is not empty, unpickled when asked for.
+            let infos = PyDict::new(py);
+            for (index, info) in &agent.infos {
+                infos.set_item(index, PyBytes::new(py, info))?;
+            }
+            dict.set_item("infos", infos)?;
         }
         (self.observed, self.acted) = (observed, acted);
         Ok(())

@@ -29,7 +29,7 @@ class Coordination:
             self.rng = np.random.default_rng(seed)
         self.agents, self.t = list(self.possible_agents), 0
         self.bits = {a: int(self.rng.integers(2)) for a in self.agents}
-        return dict(self.bits), {a: {} for a in self.agents}
+        return dict(self.bits), {a: {"bit": b, "t": 0} for a, b in self.bits.items()}
 
     def step(self, actions):
         reward = float((actions["left"] ^ actions["right"]) == (self.bits["left"] ^ self.bits["right"]))
@@ -42,5 +42,5 @@ class Coordination:
             {a: reward for a in agents},
             {a: done for a in agents},
             {a: False for a in agents},
-            {a: {} for a in agents},
+            {a: {"bit": self.bits[a], "t": self.t} for a in agents},
         )

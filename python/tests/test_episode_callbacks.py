@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from conftest import fast_cartpole
 
+import impala_rs
 from impala_rs import DefaultCallbacks, IMPALAConfig, ImpalaError, RLlibCallback, _impala_rs
 from impala_rs.episode import MultiAgentEpisode, SingleAgentEpisode
 
@@ -199,6 +200,74 @@ def test_multi_agent_episodes_are_per_agent():
         assert episode.last_reward_for("left") == rewards["left"][-1]
     returns = [e.get_return() for e in PerAgent.ended[-100:]]
     assert np.mean(returns) == pytest.approx(result["episode_return_mean"])
+
+
+def test_get_infos_gives_the_env_s_infos_one_per_observation():
+    from corridor import Corridor
+
+    class Infos(RLlibCallback):
+        ended = []
+
+        def on_episode_start(self, *, episode, **kwargs):
+            assert episode.get_infos() == [{"start": True}]
+
+        def on_episode_step(self, *, episode, **kwargs):
+            assert len(episode.get_infos()) == len(episode) + 1
+
+        def on_episode_end(self, *, episode, **kwargs):
+            Infos.ended.append(episode)
+
+    config = (
+        fast_cartpole()
+        .environment(Corridor, env_config={"length": 3, "infos": True})
+        .callbacks(Infos)
+    )
+    result = train_once(config)
+    # Four envs in one worker: most episodes begin at a reset made in the step that ended the
+    # one before, whose info comes with that step.
+    assert len(Infos.ended) == result["num_episodes"] > 4
+    for episode in Infos.ended:
+        infos, observations, n = episode.get_infos(), episode.get_observations(), len(episode)
+        assert len(infos) == n + 1 and infos[0] == {"start": True}
+        for t in range(1, n):
+            expected = {} if t % 3 == 0 else {"position": round(observations[t][0] * 3), "t": t}
+            assert infos[t] == expected
+        last = infos[n]
+        assert last["goal"] is True and last["unpicklable"].startswith("<function")
+        assert episode.get_infos(-1) is last and episode.last_info_for() is last
+        assert episode.get_infos([0, -1]) == [infos[0], last]
+
+
+def test_get_infos_of_a_multi_agent_episode_are_per_agent():
+    from coordination import Coordination
+
+    impala_rs.register_env("coordination-infos", lambda config: Coordination(config))
+
+    class Infos(RLlibCallback):
+        ended = []
+
+        def on_episode_end(self, *, episode, **kwargs):
+            Infos.ended.append(episode)
+
+    config = (
+        IMPALAConfig()
+        .environment("coordination-infos", env_config={"length": 5})
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=2, rollout_fragment_length=10)
+        .training(train_batch_size=40, model={"fcnet_hiddens": [16]})
+        .multi_agent(policies={"left", "right"}, policy_mapping_fn=lambda agent_id, episode, **kw: agent_id)
+        .reporting(min_time_s_per_iteration=0.3)
+        .callbacks(Infos)
+    )
+    result = train_once(config)
+    assert len(Infos.ended) == result["num_episodes"] > 0
+    for episode in Infos.ended:
+        infos, observations = episode.get_infos(), episode.get_observations()
+        for agent in ("left", "right"):
+            # Each agent's info names the bit it observed, at each of its 6 observations.
+            assert [i["t"] for i in infos[agent]] == list(range(6))
+            assert [i["bit"] for i in infos[agent]] == observations[agent].astype(int).tolist()
+        assert episode.last_info_for("left") == infos["left"][-1]
+        assert episode.get_infos(0, ["right"]) == {"right": infos["right"][0]}
 
 
 def test_a_raising_episode_callback_names_the_hook_and_the_line_and_the_algorithm_goes_on():

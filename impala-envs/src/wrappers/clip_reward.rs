@@ -51,6 +51,10 @@ impl<E: Env> Env for ClipReward<E> {
         outcome.reward = outcome.reward.clamp(-self.max_abs, self.max_abs);
         Ok(outcome)
     }
+
+    fn info(&self) -> &[u8] {
+        self.env.info()
+    }
 }
 
 impl<E: StatefulEnv> StatefulEnv for ClipReward<E> {

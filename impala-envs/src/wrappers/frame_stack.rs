@@ -87,4 +87,8 @@ impl<E: Env> Env for FrameStack<E> {
         obs.copy_from_slice(&self.frames);
         Ok(outcome)
     }
+
+    fn info(&self) -> &[u8] {
+        self.env.info()
+    }
 }

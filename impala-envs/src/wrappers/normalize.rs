@@ -389,6 +389,10 @@ impl<E: Env> Env for NormalizeObservation<E> {
         self.filter_synced(obs, false)?;
         Ok(outcome)
     }
+
+    fn info(&self) -> &[u8] {
+        self.env.info()
+    }
 }
 
 impl<E> NormalizeObservation<E> {

@@ -82,6 +82,10 @@ impl<E: Env> Env for TimeLimit<E> {
         self.needs_reset = outcome.done();
         Ok(outcome)
     }
+
+    fn info(&self) -> &[u8] {
+        self.env.info()
+    }
 }
 
 impl<E: StatefulEnv> StatefulEnv for TimeLimit<E> {

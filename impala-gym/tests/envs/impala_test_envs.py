@@ -37,6 +37,25 @@ class MatchBit(gym.Env):
         return self._obs(), reward, False, self.t >= self.length, {}
 
 
+class Tagged(gym.Env):
+    """Episodes of 3 steps whose infos are tagged `reset` and `step-<t>`: for infos carried
+    to the runner."""
+
+    def __init__(self):
+        self.observation_space = spaces.Box(0.0, 3.0, (1,), np.float32)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1, np.float32), {"tag": "reset"}
+
+    def step(self, action):
+        self.t += 1
+        return np.full(1, self.t, np.float32), 0.0, self.t >= 3, False, {"tag": f"step-{self.t}"}
+
+
 class CoinBit(gym.Env):
     """Nothing to learn: the observation is one of 4 states drawn at random, one-hot (Box(4), as
     CartPole's, so CartPole's custom models fit), the reward a fair coin (0 or 1) whatever the
