@@ -373,3 +373,45 @@ fn a_runner_process_acts_with_the_drivers_torchscript_module_it_has_no_file_of()
     assert_eq!(std::fs::read(checkpoint)?, std::fs::read(dir.path().join("residual_mlp.pt"))?);
     Ok(())
 }
+
+#[test]
+fn runner_processes_act_with_each_policys_own_torchscript_module() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    crate::common::scripted_module(dir.path(), "residual_mlp")?;
+    crate::common::scripted_module(dir.path(), "catalog_mlp")?;
+    // Two policies, each with a module of its own, on two CartPole games.
+    let config = dir.path().join("two.toml");
+    std::fs::write(
+        &config,
+        "env = \"MultiAgentCartPole\"\npolicies = [\"p0\", \"p1\"]\n\
+         num_env_runners = 1\ntrain_batch_size = 200\nmin_time_s_per_iteration = 0.3\n\
+         [env_config]\nnum_agents = 2\n\
+         [policy_mapping]\nagent_0 = \"p0\"\nagent_1 = \"p1\"\n\
+         [policy_config.p0.model]\ncustom_model = \"residual_mlp.pt\"\n\
+         [policy_config.p1.model]\ncustom_model = \"catalog_mlp.pt\"\n",
+    )?;
+    let port = free_port()?;
+    let config = config.to_string_lossy();
+    let mut d = driver(dir.path(), port, &[&config, "--stop-iters", "2", "--seed", "0"])?;
+    let elsewhere = tempfile::tempdir()?;
+    let token = token_file(dir.path(), TOKEN)?.to_string_lossy().into_owned();
+    let connect = format!("127.0.0.1:{port}");
+    let args = ["env-runner", "--connect", &connect, "--token-file", &token];
+    let mut r = start_in(elsewhere.path(), dir.path(), "r1", &args)?;
+    let status = wait(&mut d, Duration::from_secs(60))?;
+    let out = output(dir.path(), "driver");
+    assert!(status.success(), "{out}\n{}", output(dir.path(), "r1"));
+    let last = last_result(dir.path())?;
+    for policy in ["p0", "p1"] {
+        let trained = last["info"]["learner"][policy]["num_agent_steps_trained"].as_f64();
+        assert!(trained.is_some_and(|n| n > 0.0), "{policy}: {last}");
+    }
+    assert!(wait(&mut r, Duration::from_secs(10))?.success(), "{}", output(dir.path(), "r1"));
+    // The checkpoint keeps each policy's module in its learner's folder.
+    let learner = dir.path().join("run/checkpoint_000002/learner");
+    for (policy, module) in [("p0", "residual_mlp.pt"), ("p1", "catalog_mlp.pt")] {
+        let copy = std::fs::read(learner.join(policy).join("custom_model.pt"))?;
+        assert_eq!(copy, std::fs::read(dir.path().join(module))?, "{policy}");
+    }
+    Ok(())
+}

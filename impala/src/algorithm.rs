@@ -34,7 +34,7 @@ use crate::result::{LearnerQueueInfo, DEFAULT_POLICY_ID};
 use crate::run_envs::RunEnvs;
 use crate::runners::{local_runners, EnvRunnerGroup, PolicyFragment};
 use crate::settings;
-use crate::torchscript::SharedModule;
+use crate::torchscript::{module_owner, ModuleOwner, SharedModule};
 use crate::{
     EpisodeWindow, EvaluationResult, ImpalaError, IterationResult, PolicyLearnerInfo, Result,
     ResultInfo,
@@ -118,9 +118,6 @@ pub struct Impala {
     pub(crate) staleness_reported: bool,
     /// The transport of remote env runners, when they sample instead of runner threads.
     pub(crate) remote: Option<Arc<dyn RunnerTransport>>,
-    /// The TorchScript module `model.custom_model` names, as read when the run started:
-    /// checkpoints keep a copy, remote env runners get it in their session.
-    pub(crate) script: Option<SharedModule>,
     /// Whether the sampling runners record episodes ([`crate::ImpalaBuilder::record_episodes`]).
     pub(crate) record_episodes: bool,
     /// The episodes recorded since the last [`Impala::take_episode_records`].
@@ -372,7 +369,7 @@ impl Impala {
                         env,
                         streams,
                         self.base_seed,
-                        self.script.as_deref(),
+                        &self.modules(),
                     )?;
                     let launcher = Box::new(transport.pool().launcher(session));
                     EnvRunnerGroup::with_launcher(&settings, launcher, weights)?
@@ -768,6 +765,24 @@ impl Impala {
 
     /// The folder of policy `policy`'s learner under a checkpoint's `learner/` folder `root`:
     /// `root` itself for a single-agent run, `root/<policy id>/` for a multi-agent one.
+    /// The TorchScript modules the policies' models are, as read when the run started, by
+    /// owner (the run's model, or a policy's own; each once): checkpoints keep a copy of each,
+    /// remote env runners get them in their session.
+    fn modules(&self) -> Vec<(ModuleOwner, SharedModule)> {
+        let mut modules: Vec<(ModuleOwner, SharedModule)> = Vec::new();
+        for policy in &self.policies {
+            let Some(script) = &policy.script else { continue };
+            let owner = match &self.envs {
+                RunEnvs::Single(_) => None,
+                RunEnvs::Multi(_) => module_owner(self.config.config(), &policy.id),
+            };
+            if !modules.iter().any(|(o, _)| *o == owner) {
+                modules.push((owner, Arc::clone(script)));
+            }
+        }
+        modules
+    }
+
     fn learner_dir(&self, root: &Path, policy: &PolicySlot) -> PathBuf {
         match &self.envs {
             RunEnvs::Single(_) => root.to_path_buf(),
@@ -827,8 +842,10 @@ impl Impala {
             )
         };
         let config = self.config.config();
-        let module = self.script.as_ref().map(|s| s.bytes());
-        save_checkpoint(dir, &state, config, module, |root| {
+        let modules = self.modules();
+        let copies: Vec<_> =
+            modules.iter().map(|(owner, m)| (owner.as_deref(), m.bytes())).collect();
+        save_checkpoint(dir, &state, config, &copies, |root| {
             for policy in &self.policies {
                 let learner_dir = self.learner_dir(root, policy);
                 policy.save(&learner_dir).map_err(|e| match (e, &self.learner_death) {
@@ -967,7 +984,7 @@ impl Impala {
             let (mut saved_model, mut model) =
                 (saved_config.model, policy.config.config().model.clone());
             if let (Some(script), Some(CustomModel::TorchScript(copy))) =
-                (&self.script, saved_custom)
+                (&policy.script, saved_custom)
             {
                 // The same TorchScript model is the same module's bytes: the checkpoint's copy
                 // is another file than the one this run read.

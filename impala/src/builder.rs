@@ -242,7 +242,7 @@ impl ImpalaBuilder {
         // The learners seed their initial weights from `seed`; runs without one get a fresh one.
         let base_seed = config.config().seed.unwrap_or_else(random_seed);
         let streams = Streams::new(&config, base_seed, 0);
-        let (policies, script) = policies(&config, &envs, model, base_seed)?;
+        let policies = policies(&config, &envs, model, base_seed)?;
         let sources = policies.iter().map(|p| p.source.clone()).collect();
         let ids = policies.iter().map(|p| p.id.clone()).collect();
         let mut algo = Impala {
@@ -264,7 +264,6 @@ impl ImpalaBuilder {
             stalls_reported: 0,
             staleness_reported: false,
             remote,
-            script,
             record_episodes,
             episode_records: Vec::new(),
             config,
@@ -287,15 +286,14 @@ impl ImpalaBuilder {
 
 /// The policies of a run of `config` on `envs` (`default_policy` for a single-agent env), each
 /// with the config it learns with (`policy_config`), its model (the caller's `factory`, or the
-/// one its config names) and a held learner (its batching starts with the runners); and the
-/// TorchScript module a single-agent run's model is, if it is one. Refused when they would not
-/// fit in memory.
+/// one its config names, with the TorchScript module it is, if one) and a held learner (its
+/// batching starts with the runners). Refused when they would not fit in memory.
 fn policies(
     config: &ValidatedConfig,
     envs: &RunEnvs,
     factory: Option<Arc<dyn ModelFactory>>,
     base_seed: u64,
-) -> Result<(Vec<PolicySlot>, Option<crate::torchscript::SharedModule>)> {
+) -> Result<Vec<PolicySlot>> {
     // Per policy: its id, the spaces of its agents, whether it trains, its agents per env.
     let plan: Vec<(String, EnvSpec, bool, u64)> = match envs {
         RunEnvs::Single(single) => {
@@ -311,7 +309,6 @@ fn policies(
             })
             .collect(),
     };
-    let mut script = None;
     let mut policies = Vec::with_capacity(plan.len());
     let mut agents_per_env = Vec::with_capacity(plan.len());
     for (p, (id, spec, trains, agents)) in plan.into_iter().enumerate() {
@@ -319,24 +316,9 @@ fn policies(
             RunEnvs::Single(_) => config.clone(),
             RunEnvs::Multi(_) => config.config().for_policy(&id)?.validate()?,
         };
-        let model = match &factory {
-            Some(factory) => Arc::clone(factory),
-            None => {
-                let (model, module) = ScriptedModel::for_config(&policy_config)?;
-                if module.is_some() && envs.is_multi_agent() {
-                    return Err(ImpalaError::MultiAgentOption {
-                        key: "model.custom_model",
-                        reason: "custom models (a TorchScript file, a torch.nn.Module or \
-                                 an RLModule class) train in single-agent runs, whose \
-                                 checkpoints and remote runners carry one module; give the \
-                                 policies catalog models (`policy_config.<policy>.model`, or \
-                                 a MultiRLModuleSpec of model_configs)"
-                            .into(),
-                    });
-                }
-                script = script.or(module);
-                model
-            }
+        let (model, script) = match &factory {
+            Some(factory) => (Arc::clone(factory), None),
+            None => ScriptedModel::for_config(&policy_config)?,
         };
         let learner =
             new_learner(&policy_config, model.as_ref(), &spec, stream_seed(base_seed, p as u64))?;
@@ -345,6 +327,7 @@ fn policies(
         policies.push(PolicySlot {
             id,
             source: PolicySource { model, spec, base_seed, precision },
+            script,
             config: policy_config,
             trains,
             learner: PolicyLearner::Held(learner),
@@ -372,7 +355,7 @@ fn policies(
         })
         .collect();
     crate::budget::check_memory(config, &shares)?;
-    Ok((policies, script))
+    Ok(policies)
 }
 
 /// Checks what can be checked before any thread starts: the environment (by building one env,

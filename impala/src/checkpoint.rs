@@ -185,22 +185,28 @@ pub fn checkpoint_name(iteration: u64) -> String {
     format!("{PREFIX}{iteration:06}")
 }
 
-/// The `/`-separated path of the module's copy inside a checkpoint, as the saved config's
-/// `model.custom_model` names it.
-pub fn custom_model_copy() -> String {
-    format!("{LEARNER_DIR}/{CUSTOM_MODEL_FILE}")
+/// The `/`-separated path inside a checkpoint of the copy of the run's module (`policy`
+/// `None`, named by the saved config's `model.custom_model`) or of a policy's own (in its
+/// learner's folder, named by `policy_config.<policy>.model.custom_model`).
+pub fn custom_model_copy(policy: Option<&str>) -> String {
+    match policy {
+        None => format!("{LEARNER_DIR}/{CUSTOM_MODEL_FILE}"),
+        Some(policy) => format!("{}/{CUSTOM_MODEL_FILE}", policy_learner_dir(policy)),
+    }
 }
 
 /// Writes a checkpoint folder `parent/checkpoint_<iteration>` atomically: `fill` writes the
-/// learner's files into the given folder, then the TorchScript module's bytes `module` (the
-/// run's `model.custom_model`, if it names one) are copied in, the state, the config (naming
-/// that copy) and the manifest of every file's size and SHA-256 are added, everything is
-/// fsynced and the folder is renamed into place (replacing an older one of the same name).
+/// learner's files into the given folder, then the bytes of the TorchScript `modules` are
+/// copied in (each `(policy, bytes)`: the run's `model.custom_model` for `None`, a policy's own
+/// `policy_config.<policy>.model.custom_model` otherwise; see [`custom_model_copy`]), the
+/// state, the config (naming those copies) and the manifest of every file's size and SHA-256
+/// are added, everything is fsynced and the folder is renamed into place (replacing an older
+/// one of the same name).
 pub fn save_checkpoint(
     parent: &Path,
     state: &AlgorithmState,
     config: &impala_config::ImpalaConfig,
-    module: Option<&[u8]>,
+    modules: &[(Option<&str>, &[u8])],
     fill: impl FnOnce(&Path) -> Result<()>,
 ) -> Result<PathBuf> {
     let name = checkpoint_name(state.training_iteration);
@@ -214,16 +220,17 @@ pub fn save_checkpoint(
             .map_err(|e| ImpalaError::io("create", &tmp, e))?;
         fill(&tmp.join(LEARNER_DIR))?;
         write_json(&tmp.join(STATE_FILE), state)?;
-        match module {
-            Some(bytes) => {
-                let copy = tmp.join(LEARNER_DIR).join(CUSTOM_MODEL_FILE);
-                fs::write(&copy, bytes).map_err(|e| ImpalaError::io("write", &copy, e))?;
-                let mut config = config.clone();
-                config.model.custom_model = Some(custom_model_copy());
-                write_json(&tmp.join(CONFIG_FILE), &config)?;
+        let mut config = config.clone();
+        for &(policy, bytes) in modules {
+            let name = custom_model_copy(policy);
+            let copy = tmp.join(&name);
+            if let Some(folder) = copy.parent() {
+                fs::create_dir_all(folder).map_err(|e| ImpalaError::io("create", folder, e))?;
             }
-            None => write_json(&tmp.join(CONFIG_FILE), config)?,
+            fs::write(&copy, bytes).map_err(|e| ImpalaError::io("write", &copy, e))?;
+            crate::torchscript::set_custom_model(&mut config, policy, name);
         }
+        write_json(&tmp.join(CONFIG_FILE), &config)?;
         write_manifest(&tmp, state)?;
         sync_tree(&tmp)
     })();
@@ -324,17 +331,23 @@ pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::Imp
             return Err(corrupt(format!("{MANIFEST_FILE} does not list `{missing}`")));
         }
     }
-    let copy = custom_model_copy();
-    if config.model.custom_model.as_deref() == Some(copy.as_str()) {
+    let owners: Vec<Option<String>> =
+        std::iter::once(None).chain(config.policy_config.keys().cloned().map(Some)).collect();
+    for owner in owners {
+        let copy = custom_model_copy(owner.as_deref());
+        if crate::torchscript::custom_model_of(&config, owner.as_deref()) != Some(copy.as_str()) {
+            continue;
+        }
         if manifest.as_ref().is_some_and(|m| !m.files.contains_key(&copy)) {
             return Err(corrupt(format!(
                 "{MANIFEST_FILE} does not list `{copy}`, the TorchScript module that \
                  {CONFIG_FILE} names"
             )));
         }
-        let path = dir.join(LEARNER_DIR).join(CUSTOM_MODEL_FILE);
+        let path = dir.join(&copy);
         let path = std::path::absolute(&path).map_err(|e| ImpalaError::io("resolve", &path, e))?;
-        config.model.custom_model = Some(path.to_string_lossy().into_owned());
+        let path = path.to_string_lossy().into_owned();
+        crate::torchscript::set_custom_model(&mut config, owner.as_deref(), path);
     }
     // A checkpoint never chooses which program runs: the interpreter of Python envs comes from
     // whoever loads it (their `python_executable`, `--set` on a resume, or `$IMPALA_PYTHON`).
@@ -592,10 +605,10 @@ mod tests {
         let dir = tmp()?;
         let config = impala_config::ImpalaConfig::default();
         for iter in [2, 10, 4] {
-            save_checkpoint(dir.path(), &state(iter), &config, None, learner_files)?;
+            save_checkpoint(dir.path(), &state(iter), &config, &[], learner_files)?;
         }
         // Saving the same iteration again replaces it.
-        save_checkpoint(dir.path(), &state(10), &config, None, learner_files)?;
+        save_checkpoint(dir.path(), &state(10), &config, &[], learner_files)?;
         let newest = find_checkpoint(dir.path())?;
         assert!(newest.ends_with("checkpoint_000010"));
         let (s, c) = read_checkpoint(&newest)?;
@@ -611,7 +624,7 @@ mod tests {
     #[test]
     fn a_failing_save_leaves_nothing() -> Result<()> {
         let dir = tmp()?;
-        let err = save_checkpoint(dir.path(), &state(1), &Default::default(), None, |d| {
+        let err = save_checkpoint(dir.path(), &state(1), &Default::default(), &[], |d| {
             Err(ImpalaError::corrupt_checkpoint(d, "boom".into()))
         });
         assert!(err.is_err());
@@ -630,7 +643,7 @@ mod tests {
             python_executable: Some("/tmp/not-an-interpreter.sh".into()),
             ..Default::default()
         };
-        let ckpt = save_checkpoint(dir.path(), &state(1), &config, None, learner_files)?;
+        let ckpt = save_checkpoint(dir.path(), &state(1), &config, &[], learner_files)?;
         let (_, loaded) = read_checkpoint(&ckpt)?;
         assert_eq!(loaded.python_executable, None);
         Ok(())
@@ -652,13 +665,13 @@ mod tests {
             dir.path(),
             &state(3),
             &scripted_config(),
-            Some(MODULE),
+            &[(None, MODULE)],
             learner_files,
         )?;
         // The module's copy is checked as every file is.
         let required = [STATE_FILE, CONFIG_FILE].map(String::from);
         let learner = super::learner_files(&scripted_config(), false);
-        for file in required.into_iter().chain(learner).chain([custom_model_copy()]) {
+        for file in required.into_iter().chain(learner).chain([custom_model_copy(None)]) {
             let path = ckpt.join(&file);
             let original = fs::read(&path).map_err(|e| ImpalaError::io("read", &path, e))?;
             let mut flipped = original.clone();
@@ -700,7 +713,7 @@ mod tests {
     fn format_1_is_read_unverified_and_its_damaged_json_is_corrupt() -> Result<()> {
         let dir = tmp()?;
         let config = impala_config::ImpalaConfig::default();
-        let ckpt = save_checkpoint(dir.path(), &state(3), &config, None, learner_files)?;
+        let ckpt = save_checkpoint(dir.path(), &state(3), &config, &[], learner_files)?;
         // What impala-rs wrote before the manifest: format 1, no num_restores.
         let mut old = serde_json::to_value(state(3)).map_err(|source| ImpalaError::Json {
             action: "write",
@@ -730,8 +743,7 @@ mod tests {
     #[test]
     fn damaged_and_foreign_checkpoints_are_named() -> Result<()> {
         let dir = tmp()?;
-        let ckpt =
-            save_checkpoint(dir.path(), &state(3), &Default::default(), None, learner_files)?;
+        let ckpt = save_checkpoint(dir.path(), &state(3), &Default::default(), &[], learner_files)?;
         let state_path = ckpt.join(STATE_FILE);
         let manifest = ckpt.join(MANIFEST_FILE);
         fs::remove_file(&manifest).map_err(|e| ImpalaError::io("remove", &manifest, e))?;
@@ -757,8 +769,13 @@ mod tests {
     fn the_config_names_the_modules_copy_wherever_the_checkpoint_is() -> Result<()> {
         let dir = tmp()?;
         let runs = dir.path().join("runs");
-        let ckpt =
-            save_checkpoint(&runs, &state(3), &scripted_config(), Some(MODULE), learner_files)?;
+        let ckpt = save_checkpoint(
+            &runs,
+            &state(3),
+            &scripted_config(),
+            &[(None, MODULE)],
+            learner_files,
+        )?;
         let saved = fs::read_to_string(ckpt.join(CONFIG_FILE))
             .map_err(|e| ImpalaError::io("read", &ckpt, e))?;
         assert!(saved.contains("\"custom_model\": \"learner/custom_model.pt\""), "{saved}");
@@ -786,6 +803,40 @@ mod tests {
     }
 
     #[test]
+    fn a_policy_s_own_module_is_copied_into_its_learner_folder() -> Result<()> {
+        let dir = tmp()?;
+        let mut config = impala_config::ImpalaConfig {
+            policies: vec!["left".into(), "right".into()],
+            ..Default::default()
+        };
+        config.policy_config.insert(
+            "left".into(),
+            serde_json::from_str(
+                r#"{"lr": 0.001, "model": {"custom_model": "/elsewhere/left.pt"}}"#,
+            )
+            .map_err(|e| corrupt(dir.path(), e.to_string()))?,
+        );
+        config.model.custom_model = Some("/elsewhere/shared.pt".into());
+        let modules = [(Some("left"), &b"left module"[..]), (None, MODULE)];
+        let ckpt = save_checkpoint(dir.path(), &state(3), &config, &modules, learner_files)?;
+        let (_, loaded) = read_checkpoint(&ckpt)?;
+        let left = ckpt.join(LEARNER_DIR).join("left").join(CUSTOM_MODEL_FILE);
+        let shared = ckpt.join(LEARNER_DIR).join(CUSTOM_MODEL_FILE);
+        let path = |p: &Path| p.to_string_lossy().into_owned();
+        assert_eq!(
+            loaded.for_policy("left").map(|c| c.model.custom_model).ok(),
+            Some(Some(path(&left)))
+        );
+        assert_eq!(
+            loaded.for_policy("right").map(|c| c.model.custom_model).ok(),
+            Some(Some(path(&shared)))
+        );
+        assert_eq!(loaded.policy_config["left"]["lr"], 0.001);
+        assert_eq!(fs::read(&left).map_err(|e| ImpalaError::io("read", &left, e))?, b"left module");
+        Ok(())
+    }
+
+    #[test]
     fn impala_resnet_needs_no_file_its_config_says_it_all() -> Result<()> {
         let dir = tmp()?;
         let mut config = impala_config::ImpalaConfig::default();
@@ -793,7 +844,7 @@ mod tests {
         config.model.custom_model_config =
             [("channels".to_string(), serde_json::json!([8, 16])), ("hidden".into(), 64.into())]
                 .into();
-        let ckpt = save_checkpoint(dir.path(), &state(3), &config, None, learner_files)?;
+        let ckpt = save_checkpoint(dir.path(), &state(3), &config, &[], learner_files)?;
         let (_, read) = read_checkpoint(&ckpt)?;
         assert_eq!(read, config);
         assert!(!ckpt.join(LEARNER_DIR).join(CUSTOM_MODEL_FILE).exists());

@@ -33,6 +33,9 @@ pub(crate) struct PolicySlot {
     pub(crate) config: ValidatedConfig,
     /// Its model and the spaces of its agents.
     pub(crate) source: PolicySource,
+    /// The TorchScript module its model is, if one (read when the run started; checkpoints
+    /// and remote env runners get its bytes).
+    pub(crate) script: Option<crate::torchscript::SharedModule>,
     /// Whether it is one of `policies_to_train`.
     pub(crate) trains: bool,
     pub(crate) learner: PolicyLearner,

@@ -21,7 +21,7 @@ use crate::checkpoint::sha256_hex;
 use crate::policies::{acting_policies, PolicySource, Streams};
 use crate::run_envs::{multi_agent_env_factory, python_envs, python_pool, single_agent_envs};
 use crate::settings;
-use crate::torchscript::ScriptModule;
+use crate::torchscript::{set_custom_model, ModuleOwner, ScriptModule, SharedModule};
 use crate::{error_chain, ImpalaError, Result};
 
 pub use impala_remote::{
@@ -71,21 +71,28 @@ struct SessionData {
     env_seed: Option<u64>,
     sample_seed: u64,
     base_seed: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    module: Option<SessionModule>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    modules: Vec<SessionModule>,
 }
 
-/// A TorchScript module in the session: its bytes (base64, inside the JSON) and their SHA-256,
-/// which the runner checks before it writes them to its private copy and loads them.
+/// A TorchScript module in the session: whose it is (the run's model, or a policy's own: see
+/// [`ModuleOwner`]), its bytes (base64, inside the JSON) and their SHA-256, which the runner
+/// checks before it writes them to its private copy and loads them.
 #[derive(Debug, Serialize, Deserialize)]
 struct SessionModule {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    policy: ModuleOwner,
     sha256: String,
     base64: String,
 }
 
 impl SessionModule {
-    fn new(module: &ScriptModule) -> Self {
-        SessionModule { sha256: module.sha256().to_string(), base64: BASE64.encode(module.bytes()) }
+    fn new(policy: &ModuleOwner, module: &ScriptModule) -> Self {
+        SessionModule {
+            policy: policy.clone(),
+            sha256: module.sha256().to_string(),
+            base64: BASE64.encode(module.bytes()),
+        }
     }
 
     /// The module the driver sent, refused when it is not the one whose SHA-256 came with it.
@@ -113,14 +120,14 @@ pub(crate) fn run_session(
     env: RunEnv,
     streams: Streams,
     base_seed: u64,
-    module: Option<&ScriptModule>,
+    modules: &[(ModuleOwner, SharedModule)],
 ) -> Result<RunSession> {
     let data = SessionData {
         config: config.config().clone(),
         env_seed: streams.env_seed,
         sample_seed: streams.sample_seed,
         base_seed,
-        module: module.map(SessionModule::new),
+        modules: modules.iter().map(|(owner, m)| SessionModule::new(owner, m)).collect(),
     };
     let session = serde_json::to_vec(&data).map_err(|source| ImpalaError::Json {
         action: "write",
@@ -129,7 +136,8 @@ pub(crate) fn run_session(
     })?;
     let run =
         RunSession { env, session, compress_observations: config.config().compress_observations };
-    transport.check_session(&run).map_err(|e| match (e, module) {
+    let largest = modules.iter().map(|(_, m)| m).max_by_key(|m| m.bytes().len());
+    transport.check_session(&run).map_err(|e| match (e, largest) {
         (PoolError::SessionTooLarge { bytes, limit }, Some(module)) => {
             ImpalaError::ModuleTooLarge {
                 path: module.source().to_path_buf(),
@@ -223,17 +231,21 @@ fn build_runner(
     weights: Vec<Arc<Weights>>,
     host: &RunnerHost,
 ) -> Result<BuiltRunner> {
-    let SessionData { mut config, env_seed, sample_seed, base_seed, module } =
+    let SessionData { mut config, env_seed, sample_seed, base_seed, modules } =
         serde_json::from_slice(&assignment.session).map_err(|source| ImpalaError::Json {
             action: "read",
             path: SESSION.into(),
             source,
         })?;
-    // The policy loads the module from this runner's private copy, which goes once the env
+    // The policies load the modules from this runner's private copies, which go once the env
     // runner is built.
-    let module = module.map(SessionModule::into_module).transpose()?;
-    if let Some(module) = &module {
-        config.model.custom_model = Some(module.path().to_string_lossy().into_owned());
+    let mut copies = Vec::with_capacity(modules.len());
+    for module in modules {
+        let owner = module.policy.clone();
+        let copy = module.into_module()?;
+        let path = copy.path().to_string_lossy().into_owned();
+        set_custom_model(&mut config, owner.as_deref(), path);
+        copies.push(copy);
     }
     if let Some(python) = &host.python_executable {
         config.python_executable = Some(python.clone());
@@ -416,10 +428,11 @@ mod tests {
             env_seed: None,
             sample_seed: 0,
             base_seed: 0,
-            module: Some(SessionModule {
+            modules: vec![SessionModule {
+                policy: None,
                 sha256: sha256_hex(b"the driver's module"),
                 base64: BASE64.encode(b"another module"),
-            }),
+            }],
         };
         let session = serde_json::to_vec(&data).map_err(|source| ImpalaError::Json {
             action: "write",
@@ -444,12 +457,13 @@ mod tests {
         let server = RunnerServer::bind(settings)?;
         let config = ImpalaConfig::default().validate()?;
         let streams = Streams { env_seed: None, sample_seed: 0 };
-        let session = |module: &ScriptModule| {
-            run_session(&server, &config, RunEnv::Single(cartpole()?), streams, 0, Some(module))
+        let session = |module: ScriptModule| {
+            let modules = [(None, Arc::new(module))];
+            run_session(&server, &config, RunEnv::Single(cartpole()?), streams, 0, &modules)
         };
         // Base64 makes 3 bytes 4: 30 kB fit in 64 KiB with the config, 60 kB do not.
-        session(&ScriptModule::new(vec![7; 30_000], Path::new("small.pt"))?)?;
-        match session(&ScriptModule::new(vec![7; 60_000], Path::new("big.pt"))?) {
+        session(ScriptModule::new(vec![7; 30_000], Path::new("small.pt"))?)?;
+        match session(ScriptModule::new(vec![7; 60_000], Path::new("big.pt"))?) {
             Err(e @ ImpalaError::ModuleTooLarge { module_bytes: 60_000, limit: 65_536, .. }) => {
                 let message = e.to_string();
                 assert!(message.contains("`big.pt`") && message.contains("max_message_bytes"));

@@ -1,5 +1,8 @@
 """Users' own RLModule classes (RLlib's new API stack) trained by the Rust learner."""
 
+import time
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -101,15 +104,59 @@ def test_rllibs_lstm_module_trains_as_a_recurrent_model():
         algo.stop()
 
 
-def test_a_multi_agent_run_refuses_a_module_class_saying_what_it_takes():
+def test_a_multi_agent_run_trains_a_module_class_per_policy_and_checkpoints_keep_them(tmp_path):
+    """``MultiRLModuleSpec``: policy ``p0`` a module class of its own, ``p1`` another size of
+    it, on RLlib's ``MultiAgentCartPole``; each trains, ``get_module`` gives each one's class,
+    and a checkpoint keeps each module in its policy's learner folder and builds again from
+    it alone."""
     from ray.rllib.core.rl_module.multi_rl_module import MultiRLModuleSpec
+    from ray.rllib.examples.envs.classes.multi_agent import MultiAgentCartPole
+    from ray.tune.registry import register_env
 
+    from impala_rs import Impala
+
+    register_env("multi_cart_modules", lambda cfg: MultiAgentCartPole(config=cfg))
+    specs = {
+        "p0": RLModuleSpec(module_class=TwoTowers, model_config={"hidden": 64}),
+        "p1": RLModuleSpec(module_class=TwoTowers, model_config={"hidden": 32}),
+    }
     config = (
-        IMPALAConfig()
-        .environment("pettingzoo.classic.rps_v2:env")
-        .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=lambda agent_id, episode, **kw: "p0" if agent_id == "player_0" else "p1")
-        .rl_module(rl_module_spec=MultiRLModuleSpec(rl_module_specs={"p0": RLModuleSpec(module_class=TwoTowers)}))
-        .env_runners(num_env_runners=1)
+        cartpole(MultiRLModuleSpec(rl_module_specs=specs))
+        .environment("multi_cart_modules", env_config={"num_agents": 2})
+        .multi_agent(policies={"p0", "p1"}, policy_mapping_fn=lambda agent_id, episode, **kw: f"p{agent_id}")
     )
-    with pytest.raises(ImpalaError, match="custom models .* train in single-agent runs.*MultiRLModuleSpec of model_configs"):
-        config.build_algo()
+    algo = config.build_algo()
+    try:
+        start = time.monotonic()
+        while True:
+            result = algo.train()
+            means = result["env_runners"].get("module_episode_returns_mean", {})
+            means = [mean for mean in means.values() if mean is not None]
+            if len(means) == 2 and min(means) >= 100:
+                break
+            assert time.monotonic() - start < 240, f"not at 100 per policy: {result['env_runners']}"
+        obs = np.random.default_rng(0).uniform(-0.1, 0.1, (5, 4)).astype(np.float32)
+        for policy_id, hidden in (("p0", 64), ("p1", 32)):
+            module = algo.get_module(policy_id)
+            assert isinstance(module, TwoTowers) and module._pi[0].out_features == hidden
+            policy = same_weights(algo.get_policy(policy_id), module)
+            with torch.no_grad():
+                logits = module.forward_inference({"obs": torch.from_numpy(obs)})["action_dist_inputs"]
+            _, _, info = policy.compute_actions(obs, explore=False)
+            np.testing.assert_allclose(logits.numpy(), info["action_dist_inputs"], atol=1e-5)
+        checkpoint = algo.save(tmp_path)
+        weights = algo.get_weights()
+    finally:
+        algo.stop()
+    learner = Path(checkpoint) / "learner"
+    assert (learner / "p0" / "custom_model.pt").is_file() and (learner / "p1" / "custom_model.pt").is_file()
+    restored = Impala.from_checkpoint(checkpoint)
+    try:
+        again = restored.get_weights()
+        for policy_id in ("p0", "p1"):
+            for name, value in weights[policy_id].items():
+                np.testing.assert_array_equal(again[policy_id][name], value)
+        # It trains on from there, with the modules the checkpoint holds.
+        assert restored.train()["training_iteration"] == result["training_iteration"] + 1
+    finally:
+        restored.stop()
