@@ -97,7 +97,10 @@ def test_training_releases_the_interpreter_lock():
 
 
 CTRL_C_SCRIPT = r"""
-import sys, time
+import signal, sys, time
+# Python's Ctrl-C handler, as at a terminal: a test run started in the background by a
+# non-interactive shell inherits SIGINT ignored, and Python (and impala_rs) then leave it so.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, sys.argv[1])
 from conftest import fast_cartpole
 algo = fast_cartpole().reporting(min_time_s_per_iteration=60).build()
