@@ -208,7 +208,7 @@ fn a_uint8_image_env_trains_with_the_default_cnn() -> TestResult {
 }
 
 #[test]
-fn atari_pong_trains_two_iterations() -> TestResult {
+fn atari_pong_trains_two_iterations_and_its_checkpoint_evaluates() -> TestResult {
     let dir = workdir()?;
     let args = [
         "train",
@@ -216,6 +216,10 @@ fn atari_pong_trains_two_iterations() -> TestResult {
         "ALE/Pong-v5",
         "--set",
         "num_envs_per_env_runner=2",
+        // Both games in one worker's vector env, which steps them together: the evaluation
+        // runner, with one env, must get a worker of its own size.
+        "--set",
+        "num_envs_per_env_worker=2",
         "--set",
         "rollout_fragment_length=20",
         "--set",
@@ -232,6 +236,12 @@ fn atari_pong_trains_two_iterations() -> TestResult {
     let last = last_result(dir.path())?;
     assert_eq!(last["training_iteration"], 2);
     assert!(last["num_env_steps_trained"].as_u64().unwrap_or(0) > 0, "{last}");
+    let eval = impala(dir.path(), &["evaluate", "--checkpoint", "run", "--episodes", "1"])?;
+    assert_success(&eval);
+    // A game of Pong lasts until one side has 21 points.
+    let summary: serde_json::Value = serde_json::from_str(eval.stdout.trim())?;
+    assert_eq!(summary["num_episodes"], 1, "{}", eval.stdout);
+    assert!(summary["episode_return_mean"].as_f64().is_some_and(|r| r.abs() <= 21.0));
     Ok(())
 }
 

@@ -14,7 +14,9 @@ use impala_sampler::EnvFactory;
 
 use crate::checkpoint::{find_checkpoint, put_saved_filter, read_checkpoint, LEARNER_DIR};
 use crate::policies::{stream_seed, PolicySource, Streams};
-use crate::run_envs::{env_spec, python_envs, single_agent_envs, RunEnvs};
+use crate::run_envs::{
+    env_spec, python_envs, python_single_agent_envs, single_agent_envs, RunEnvs,
+};
 use crate::runners::{local_runners, EnvRunnerGroup};
 use crate::settings;
 use crate::{EvaluationResult, ImpalaError, Result};
@@ -221,12 +223,13 @@ pub(crate) fn load_checkpoint_policy(
     }
     adjust(&mut config);
     let config = config.validate()?;
-    let custom = match envs {
-        EnvSource::Config => None,
-        EnvSource::Factory(factory) => Some(factory),
-        EnvSource::PythonCreator(creator) => Some(python_envs(&config, Some(creator))?.0),
+    let envs = match envs {
+        EnvSource::Config => single_agent_envs(&config, None)?,
+        EnvSource::Factory(factory) => single_agent_envs(&config, Some(factory))?,
+        EnvSource::PythonCreator(creator) => {
+            python_single_agent_envs(&config, python_envs(&config, Some(creator))?.1)
+        }
     };
-    let envs = single_agent_envs(&config, custom)?;
     // The policy sees observations normalised as in training: with the run's saved filter.
     put_saved_filter(envs.filter.as_ref(), state.observation_filter, &dir)?;
     let env_factory = envs.evaluation;

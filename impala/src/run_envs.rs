@@ -60,9 +60,7 @@ impl RunEnvs {
                 }
                 EnvKind::Single(_) => {
                     check_single_agent(config)?;
-                    let mut envs = single_agent_envs(config, Some(gym_env_factory(&pool)))?;
-                    envs.python = Some(pool);
-                    Ok(RunEnvs::Single(envs))
+                    Ok(RunEnvs::Single(python_single_agent_envs(config, pool)))
                 }
             };
         }
@@ -195,19 +193,49 @@ pub(crate) fn single_agent_envs(
     config: &ValidatedConfig,
     custom: Option<EnvFactory>,
 ) -> Result<SingleAgentEnvs> {
-    let (base, python) = match custom {
-        Some(factory) => (factory, None),
-        None => default_env(config)?,
+    let base = match custom {
+        Some(factory) => factory,
+        None => match default_env(config)? {
+            (_, Some(pool)) => return Ok(python_single_agent_envs(config, pool)),
+            (factory, None) => factory,
+        },
     };
+    Ok(with_wrappers(config, Arc::clone(&base), base, None))
+}
+
+/// The single-agent envs of `config` in `pool`'s env workers. The evaluation runners step one
+/// env each ([`settings::evaluation_runner_group`]), so their envs come from a pool of the
+/// same envs with one per worker: a worker that steps all of its envs together (Atari's
+/// vector env) would otherwise wait for envs no evaluation runner made.
+pub(crate) fn python_single_agent_envs(
+    config: &ValidatedConfig,
+    pool: Arc<GymEnvPool>,
+) -> SingleAgentEnvs {
+    let one_env = impala_gym::GymSettings {
+        num_envs: std::num::NonZeroUsize::MIN,
+        envs_per_worker: std::num::NonZeroUsize::MIN,
+        ..pool.settings().clone()
+    };
+    let evaluation = gym_env_factory(&Arc::new(GymEnvPool::new(one_env)));
+    with_wrappers(config, gym_env_factory(&pool), evaluation, Some(pool))
+}
+
+/// Sampling and evaluation envs from `sampling` and `evaluation` with the config's wrappers.
+fn with_wrappers(
+    config: &ValidatedConfig,
+    sampling: EnvFactory,
+    evaluation: EnvFactory,
+    python: Option<Arc<GymEnvPool>>,
+) -> SingleAgentEnvs {
     // RLlib's MeanStdFilter clips to [-10, 10].
     let filter =
         config.config().normalize_observations.then(|| SharedMeanStdFilter::new(Some(10.0)));
-    Ok(SingleAgentEnvs {
-        sampling: wrapped(config, Arc::clone(&base), filter.as_ref(), true),
-        evaluation: wrapped(config, base, filter.as_ref(), false),
+    SingleAgentEnvs {
+        sampling: wrapped(config, sampling, filter.as_ref(), true),
+        evaluation: wrapped(config, evaluation, filter.as_ref(), false),
         filter,
         python,
-    })
+    }
 }
 
 /// Where `config.env` comes from, per `env_backend`: the native registry, or Gymnasium in
