@@ -129,6 +129,26 @@ pub(crate) fn wait_for_iterations(dir: &Path, n: usize, within: Duration) -> Tes
     Ok(())
 }
 
+/// Trains for two iterations (seed 0) in `dir` with `args` and one runner process started in
+/// another folder (so it has none of `dir`'s files); both must exit cleanly. The last result.
+fn with_a_runner_elsewhere(
+    dir: &Path,
+    args: &[&str],
+) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
+    let port = free_port()?;
+    let args = [args, &["--stop-iters", "2", "--seed", "0"]].concat();
+    let mut d = driver(dir, port, &args)?;
+    let elsewhere = tempfile::tempdir()?;
+    let token = token_file(dir, TOKEN)?.to_string_lossy().into_owned();
+    let connect = format!("127.0.0.1:{port}");
+    let runner = ["env-runner", "--connect", &connect, "--token-file", &token];
+    let mut r = start_in(elsewhere.path(), dir, "r1", &runner)?;
+    let status = wait(&mut d, Duration::from_secs(60))?;
+    assert!(status.success(), "{}\n{}", output(dir, "driver"), output(dir, "r1"));
+    assert!(wait(&mut r, Duration::from_secs(10))?.success(), "{}", output(dir, "r1"));
+    last_result(dir)
+}
+
 pub(crate) fn last_result(dir: &Path) -> Result<serde_json::Value, Box<dyn std::error::Error>> {
     let lines = result_lines(&dir.join("run"))?;
     Ok(lines.last().cloned().ok_or("no results")?)
@@ -354,21 +374,10 @@ fn a_driver_that_no_runner_reaches_says_how_to_start_them() -> TestResult {
 fn a_runner_process_acts_with_the_drivers_torchscript_module_it_has_no_file_of() -> TestResult {
     let dir = tempfile::tempdir()?;
     crate::common::scripted_module(dir.path(), "residual_mlp")?;
-    let port = free_port()?;
     // A path relative to the driver's folder: the runner, started elsewhere, cannot open it.
-    let model = "model.custom_model=residual_mlp.pt";
-    let mut d = driver(dir.path(), port, &["--set", model, "--stop-iters", "2", "--seed", "0"])?;
-    let elsewhere = tempfile::tempdir()?;
-    let token = token_file(dir.path(), TOKEN)?.to_string_lossy().into_owned();
-    let connect = format!("127.0.0.1:{port}");
-    let args = ["env-runner", "--connect", &connect, "--token-file", &token];
-    let mut r = start_in(elsewhere.path(), dir.path(), "r1", &args)?;
-    let status = wait(&mut d, Duration::from_secs(60))?;
-    let out = output(dir.path(), "driver");
-    assert!(status.success(), "{out}\n{}", output(dir.path(), "r1"));
-    let last = last_result(dir.path())?;
+    let last =
+        with_a_runner_elsewhere(dir.path(), &["--set", "model.custom_model=residual_mlp.pt"])?;
     assert!(last["num_env_steps_trained"].as_f64().is_some_and(|n| n > 0.0), "{last}");
-    assert!(wait(&mut r, Duration::from_secs(10))?.success(), "{}", output(dir.path(), "r1"));
     let checkpoint = dir.path().join("run/checkpoint_000002/learner/custom_model.pt");
     assert_eq!(std::fs::read(checkpoint)?, std::fs::read(dir.path().join("residual_mlp.pt"))?);
     Ok(())
@@ -390,23 +399,11 @@ fn runner_processes_act_with_each_policys_own_torchscript_module() -> TestResult
          [policy_config.p0.model]\ncustom_model = \"residual_mlp.pt\"\n\
          [policy_config.p1.model]\ncustom_model = \"catalog_mlp.pt\"\n",
     )?;
-    let port = free_port()?;
-    let config = config.to_string_lossy();
-    let mut d = driver(dir.path(), port, &[&config, "--stop-iters", "2", "--seed", "0"])?;
-    let elsewhere = tempfile::tempdir()?;
-    let token = token_file(dir.path(), TOKEN)?.to_string_lossy().into_owned();
-    let connect = format!("127.0.0.1:{port}");
-    let args = ["env-runner", "--connect", &connect, "--token-file", &token];
-    let mut r = start_in(elsewhere.path(), dir.path(), "r1", &args)?;
-    let status = wait(&mut d, Duration::from_secs(60))?;
-    let out = output(dir.path(), "driver");
-    assert!(status.success(), "{out}\n{}", output(dir.path(), "r1"));
-    let last = last_result(dir.path())?;
+    let last = with_a_runner_elsewhere(dir.path(), &[&config.to_string_lossy()])?;
     for policy in ["p0", "p1"] {
         let trained = last["info"]["learner"][policy]["num_agent_steps_trained"].as_f64();
         assert!(trained.is_some_and(|n| n > 0.0), "{policy}: {last}");
     }
-    assert!(wait(&mut r, Duration::from_secs(10))?.success(), "{}", output(dir.path(), "r1"));
     // The checkpoint keeps each policy's module in its learner's folder.
     let learner = dir.path().join("run/checkpoint_000002/learner");
     for (policy, module) in [("p0", "residual_mlp.pt"), ("p1", "catalog_mlp.pt")] {

@@ -159,6 +159,19 @@ def test_a_keyword_on_episode_end_is_called_per_episode_and_nothing_is_recorded_
         assert algo._native.take_episodes() == []
 
 
+def left_and_right(env, callbacks, **env_config):
+    """A two-agent env (``left`` and ``right``), a policy each, with ``callbacks``."""
+    return (
+        IMPALAConfig()
+        .environment(env, env_config=env_config)
+        .env_runners(num_env_runners=1, num_envs_per_env_runner=4, rollout_fragment_length=10)
+        .training(train_batch_size=80, model={"fcnet_hiddens": [16]})
+        .multi_agent(policies={"left", "right"}, policy_mapping_fn=lambda agent_id, episode, **kw: agent_id)
+        .reporting(min_time_s_per_iteration=0.3)
+        .callbacks(callbacks)
+    )
+
+
 def test_multi_agent_episodes_are_per_agent():
     class PerAgent(RLlibCallback):
         ended = []
@@ -175,16 +188,7 @@ def test_multi_agent_episodes_are_per_agent():
         def on_episode_end(self, *, episode, **kwargs):
             PerAgent.ended.append(episode)
 
-    config = (
-        IMPALAConfig()
-        .environment("HalfObserved")
-        .env_runners(num_env_runners=1, num_envs_per_env_runner=4, rollout_fragment_length=10)
-        .training(train_batch_size=80, model={"fcnet_hiddens": [16]})
-        .multi_agent(policies={"left", "right"}, policy_mapping_fn=lambda agent_id, episode, **kw: agent_id)
-        .reporting(min_time_s_per_iteration=0.3)
-        .callbacks(PerAgent)
-    )
-    result = train_once(config)
+    result = train_once(left_and_right("HalfObserved", PerAgent))
     assert len(PerAgent.ended) == result["num_episodes"] > 0
     for episode in PerAgent.ended:
         assert isinstance(episode, MultiAgentEpisode) and episode.agent_ids == {"left", "right"}
@@ -249,16 +253,7 @@ def test_get_infos_of_a_multi_agent_episode_are_per_agent():
         def on_episode_end(self, *, episode, **kwargs):
             Infos.ended.append(episode)
 
-    config = (
-        IMPALAConfig()
-        .environment("coordination-infos", env_config={"length": 5})
-        .env_runners(num_env_runners=1, num_envs_per_env_runner=2, rollout_fragment_length=10)
-        .training(train_batch_size=40, model={"fcnet_hiddens": [16]})
-        .multi_agent(policies={"left", "right"}, policy_mapping_fn=lambda agent_id, episode, **kw: agent_id)
-        .reporting(min_time_s_per_iteration=0.3)
-        .callbacks(Infos)
-    )
-    result = train_once(config)
+    result = train_once(left_and_right("coordination-infos", Infos, length=5))
     assert len(Infos.ended) == result["num_episodes"] > 0
     for episode in Infos.ended:
         infos, observations = episode.get_infos(), episode.get_observations()
