@@ -26,6 +26,7 @@ use crate::checkpoint::{
     sha256_hex, AlgorithmState, Counters, LEARNER_DIR,
 };
 use crate::evaluation::Evaluator;
+use crate::module_owner::{module_owner, ModuleOwner};
 use crate::policies::{
     batching_stage, start_learners, PolicyLearner, PolicySlot, StatsMean, Streams,
 };
@@ -34,7 +35,7 @@ use crate::result::{LearnerQueueInfo, DEFAULT_POLICY_ID};
 use crate::run_envs::RunEnvs;
 use crate::runners::{local_runners, EnvRunnerGroup, PolicyFragment};
 use crate::settings;
-use crate::torchscript::{module_owner, ModuleOwner, SharedModule};
+use crate::torchscript::SharedModule;
 use crate::{
     EpisodeWindow, EvaluationResult, ImpalaError, IterationResult, PolicyLearnerInfo, Result,
     ResultInfo,

@@ -228,7 +228,7 @@ pub fn save_checkpoint(
                 fs::create_dir_all(folder).map_err(|e| ImpalaError::io("create", folder, e))?;
             }
             fs::write(&copy, bytes).map_err(|e| ImpalaError::io("write", &copy, e))?;
-            crate::torchscript::set_custom_model(&mut config, policy, name);
+            crate::module_owner::set_custom_model(&mut config, policy, name);
         }
         write_json(&tmp.join(CONFIG_FILE), &config)?;
         write_manifest(&tmp, state)?;
@@ -335,7 +335,7 @@ pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::Imp
         std::iter::once(None).chain(config.policy_config.keys().cloned().map(Some)).collect();
     for owner in owners {
         let copy = custom_model_copy(owner.as_deref());
-        if crate::torchscript::custom_model_of(&config, owner.as_deref()) != Some(copy.as_str()) {
+        if crate::module_owner::custom_model_of(&config, owner.as_deref()) != Some(copy.as_str()) {
             continue;
         }
         if manifest.as_ref().is_some_and(|m| !m.files.contains_key(&copy)) {
@@ -347,7 +347,7 @@ pub fn read_checkpoint(dir: &Path) -> Result<(AlgorithmState, impala_config::Imp
         let path = dir.join(&copy);
         let path = std::path::absolute(&path).map_err(|e| ImpalaError::io("resolve", &path, e))?;
         let path = path.to_string_lossy().into_owned();
-        crate::torchscript::set_custom_model(&mut config, owner.as_deref(), path);
+        crate::module_owner::set_custom_model(&mut config, owner.as_deref(), path);
     }
     // A checkpoint never chooses which program runs: the interpreter of Python envs comes from
     // whoever loads it (their `python_executable`, `--set` on a resume, or `$IMPALA_PYTHON`).

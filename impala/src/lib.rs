@@ -70,6 +70,7 @@ mod evaluation;
 
 pub mod logging;
 mod metrics;
+mod module_owner;
 mod policies;
 mod policy;
 pub mod remote;

@@ -18,10 +18,11 @@ use impala_sampler::{EnvRunner, MultiAgentEnvRunner, MultiAgentSettings};
 use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::sha256_hex;
+use crate::module_owner::{set_custom_model, ModuleOwner};
 use crate::policies::{acting_policies, PolicySource, Streams};
 use crate::run_envs::{multi_agent_env_factory, python_envs, python_pool, single_agent_envs};
 use crate::settings;
-use crate::torchscript::{set_custom_model, ModuleOwner, ScriptModule, SharedModule};
+use crate::torchscript::{ScriptModule, SharedModule};
 use crate::{error_chain, ImpalaError, Result};
 
 pub use impala_remote::{
