@@ -115,13 +115,13 @@ def test_atari_observations_are_the_env_workers(env_config):
 
     worker = load_env_worker().AtariEnvs({"count": 1, "env": "ALE/Pong-v5", "env_config": env_config}, np, gym)
     player = _AtariPlayer("ALE/Pong-v5", env_config)
-    expected, (obs, screen) = worker.reset(0, 7), player.reset(7)
+    (expected, _), (obs, screen) = worker.reset(0, 7), player.reset(7)
     np.testing.assert_array_equal(obs, expected)
     assert screen.shape == (210, 160, 3) and len(np.unique(screen.reshape(-1, 3), axis=0)) > 2
     # Sticky actions and random actions: both draw from the seeded game alike.
     for action in np.random.default_rng(0).integers(0, 6, 60):
         worker.gather_step(0, action)
-        ((expected, _, reward, terminated, _, _),) = worker.step_all()
+        ((expected, _, reward, terminated, _, _),), _ = worker.step_all()
         obs, _, player_reward, done = player.step(action)
         np.testing.assert_array_equal(obs, expected)
         assert (player_reward, done) == (reward, terminated)
