@@ -60,7 +60,8 @@ pub struct SourceArgs {
     /// The environment id (overrides the file's `env`).
     #[arg(long)]
     pub env: Option<String>,
-    /// Override one option, e.g. `--set lr=0.001 --set model.fcnet_hiddens=[64,64]`.
+    /// Override one option, e.g. `--set lr=0.001 --set model.fcnet_hiddens=[64,64]`. An `lr` or
+    /// `entropy_coeff` set without its schedule replaces the config's schedule of it.
     #[arg(long = "set", value_name = "KEY=VALUE")]
     pub overrides: Vec<String>,
     /// Seed for every random number generator (overrides the config's `seed`).

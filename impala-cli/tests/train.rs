@@ -91,6 +91,9 @@ fn config_prints_every_default_and_envs_lists_the_registry() -> TestResult {
     assert!(run.success, "{}", run.stderr);
     let config: serde_json::Value = serde_json::from_str(&run.stdout)?;
     assert_eq!(config["lr"], 0.01);
+    // The embedded example's lr_schedule would set the rate; the command line's lr replaces it.
+    assert!(config["lr_schedule"].is_null(), "{}", run.stdout);
+    assert!(run.stderr.contains("`lr_schedule`: dropped because `lr`"), "{}", run.stderr);
     assert_eq!(config["env"], "CartPole-v1");
     assert!(config["learner_queue_size"].is_number(), "defaults are filled in");
     // Without a file, --env picks that env's tuned example.
@@ -151,8 +154,6 @@ fn a_dying_learner_reports_its_cause() -> TestResult {
         "run",
         "--set",
         "lr=1e30",
-        "--set",
-        "lr_schedule=none", // the embedded example anneals lr with a schedule, which wins
         "--set",
         "_lr_vf=1e30", // and trains its value network with an optimizer of its own
         "--set",

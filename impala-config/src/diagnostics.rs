@@ -119,6 +119,9 @@ pub enum WarningKind {
     LrVfIgnored,
     /// `lr` differs from where `lr_schedule` starts; the schedule wins, as in RLlib.
     LrIgnoredBySchedule,
+    /// An override set `lr` (`entropy_coeff`) alone, so the config's schedule of it was
+    /// dropped.
+    ScheduleReplacedByOverride,
     /// `_separate_vf_optimizer` with shared layers: only the value head gets `_lr_vf`.
     SeparateVfOptimizerSharedLayers,
     /// `vf_loss_coeff` was changed but `_separate_vf_optimizer` minimises the value loss

@@ -283,6 +283,46 @@ impl ImpalaConfig {
         self.set_from(key, value, &Origin::Override(text.into()))
     }
 
+    /// Applies `key=value` overrides in order, each as [`ImpalaConfig::apply_override`] does,
+    /// and lets a scalar win over the schedule it stands beside: `lr` given without
+    /// `lr_schedule` (or `entropy_coeff` without `entropy_coeff_schedule`) removes the schedule
+    /// the config had, with a warning. Otherwise the schedule would set the value, as in RLlib,
+    /// and the command line's `lr` would do nothing.
+    ///
+    /// ```
+    /// use impala_config::{ConfigFormat, ImpalaConfig};
+    /// let text = "lr = 0.0003\nlr_schedule = [[0, 0.0003], [1000, 0.0]]";
+    /// let mut config = ImpalaConfig::from_str_as(text, ConfigFormat::Toml)?.config;
+    /// let warnings = config.apply_overrides(&["lr=0.001"])?;
+    /// assert_eq!((config.lr, config.lr_schedule.is_none(), warnings.len()), (0.001, true, 1));
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn apply_overrides<S: AsRef<str>>(&mut self, texts: &[S]) -> Result<Vec<Warning>> {
+        let mut warnings = Vec::new();
+        let mut targets = Vec::new();
+        for text in texts {
+            warnings.extend(self.apply_override(text.as_ref())?);
+            targets.push(override_target(text.as_ref()));
+        }
+        let given = |key: &str| targets.iter().any(|t| t == key);
+        let schedules = [
+            ("lr", "lr_schedule", &mut self.lr_schedule),
+            ("entropy_coeff", "entropy_coeff_schedule", &mut self.entropy_coeff_schedule),
+        ];
+        for (scalar, schedule, slot) in schedules {
+            if given(scalar) && !given(schedule) && slot.take().is_some() {
+                warnings.push(Warning {
+                    key: schedule.into(),
+                    kind: WarningKind::ScheduleReplacedByOverride,
+                    message: format!(
+                        "dropped because `{scalar}` was set on its own, and holds for the whole run (set `{schedule}` too to schedule it)"
+                    ),
+                });
+            }
+        }
+        Ok(warnings)
+    }
+
     pub(crate) fn set_from(
         &mut self,
         key: &str,
@@ -379,6 +419,18 @@ fn none_word_to_null(type_name: &str, value: Value) -> Value {
 }
 
 /// The canonical name of `key`, noting a warning when it is a deprecated alias.
+/// The top-level key an override sets, group prefix and alias resolved (`training.lr=1` ->
+/// `lr`, `model.fcnet_hiddens=[8]` -> `model`).
+fn override_target(text: &str) -> String {
+    let lhs = text.split_once('=').map_or(text, |(lhs, _)| lhs).trim();
+    let key = match lhs.split_once('.') {
+        Some((head, rest)) if Group::from_name(head).is_some() => rest,
+        _ => lhs,
+    };
+    let head = key.split_once('.').map_or(key, |(head, _)| head);
+    alias(head).map_or(head, |a| a.canonical).to_string()
+}
+
 fn resolve<'k>(key: &'k str, warnings: &mut Vec<Warning>) -> &'k str {
     match alias(key) {
         Some(a) => {

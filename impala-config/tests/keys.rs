@@ -428,6 +428,40 @@ fn an_override_with_a_line_break_is_refused_whole() -> TestResult {
     Ok(())
 }
 
+/// A scalar set on the command line holds over the schedule of the file it overrides, in or out
+/// of its group; given with its schedule, the schedule stays.
+#[test]
+fn an_overridden_scalar_replaces_the_files_schedule() -> TestResult {
+    let file = "lr = 0.0003\nlr_schedule = [[0, 0.0003], [1000, 0.0]]\n\
+                entropy_coeff = 0.01\nentropy_coeff_schedule = [[0, 0.01], [1000, 0.0]]";
+    let base = ImpalaConfig::from_str_as(file, ConfigFormat::Toml)?.config;
+    for (sets, lr_schedule, entropy_schedule) in [
+        (vec!["lr=0.001"], false, true),
+        (vec!["training.lr=0.001"], false, true),
+        (vec!["entropy_coeff=0.02"], true, false),
+        (vec!["lr=0.001", "entropy_coeff=0.02"], false, false),
+        (vec!["lr_schedule=[[0, 0.001], [10, 0.0]]", "lr=0.001"], true, true),
+        (vec!["lr=0.001", "lr_schedule=[[0, 0.001], [10, 0.0]]"], true, true),
+        (vec!["gamma=0.9"], true, true),
+    ] {
+        let mut config = base.clone();
+        let warnings = config.apply_overrides(&sets)?;
+        let kept = (config.lr_schedule.is_some(), config.entropy_coeff_schedule.is_some());
+        assert_eq!(kept, (lr_schedule, entropy_schedule), "{sets:?}");
+        let dropped =
+            warnings.iter().filter(|w| w.kind == WarningKind::ScheduleReplacedByOverride).count();
+        assert_eq!(dropped, usize::from(!lr_schedule) + usize::from(!entropy_schedule));
+        let (lr, entropy) = (config.lr_at(5000), config.entropy_coeff_at(5000));
+        if !lr_schedule {
+            assert_eq!(lr, 0.001, "{sets:?}");
+        }
+        if !entropy_schedule {
+            assert_eq!(entropy, 0.02, "{sets:?}");
+        }
+    }
+    Ok(())
+}
+
 #[test]
 fn other_libraries_names_suggest_the_rllib_key() -> TestResult {
     for (theirs, ours) in [

@@ -81,9 +81,7 @@ impl ConfigSource {
         if let Some(seed) = self.seed {
             config.seed = Some(seed);
         }
-        for text in &self.set {
-            warnings.extend(config.apply_override(text)?.iter().map(ToString::to_string));
-        }
+        warnings.extend(config.apply_overrides(&self.set)?.iter().map(ToString::to_string));
         let config = config.validate()?;
         warnings.extend(config.warnings().iter().map(ToString::to_string));
         Ok((config, warnings))
