@@ -418,7 +418,6 @@ fn none_word_to_null(type_name: &str, value: Value) -> Value {
     }
 }
 
-/// The canonical name of `key`, noting a warning when it is a deprecated alias.
 /// The top-level key an override sets, group prefix and alias resolved (`training.lr=1` ->
 /// `lr`, `model.fcnet_hiddens=[8]` -> `model`).
 fn override_target(text: &str) -> String {
@@ -431,6 +430,7 @@ fn override_target(text: &str) -> String {
     alias(head).map_or(head, |a| a.canonical).to_string()
 }
 
+/// The canonical name of `key`, noting a warning when it is a deprecated alias.
 fn resolve<'k>(key: &'k str, warnings: &mut Vec<Warning>) -> &'k str {
     match alias(key) {
         Some(a) => {
