@@ -167,7 +167,9 @@ def left_and_right(env, callbacks, **env_config):
         .env_runners(num_env_runners=1, num_envs_per_env_runner=4, rollout_fragment_length=10)
         .training(train_batch_size=80, model={"fcnet_hiddens": [16]})
         .multi_agent(policies={"left", "right"}, policy_mapping_fn=lambda agent_id, episode, **kw: agent_id)
-        .reporting(min_time_s_per_iteration=0.3)
+        # Python env workers can take longer than the iteration's 0.3 s to start under load;
+        # the iteration then waits for 400 env steps, so it always has whole episodes.
+        .reporting(min_time_s_per_iteration=0.3, min_sample_timesteps_per_iteration=400)
         .callbacks(callbacks)
     )
 
@@ -224,6 +226,7 @@ def test_get_infos_gives_the_env_s_infos_one_per_observation():
     config = (
         fast_cartpole()
         .environment(Corridor, env_config={"length": 3, "infos": True})
+        .reporting(min_sample_timesteps_per_iteration=400)
         .callbacks(Infos)
     )
     result = train_once(config)
