@@ -85,7 +85,8 @@ def test_new_api_stack_calls_and_options_build_and_train():
             grad_clip_by="norm",
             train_batch_size_per_learner=500,
         )
-        .reporting(min_time_s_per_iteration=1)
+        # Until a train batch is trained, however loaded the machine.
+        .reporting(min_time_s_per_iteration=1, min_train_timesteps_per_iteration=500)
     )
     values = config.to_dict()
     assert values["lr_schedule"] == [[0, 0.0005], [1_000_000, 0.0001]] and values["lr"] == 0.0005
@@ -154,7 +155,7 @@ def test_a_default_model_config_trains_the_catalog_model():
         .environment("CartPole-v1")
         .env_runners(num_env_runners=1)
         .rl_module(model_config=DefaultModelConfig(fcnet_hiddens=[32, 32]))
-        .reporting(min_time_s_per_iteration=0.5)
+        .reporting(min_time_s_per_iteration=0.5, min_train_timesteps_per_iteration=1)
     )
     algo = config.build_algo()
     try:

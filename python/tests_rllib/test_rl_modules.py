@@ -82,7 +82,9 @@ def test_rllibs_lstm_module_trains_as_a_recurrent_model():
 
     config = cartpole(
         RLModuleSpec(module_class=LSTMContainingRLModule, model_config={"lstm_cell_size": 16, "dense_layers": [16]})
-    ).reporting(min_time_s_per_iteration=0.5)
+        # The iteration lasts until one train batch is trained, however long the first
+        # recurrent step takes on a loaded machine (0.5 s alone left it untrained once).
+    ).reporting(min_time_s_per_iteration=0.5, min_train_timesteps_per_iteration=500)
     algo = config.build_algo()
     try:
         result = algo.train()
