@@ -76,9 +76,9 @@ fn with_nothing_to_learn_the_policy_keeps_its_entropy() -> TestResult {
             "num_envs_per_env_runner=16",
             "rollout_fragment_length=20",
             "train_batch_size=640",
-            "lr=0.0001",
             // Without a config file the run starts from CartPole's tuned example; these two
             // replace its schedules, which would otherwise take the entropy bonus to 0.
+            "lr=0.0001",
             "entropy_coeff=0.01",
             "min_time_s_per_iteration=1",
         ] {

@@ -257,6 +257,12 @@ impl ImpalaConfig {
     /// # Ok::<(), Box<dyn std::error::Error>>(())
     /// ```
     pub fn apply_override(&mut self, text: &str) -> Result<Vec<Warning>> {
+        self.apply_one_override(text).map(|(_, warnings)| warnings)
+    }
+
+    /// [`ImpalaConfig::apply_override`], also returning the top-level key it set, group prefix
+    /// and alias resolved (`training.lr=1` -> `lr`, `model.fcnet_hiddens=[8]` -> `model`).
+    fn apply_one_override(&mut self, text: &str) -> Result<(String, Vec<Warning>)> {
         let bad =
             |reason: &str| ConfigError::BadOverride { text: text.into(), reason: reason.into() };
         if text.contains(['\n', '\r']) {
@@ -280,7 +286,9 @@ impl ImpalaConfig {
             None => lhs,
         };
         let value = parse_override_value(rhs.trim()).map_err(|reason| bad(&reason))?;
-        self.set_from(key, value, &Origin::Override(text.into()))
+        let head = key.split_once('.').map_or(key, |(head, _)| head);
+        let target = alias(head).map_or(head, |a| a.canonical).to_string();
+        Ok((target, self.set_from(key, value, &Origin::Override(text.into()))?))
     }
 
     /// Applies `key=value` overrides in order, each as [`ImpalaConfig::apply_override`] does,
@@ -301,8 +309,9 @@ impl ImpalaConfig {
         let mut warnings = Vec::new();
         let mut targets = Vec::new();
         for text in texts {
-            warnings.extend(self.apply_override(text.as_ref())?);
-            targets.push(override_target(text.as_ref()));
+            let (target, found) = self.apply_one_override(text.as_ref())?;
+            targets.push(target);
+            warnings.extend(found);
         }
         let given = |key: &str| targets.iter().any(|t| t == key);
         let schedules = [
@@ -416,18 +425,6 @@ fn none_word_to_null(type_name: &str, value: Value) -> Value {
         Value::String(s) if type_name.starts_with("Option") && is_none_word(&s) => Value::Null,
         other => other,
     }
-}
-
-/// The top-level key an override sets, group prefix and alias resolved (`training.lr=1` ->
-/// `lr`, `model.fcnet_hiddens=[8]` -> `model`).
-fn override_target(text: &str) -> String {
-    let lhs = text.split_once('=').map_or(text, |(lhs, _)| lhs).trim();
-    let key = match lhs.split_once('.') {
-        Some((head, rest)) if Group::from_name(head).is_some() => rest,
-        _ => lhs,
-    };
-    let head = key.split_once('.').map_or(key, |(head, _)| head);
-    alias(head).map_or(head, |a| a.canonical).to_string()
 }
 
 /// The canonical name of `key`, noting a warning when it is a deprecated alias.
