@@ -350,7 +350,7 @@ impl Learner {
                 idx.iter().map(|&i| std::mem::replace(&mut grads[i], Tensor::new())).collect();
             let g = opt.gather_grads(&g)?;
             readback.push(g.f_norm()?.f_unsqueeze(0)?);
-            readback.push(opt.gather_params()?.f_norm()?.f_unsqueeze(0)?);
+            readback.push(opt.params_norm()?);
             flat_grads.push(g);
         }
         // One host sync for every statistic.
