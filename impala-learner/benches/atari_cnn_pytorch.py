@@ -1,15 +1,21 @@
-"""Bare PyTorch's training step of RLlib's 84x84 Atari conv net on 500 byte observations, in
-float32 and under bfloat16 autocast, for comparison with `atari_cnn_train_batch_500` in
-`benches/learner.rs` (run both on the same machine, side by side):
+"""Bare PyTorch's training step of RLlib's Atari conv nets on byte observations, for comparison
+with `benches/learner.rs` (run both on the same machine, side by side):
 
     .venv/bin/python impala-learner/benches/atari_cnn_pytorch.py [--threads 1] [--steps 10]
+    .venv/bin/python impala-learner/benches/atari_cnn_pytorch.py --net pong-fast --steps 50
 
-The net and step are the bench's bare tch step: filters [16, 8, 4], [32, 4, 2], [256, 11, 1]
-with ReLU (84 -> 21 -> 11 -> 1), linear logits (6) and value heads; bytes scaled to [0, 1] and
-viewed channels-last as the learner does; -sum(logp * adv) + 0.5 * 0.5 * sum((V - target)^2) -
-0.01 * entropy, backward, global-norm clipping at 40, Adam at 5e-4. bf16 runs the forward pass
-under `torch.autocast("cpu", torch.bfloat16)` and the loss in float32. Prints one JSON line per
-precision: the median seconds per step and samples per second.
+`--net atari` (`atari_cnn_train_batch_500`), 500 84x84x4 observations: filters [16, 8, 4],
+[32, 4, 2], [256, 11, 1] with ReLU (84 -> 21 -> 11 -> 1), linear logits (6) and value heads, in
+float32 and under `torch.autocast("cpu", torch.bfloat16)` (the loss in float32).
+
+`--net pong-fast` (`pong_fast_train_batch_160`), `examples/pong-impala-fast.toml`'s net on its
+train batch of 160 42x42x4 observations: filters [16, 4, 2], [32, 4, 2], [256, 11, 1] with
+RLlib's `same` padding (42 -> 21 -> 11 -> 1), a 256-unit ReLU layer, the same heads; float32,
+with Adam's default (`foreach`) implementation and with `fused=True`.
+
+Both: bytes scaled to [0, 1] and viewed channels-last as the learner does; -sum(logp * adv) +
+0.5 * 0.5 * sum((V - target)^2) - 0.01 * entropy, backward, global-norm clipping at 40, Adam at
+5e-4. Prints one JSON line per variant: the median seconds per step and samples per second.
 """
 
 import argparse
@@ -25,40 +31,59 @@ import torch  # noqa: E402
 from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
-N, ACTIONS = 500, 6
+ACTIONS = 6
 
 
 class AtariCnn(nn.Module):
-    def __init__(self):
+    def __init__(self, net):
         super().__init__()
-        self.convs = nn.ModuleList(
-            [nn.Conv2d(4, 16, 8, 4, padding=2), nn.Conv2d(16, 32, 4, 2, padding=2), nn.Conv2d(32, 256, 11, 1)]
-        )
+        if net == "atari":
+            # Even padding is the convolution's own.
+            self.pads = [None, None, None]
+            self.convs = nn.ModuleList(
+                [nn.Conv2d(4, 16, 8, 4, padding=2), nn.Conv2d(16, 32, 4, 2, padding=2), nn.Conv2d(32, 256, 11, 1)]
+            )
+            self.post = None
+        else:
+            # RLlib's same_padding(42, 4, 2) and (21, 4, 2): (1, 1) and (1, 2).
+            self.pads = [(1, 1, 1, 1), (1, 2, 1, 2), None]
+            self.convs = nn.ModuleList([nn.Conv2d(4, 16, 4, 2), nn.Conv2d(16, 32, 4, 2), nn.Conv2d(32, 256, 11, 1)])
+            self.post = nn.Linear(256, 256)
         self.logits = nn.Linear(256, ACTIONS)
         self.value = nn.Linear(256, 1)
 
     def forward(self, obs):
         x = (obs.float() / 255.0).permute(0, 3, 1, 2)
-        for conv in self.convs:
+        for pad, conv in zip(self.pads, self.convs):
+            if pad is not None:
+                x = F.pad(x, pad)
             x = F.relu(conv(x))
         x = x.flatten(1)
+        if self.post is not None:
+            x = F.relu(self.post(x))
         return self.logits(x), self.value(x).squeeze(1)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
+    parser.add_argument("--net", choices=["atari", "pong-fast"], default="atari")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
-    obs = torch.randint(0, 256, (N, 84, 84, 4), dtype=torch.uint8)
-    actions = torch.randint(0, ACTIONS, (N, 1))
-    adv, targets = torch.randn(N), torch.randn(N)
-    for precision in ("fp32", "bf16"):
-        net = AtariCnn()
-        opt = torch.optim.Adam(net.parameters(), lr=5e-4)
+    n, size = (500, 84) if args.net == "atari" else (160, 42)
+    obs = torch.randint(0, 256, (n, size, size, 4), dtype=torch.uint8)
+    actions = torch.randint(0, ACTIONS, (n, 1))
+    adv, targets = torch.randn(n), torch.randn(n)
+    if args.net == "atari":
+        variants = [("fp32", "foreach"), ("bf16", "foreach")]
+    else:
+        variants = [("fp32", "foreach"), ("fp32", "fused")]
+    for precision, adam in variants:
+        net = AtariCnn(args.net)
+        opt = torch.optim.Adam(net.parameters(), lr=5e-4, fused=adam == "fused")
 
         def step():
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
@@ -81,8 +106,8 @@ def main() -> None:
             step()
             times.append(time.perf_counter() - start)
         median = statistics.median(times)
-        print(json.dumps({"precision": precision, "threads": args.threads,
-                          "median_step_s": round(median, 5), "samples_per_s": round(N / median, 1)}),
+        print(json.dumps({"net": args.net, "precision": precision, "adam": adam, "threads": args.threads,
+                          "median_step_s": round(median, 5), "samples_per_s": round(n / median, 1)}),
               flush=True)
 
 

@@ -26,7 +26,8 @@
 //! Plus `Learner::update` of RLlib's default 84x84x4 Atari conv net on byte observations (what
 //! Pong trains) at 1 and 2 libtorch threads, in float32 and bf16-mixed, each beside a bare tch
 //! step of the same net (`atari_cnn_train_batch_500`), and `TorchPolicy` inference for 1, 8 and
-//! 32 envs. The GPU's learner steps are `benches/cuda.rs`.
+//! 32 envs; `Learner::update` of the fast Pong config's 42x42 net on its train batch of 160
+//! (`pong_fast_train_batch_160`). The GPU's learner steps are `benches/cuda.rs`.
 //!
 //! `cargo bench -p impala-learner --bench learner -- --measurement-time 3 --warm-up-time 1`
 
@@ -301,6 +302,27 @@ impl BareScripted {
     }
 }
 
+/// `Learner::update` of the fast Pong config's net (`examples/pong-impala-fast.toml`: 42x42x4
+/// bytes, RLlib's filters for 42x42, a 256-unit post layer; 1.07M weights) on its train batch of
+/// 160 (T = 10, B = 16), float32, one libtorch thread: the step the Pong learner repeats, where
+/// the optimizer's share is largest. `benches/atari_cnn_pytorch.py --net pong-fast` times bare
+/// PyTorch's with its default (`foreach`) and its `fused=True` Adam.
+fn pong_fast_train_batch(c: &mut Criterion) {
+    tch::set_num_threads(1);
+    let spec = common::atari_of(42);
+    let (mut settings, _) = default_settings();
+    settings.model.post_fcnet_hiddens = vec![256];
+    let train = common::batch_of(&spec, 10, 16, 2);
+    let mut group = c.benchmark_group("pong_fast_train_batch_160");
+    group.throughput(Throughput::Elements(160));
+    if let Ok(mut learner) = Learner::new(&settings, &spec, Device::Cpu) {
+        group.bench_function("learner_update", |b| {
+            b.iter(|| black_box(learner.update(&train, 0).map(|s| s.total_loss)))
+        });
+    }
+    group.finish();
+}
+
 /// The embedded CartPole config's network at train batch 500: built in, as TorchScript through
 /// the learner, and the same TorchScript module in a bare tch loop.
 fn cartpole_custom_model_train_batch(c: &mut Criterion) {
@@ -437,6 +459,7 @@ criterion_group!(
     cartpole_train_batch,
     cartpole_custom_model_train_batch,
     atari_train_batch,
+    pong_fast_train_batch,
     impala_resnet_train_batch,
     policy_inference
 );

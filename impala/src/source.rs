@@ -6,12 +6,18 @@ use std::path::PathBuf;
 
 use impala_config::{ConfigError, ConfigFormat, ImpalaConfig, ValidatedConfig};
 
-/// The tuned example configs (`examples/*-impala.toml`), embedded: a source without a file
-/// starts from its env's example, and any other env from the first, CartPole-v1's.
-pub const EXAMPLE_CONFIGS: [(&str, &str); 3] = [
+/// The tuned example configs (`examples/*-impala*.toml`), embedded: a source without a file
+/// starts from its env's example (`impala train --env LunarLander-v3` trains with
+/// LunarLander's tuned settings, not CartPole's), and any other env from the first,
+/// CartPole-v1's. The Atari games get their fast configs (42x42 frames), which learn on a
+/// small CPU machine.
+pub const EXAMPLE_CONFIGS: [(&str, &str); 6] = [
     ("CartPole-v1", include_str!("../../examples/cartpole-impala.toml")),
     ("Acrobot-v1", include_str!("../../examples/acrobot-impala.toml")),
     ("Pendulum-v1", include_str!("../../examples/pendulum-impala.toml")),
+    ("LunarLander-v3", include_str!("../../examples/lunarlander-impala.toml")),
+    ("ALE/Pong-v5", include_str!("../../examples/pong-impala-fast.toml")),
+    ("ALE/Breakout-v5", include_str!("../../examples/breakout-impala-fast.toml")),
 ];
 
 /// A config file (or an env's example) and the changes applied on top of it, in order: the
@@ -100,6 +106,15 @@ mod tests {
             assert_eq!(config.config().env, env);
             assert!(warnings.is_empty(), "{env}: {warnings:?}");
         }
+        // An env with an example trains with its settings, any other with CartPole-v1's.
+        let load =
+            |env: &str| ConfigSource { env: Some(env.into()), ..ConfigSource::default() }.load();
+        assert_eq!(load("LunarLander-v3")?.0.config().gamma, 0.999);
+        let other = load("MountainCar-v0")?.0;
+        assert_eq!(
+            other.config().train_batch_size,
+            load("CartPole-v1")?.0.config().train_batch_size
+        );
         Ok(())
     }
 }

@@ -25,17 +25,27 @@ pub fn cartpole() -> EnvSpec {
 }
 
 pub fn atari() -> EnvSpec {
+    atari_of(84)
+}
+
+/// Pong's spec with `size x size` frames (`examples/pong-impala-fast.toml` trains 42x42).
+pub fn atari_of(size: usize) -> EnvSpec {
     EnvSpec {
         id: "ALE/Pong-v5".into(),
-        observation_space: Space::Bytes { shape: vec![84, 84, 4] },
+        observation_space: Space::Bytes { shape: vec![size, size, 4] },
         action_space: Space::Discrete(6),
         max_episode_steps: None,
     }
 }
 
 pub fn batch(spec: &EnvSpec, rows: usize, seed: u64) -> SampleBatch {
+    batch_of(spec, T, rows, seed)
+}
+
+/// A random train batch of `rows` fragments of `t` steps.
+pub fn batch_of(spec: &EnvSpec, t: usize, rows: usize, seed: u64) -> SampleBatch {
     let mut rng = SmallRng::seed_from_u64(seed);
-    let mut b = SampleBatch::zeros(T, rows, &spec.observation_space, &spec.action_space, 0);
+    let mut b = SampleBatch::zeros(t, rows, &spec.observation_space, &spec.action_space, 0);
     let n_actions = spec.action_space.dist_inputs_dim();
     let bytes = matches!(spec.observation_space, Space::Bytes { .. });
     for obs in [&mut b.obs, &mut b.bootstrap_obs] {
@@ -50,7 +60,7 @@ pub fn batch(spec: &EnvSpec, rows: usize, seed: u64) -> SampleBatch {
             .collect();
         obs.write(0, &values);
     }
-    for i in 0..T * rows {
+    for i in 0..t * rows {
         b.actions[i] = rng.random_range(0..n_actions) as f32;
         b.action_logp[i] = -(n_actions as f32).ln() + rng.random_range(-0.1..0.1);
         b.rewards[i] = 1.0;
