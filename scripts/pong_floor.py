@@ -17,7 +17,10 @@ core with nothing of impala-rs in it:
 
 Prints one JSON line: microseconds per env step of each piece, their sum, and
 `steps_to_score * sum / cores`, the wall time to the score if the cores did nothing else and
-were all used all the time (a floor: the two vCPUs of a small VM slow each other down too).
+were all used all the time. That is a floor: the vCPUs of a small VM can slow each other down,
+so the training step is also timed while a second process runs it on the other core
+(`pair_slowdown`, its time then over its time alone), and `floor_paired_s` scales the floor by
+it.
 """
 
 import argparse
@@ -83,6 +86,11 @@ def net_costs():
     torch.set_num_threads(1)
     torch.manual_seed(0)
     net = atari_cnn_pytorch.AtariCnn("pong-fast")
+    inference = per_step_us(inference_step(net), 16, 100)
+    return inference, per_step_us(training_step(net), 160, 10)
+
+
+def inference_step(net):
     frames = torch.randint(0, 256, (16, 42, 42, 4), dtype=torch.uint8)
 
     def infer():
@@ -90,7 +98,10 @@ def net_costs():
             logits, _ = net(frames)
             torch.multinomial(F.softmax(logits, -1), 1)
 
-    inference = per_step_us(infer, 16, 100)
+    return infer
+
+
+def training_step(net):
     n = 160
     obs = torch.randint(0, 256, (n, 42, 42, 4), dtype=torch.uint8)
     actions = torch.randint(0, 6, (n, 1))
@@ -108,7 +119,31 @@ def net_costs():
         torch.nn.utils.clip_grad_norm_(net.parameters(), 40.0)
         opt.step()
 
-    return inference, per_step_us(learn, n, 10)
+    return learn
+
+
+def train_until(stop):
+    """Runs the training step until `stop` is set (the busy sibling of `pair_slowdown`)."""
+    torch.set_num_threads(1)
+    learn = training_step(atari_cnn_pytorch.AtariCnn("pong-fast"))
+    while not stop.is_set():
+        learn()
+
+
+def pair_slowdown(alone_us):
+    """The training step's time per sample while another process runs it, over `alone_us`."""
+    import multiprocessing
+
+    stop = multiprocessing.Event()
+    sibling = multiprocessing.Process(target=train_until, args=(stop,))
+    sibling.start()
+    try:
+        time.sleep(1.0)
+        paired = per_step_us(training_step(atari_cnn_pytorch.AtariCnn("pong-fast")), 160, 10)
+    finally:
+        stop.set()
+        sibling.join()
+    return paired / alone_us
 
 
 def main() -> None:
@@ -120,12 +155,15 @@ def main() -> None:
     ale, frames = env_costs()
     inference, learning = net_costs()
     total = ale + frames + inference + learning
+    slowdown = pair_slowdown(learning)
+    floor = args.steps_to_score * total * 1e-6 / args.cores
     print(json.dumps({
         "us_per_env_step": {"ale": round(ale, 1), "frames": round(frames, 1),
                             "inference": round(inference, 1), "learning": round(learning, 1),
                             "total": round(total, 1)},
         "steps_to_score": args.steps_to_score, "cores": args.cores,
-        "floor_s": round(args.steps_to_score * total * 1e-6 / args.cores),
+        "floor_s": round(floor), "pair_slowdown": round(slowdown, 2),
+        "floor_paired_s": round(floor * slowdown),
     }), flush=True)
 
 
