@@ -54,9 +54,7 @@ pub enum Command {
 #[derive(Debug, Clone, Args, Default)]
 pub struct SourceArgs {
     /// Config file (.toml, .yaml, .yml or .json) with RLlib's option names. Without one, the
-    /// embedded tuned example for --env is used (CartPole-v1, Acrobot-v1, Pendulum-v1,
-    /// LunarLander-v3, ALE/Pong-v5 and ALE/Breakout-v5 from examples/; CartPole-v1's for other
-    /// envs).
+    /// tuned example of --env (examples/; CartPole-v1's for envs without one) is used.
     pub config: Option<PathBuf>,
     /// The environment id (overrides the file's `env`).
     #[arg(long)]
