@@ -87,7 +87,7 @@ def net_costs():
     torch.manual_seed(0)
     net = atari_cnn_pytorch.AtariCnn("pong-fast")
     inference = per_step_us(inference_step(net), 16, 100)
-    return inference, per_step_us(training_step(net), 160, 10)
+    return inference, per_step_us(train_step(net), 160, 10)
 
 
 def inference_step(net):
@@ -101,31 +101,15 @@ def inference_step(net):
     return infer
 
 
-def training_step(net):
-    n = 160
-    obs = torch.randint(0, 256, (n, 42, 42, 4), dtype=torch.uint8)
-    actions = torch.randint(0, 6, (n, 1))
-    adv, targets = torch.randn(n), torch.randn(n)
-    opt = torch.optim.Adam(net.parameters(), lr=5e-4, fused=True)
-
-    def learn():
-        logits, values = net(obs)
-        logp = F.log_softmax(logits, -1)
-        pi = -(logp.gather(1, actions).squeeze(1) * adv).sum()
-        entropy = -(logp.exp() * logp).sum()
-        loss = pi - 0.01 * entropy + 0.25 * (values - targets).square().sum()
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(net.parameters(), 40.0)
-        opt.step()
-
-    return learn
+def train_step(net):
+    """The bench's training step on the config's batch of 160 with `fused=True` Adam."""
+    return atari_cnn_pytorch.training_step(net, 160, 42, adam="fused")
 
 
 def train_until(stop):
     """Runs the training step until `stop` is set (the busy sibling of `pair_slowdown`)."""
     torch.set_num_threads(1)
-    learn = training_step(atari_cnn_pytorch.AtariCnn("pong-fast"))
+    learn = train_step(atari_cnn_pytorch.AtariCnn("pong-fast"))
     while not stop.is_set():
         learn()
 
@@ -139,7 +123,7 @@ def pair_slowdown(alone_us):
     sibling.start()
     try:
         time.sleep(1.0)
-        paired = per_step_us(training_step(atari_cnn_pytorch.AtariCnn("pong-fast")), 160, 10)
+        paired = per_step_us(train_step(atari_cnn_pytorch.AtariCnn("pong-fast")), 160, 10)
     finally:
         stop.set()
         sibling.join()

@@ -64,6 +64,30 @@ class AtariCnn(nn.Module):
         return self.logits(x), self.value(x).squeeze(1)
 
 
+def training_step(net, n, size, adam="foreach", precision="fp32"):
+    """The bench's step of `net` on `n` random `size x size x 4` byte observations, as a
+    function of no arguments."""
+    obs = torch.randint(0, 256, (n, size, size, 4), dtype=torch.uint8)
+    actions = torch.randint(0, ACTIONS, (n, 1))
+    adv, targets = torch.randn(n), torch.randn(n)
+    opt = torch.optim.Adam(net.parameters(), lr=5e-4, fused=adam == "fused")
+
+    def step():
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logits, values = net(obs)
+        logp = F.log_softmax(logits.float(), -1)
+        pi = -(logp.gather(1, actions).squeeze(1) * adv).sum()
+        entropy = -(logp.exp() * logp).sum()
+        vf = 0.5 * (values.float() - targets).square().sum()
+        loss = pi - 0.01 * entropy + 0.5 * vf
+        opt.zero_grad()
+        loss.backward()
+        nn.utils.clip_grad_norm_(net.parameters(), 40.0)
+        opt.step()
+
+    return step
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--net", choices=["atari", "pong-fast"], default="atari")
@@ -72,32 +96,14 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    torch.manual_seed(0)
     n, size = (500, 84) if args.net == "atari" else (160, 42)
-    obs = torch.randint(0, 256, (n, size, size, 4), dtype=torch.uint8)
-    actions = torch.randint(0, ACTIONS, (n, 1))
-    adv, targets = torch.randn(n), torch.randn(n)
     if args.net == "atari":
         variants = [("fp32", "foreach"), ("bf16", "foreach")]
     else:
         variants = [("fp32", "foreach"), ("fp32", "fused")]
     for precision, adam in variants:
-        net = AtariCnn(args.net)
-        opt = torch.optim.Adam(net.parameters(), lr=5e-4, fused=adam == "fused")
-
-        def step():
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-                logits, values = net(obs)
-            logp = F.log_softmax(logits.float(), -1)
-            pi = -(logp.gather(1, actions).squeeze(1) * adv).sum()
-            entropy = -(logp.exp() * logp).sum()
-            vf = 0.5 * (values.float() - targets).square().sum()
-            loss = pi - 0.01 * entropy + 0.5 * vf
-            opt.zero_grad()
-            loss.backward()
-            nn.utils.clip_grad_norm_(net.parameters(), 40.0)
-            opt.step()
-
+        torch.manual_seed(0)
+        step = training_step(AtariCnn(args.net), n, size, adam, precision)
         for _ in range(args.warmup):
             step()
         times = []

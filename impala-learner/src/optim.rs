@@ -130,10 +130,12 @@ impl Optimizer {
     /// Works out one update at learning rate `lr` from the weights and the gathered gradient
     /// into the second buffers, changing neither the weights nor the slots.
     pub(crate) fn propose(&mut self, lr: f64) -> Result<()> {
-        let on_host = [&self.next.grad, &self.state[0], &self.next.state[0]]
-            .into_iter()
-            .chain(&self.params)
-            .all(|t| t.device() == Device::Cpu && t.kind() == Kind::Float && t.is_contiguous());
+        let n = &self.next;
+        let on_host =
+            [&n.grad, &n.params, &n.state[0], &n.state[1], &self.state[0], &self.state[1]]
+                .into_iter()
+                .chain(&self.params)
+                .all(|t| t.device() == Device::Cpu && t.kind() == Kind::Float && t.is_contiguous());
         self.next_finite = None;
         if on_host {
             self.next_finite = Some(self.propose_on_host(lr));
