@@ -13,7 +13,10 @@ core with nothing of impala-rs in it:
 - `learning`: bare PyTorch's training step on the config's train batch of 160 (forward,
   backward, clipping, `fused=True` Adam: `impala-learner/benches/atari_cnn_pytorch.py`'s).
 
-    .venv/bin/python scripts/pong_floor.py [--steps-to-score 4430000] [--cores 2]
+    .venv/bin/python scripts/pong_floor.py [--steps-to-score 4430000] [--cores 2] [--precision bf16]
+
+`--precision bf16` times both net pieces under bfloat16 autocast, as `precision = "bf16-mixed"`
+runs them (on CPUs with AVX512-BF16 or AMX).
 
 Prints one JSON line: microseconds per env step of each piece, their sum, and
 `steps_to_score * sum / cores`, the wall time to the score if the cores did nothing else and
@@ -82,48 +85,48 @@ def env_costs():
     return ale, per_step_us(shrink, GAMES, 100)
 
 
-def net_costs():
+def net_costs(precision):
     torch.set_num_threads(1)
     torch.manual_seed(0)
     net = atari_cnn_pytorch.AtariCnn("pong-fast")
-    inference = per_step_us(inference_step(net), 16, 100)
-    return inference, per_step_us(train_step(net), 160, 10)
+    inference = per_step_us(inference_step(net, precision), 16, 100)
+    return inference, per_step_us(train_step(net, precision), 160, 10)
 
 
-def inference_step(net):
+def inference_step(net, precision):
     frames = torch.randint(0, 256, (16, 42, 42, 4), dtype=torch.uint8)
 
     def infer():
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
             logits, _ = net(frames)
-            torch.multinomial(F.softmax(logits, -1), 1)
+            torch.multinomial(F.softmax(logits.float(), -1), 1)
 
     return infer
 
 
-def train_step(net):
+def train_step(net, precision):
     """The bench's training step on the config's batch of 160 with `fused=True` Adam."""
-    return atari_cnn_pytorch.training_step(net, 160, 42, adam="fused")
+    return atari_cnn_pytorch.training_step(net, 160, 42, adam="fused", precision=precision)
 
 
-def train_until(stop):
+def train_until(stop, precision):
     """Runs the training step until `stop` is set (the busy sibling of `pair_slowdown`)."""
     torch.set_num_threads(1)
-    learn = train_step(atari_cnn_pytorch.AtariCnn("pong-fast"))
+    learn = train_step(atari_cnn_pytorch.AtariCnn("pong-fast"), precision)
     while not stop.is_set():
         learn()
 
 
-def pair_slowdown(alone_us):
+def pair_slowdown(alone_us, precision):
     """The training step's time per sample while another process runs it, over `alone_us`."""
     import multiprocessing
 
     stop = multiprocessing.Event()
-    sibling = multiprocessing.Process(target=train_until, args=(stop,))
+    sibling = multiprocessing.Process(target=train_until, args=(stop, precision))
     sibling.start()
     try:
         time.sleep(1.0)
-        paired = per_step_us(train_step(atari_cnn_pytorch.AtariCnn("pong-fast")), 160, 10)
+        paired = per_step_us(train_step(atari_cnn_pytorch.AtariCnn("pong-fast"), precision), 160, 10)
     finally:
         stop.set()
         sibling.join()
@@ -135,17 +138,19 @@ def main() -> None:
     parser.add_argument("--steps-to-score", type=float, default=4.43e6,
                         help="env steps to a 100-episode mean of 18 (the fewest measured)")
     parser.add_argument("--cores", type=int, default=2)
+    parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
+                        help="bf16: the net pieces under bfloat16 autocast (precision = \"bf16-mixed\")")
     args = parser.parse_args()
     ale, frames = env_costs()
-    inference, learning = net_costs()
+    inference, learning = net_costs(args.precision)
     total = ale + frames + inference + learning
-    slowdown = pair_slowdown(learning)
+    slowdown = pair_slowdown(learning, args.precision)
     floor = args.steps_to_score * total * 1e-6 / args.cores
     print(json.dumps({
         "us_per_env_step": {"ale": round(ale, 1), "frames": round(frames, 1),
                             "inference": round(inference, 1), "learning": round(learning, 1),
                             "total": round(total, 1)},
-        "steps_to_score": args.steps_to_score, "cores": args.cores,
+        "precision": args.precision, "steps_to_score": args.steps_to_score, "cores": args.cores,
         "floor_s": round(floor), "pair_slowdown": round(slowdown, 2),
         "floor_paired_s": round(floor * slowdown),
     }), flush=True)

@@ -1,6 +1,8 @@
 // libtorch's autocast for the CPU and CUDA, which tch 0.24 binds only for CUDA (its
 // `autocast` calls the deprecated CUDA-only functions). Autocast state is per thread: each
-// learner and env-runner thread enters and leaves it around its own forward passes.
+// learner and env-runner thread enters and leaves it around its own forward passes. Also
+// `torch.set_flush_denormal`, which tch does not bind.
+#include <ATen/Context.h>
 #include <ATen/autocast_mode.h>
 #include <ATen/detail/CUDAHooksInterface.h>
 
@@ -55,6 +57,15 @@ bool impala_autocast_is_enabled(bool cuda) {
 bool impala_cuda_bf16_supported() {
   try {
     return at::detail::getCUDAHooks().supportsBFloat16ConvolutionWithCuDNNv8();
+  } catch (...) {
+    return false;
+  }
+}
+
+// torch.set_flush_denormal(on) for the calling thread: whether this CPU can flush denormals.
+bool impala_set_flush_denormal(bool on) {
+  try {
+    return at::globalContext().setFlushDenormal(on);
   } catch (...) {
     return false;
   }

@@ -12,16 +12,18 @@ use crate::model::{ModelFactory, ModelOutput, Network, Unroll};
 use crate::{ActionDistribution, LearnerError, Result};
 
 thread_local! {
-    /// Whether this thread already limited libtorch to one intra-op thread.
-    static SINGLE_THREADED: Cell<bool> = const { Cell::new(false) };
+    /// Whether this thread is already set up for inference.
+    static PREPARED: Cell<bool> = const { Cell::new(false) };
 }
 
 /// Runners step many policies side by side: each uses one libtorch thread (OpenMP spinning
-/// across threads is very slow on small machines). Set once per calling thread.
-fn use_one_libtorch_thread() {
-    SINGLE_THREADED.with(|done| {
+/// across threads is very slow on small machines), with denormals flushed as the learner's
+/// ([`crate::precision::flush_denormals`]). Set once per calling thread.
+fn prepare_inference_thread() {
+    PREPARED.with(|done| {
         if !done.get() {
             tch::set_num_threads(1);
+            crate::precision::flush_denormals();
             done.set(true);
         }
     });
@@ -85,7 +87,7 @@ impl TorchPolicy {
         sample_seed: u64,
         device: Device,
     ) -> Result<Self> {
-        use_one_libtorch_thread();
+        prepare_inference_thread();
         let net = Network::build(model, spec, device, model_seed)?;
         // An inference copy: no parameter needs a gradient.
         for (_, p) in &net.params {
@@ -115,7 +117,7 @@ impl TorchPolicy {
     }
 
     fn run(&self, obs: &[f32], num_envs: usize, state: &[f32]) -> Result<ModelOutput> {
-        use_one_libtorch_thread();
+        prepare_inference_thread();
         let (obs_dim, state_dim) = (self.net.obs_dim, self.net.state_dim);
         for (what, expected, got) in
             [("obs", num_envs * obs_dim, obs.len()), ("state", num_envs * state_dim, state.len())]
