@@ -368,11 +368,12 @@ fn after_the_learner_dies_save_keeps_its_last_good_weights() -> TestResult {
     Ok(())
 }
 
-/// What a [`Recorder`] env saw: the contexts it was built with and the seeds of its resets.
+/// What the [`Recorder`] envs saw: the contexts they were built with, in order, and the seeds of
+/// their resets, each with its env's place in `contexts`.
 #[derive(Default)]
 struct Seen {
     contexts: Vec<EnvContext>,
-    reset_seeds: Vec<Option<u64>>,
+    reset_seeds: Vec<(usize, Option<u64>)>,
 }
 
 /// How the first env of the first incarnation of runner 1 misbehaves at its 3rd step.
@@ -386,6 +387,8 @@ enum FirstRunner {
 /// 10 steps of reward 1 whatever the action, observation always 0 (so actions differ only by
 /// the policy's sampling stream); records what it sees; misbehaves as [`FirstRunner`] says.
 struct Recorder {
+    /// This env's place in [`Seen::contexts`].
+    id: usize,
     spec: EnvSpec,
     t: usize,
     fail: FirstRunner,
@@ -401,7 +404,7 @@ impl Env for Recorder {
             .lock()
             .map_err(|_| CoreError::Policy { reason: "poisoned".into() })?
             .reset_seeds
-            .push(seed);
+            .push((self.id, seed));
         self.t = 0;
         obs[0] = 0.0;
         Ok(())
@@ -428,10 +431,12 @@ impl Env for Recorder {
 fn recorder(seen: &Arc<Mutex<Seen>>, first_runner: FirstRunner) -> EnvFactory {
     let seen = Arc::clone(seen);
     Arc::new(move |ctx: &EnvContext| {
-        seen.lock()
-            .map_err(|_| CoreError::Policy { reason: "poisoned".into() })?
-            .contexts
-            .push(ctx.clone());
+        let id = {
+            let mut seen =
+                seen.lock().map_err(|_| CoreError::Policy { reason: "poisoned".into() })?;
+            seen.contexts.push(ctx.clone());
+            seen.contexts.len() - 1
+        };
         let spec = EnvSpec {
             id: "Recorder".into(),
             observation_space: Space::continuous(vec![0.0], vec![1.0])?,
@@ -440,7 +445,7 @@ fn recorder(seen: &Arc<Mutex<Seen>>, first_runner: FirstRunner) -> EnvFactory {
         };
         let first = ctx.runner_index == 1 && ctx.incarnation == 0 && ctx.env_index == 0;
         let fail = if first { first_runner } else { FirstRunner::Behaves };
-        Ok(Box::new(Recorder { spec, t: 0, fail, seen: Arc::clone(&seen) }) as Box<dyn Env>)
+        Ok(Box::new(Recorder { id, spec, t: 0, fail, seen: Arc::clone(&seen) }) as Box<dyn Env>)
     })
 }
 
@@ -454,22 +459,23 @@ fn recorder_config() -> ImpalaConfig {
     config
 }
 
-/// Forgets what the envs saw so far: what the runners that `restore` replaced saw (they
-/// sampled from build to restore; all of it was dropped).
-fn forget(seen: &Arc<Mutex<Seen>>) -> TestResult {
-    *seen.lock().map_err(|_| "poisoned")? = Seen::default();
-    Ok(())
-}
-
-/// The first fragment's actions and the first reset seeds of an algorithm's runner envs.
+/// The first fragment's actions and the first reset seeds of the runner's envs built last: a
+/// restore replaces the runners, whose envs (built and reset from build to restore, in their
+/// own threads, while the new ones may already be resetting) are not the run's.
 fn first_streams(
     algo: &mut Impala,
     seen: &Arc<Mutex<Seen>>,
 ) -> Boxed<(Vec<f32>, Vec<Option<u64>>)> {
     let fragments = first_fragments(algo, 1)?;
     let seen = seen.lock().map_err(|_| "poisoned")?;
-    // The builder's own env (for the spec) is reset by nobody; the runner's 2 envs first.
-    Ok((fragments[0].batches[0].actions.clone(), seen.reset_seeds[..2].to_vec()))
+    let runner_envs = seen.contexts.iter().enumerate().filter(|(_, c)| c.runner_index == 1);
+    let mut newest: Vec<(usize, usize)> =
+        runner_envs.rev().take(2).map(|(id, c)| (c.env_index, id)).collect();
+    newest.sort_unstable();
+    let first_seed =
+        |id| seen.reset_seeds.iter().find(|(env, _)| *env == id).and_then(|(_, seed)| *seed);
+    let seeds = newest.into_iter().map(|(_, id)| first_seed(id)).collect();
+    Ok((fragments[0].batches[0].actions.clone(), seeds))
 }
 
 #[test]
@@ -496,7 +502,6 @@ fn a_resumed_run_draws_new_env_and_action_streams() -> TestResult {
     let seen_b = Arc::default();
     let mut b = build(&seen_b)?;
     b.restore(&ckpt)?;
-    forget(&seen_b)?;
     let (actions_b, seeds_b) = first_streams(&mut b, &seen_b)?;
     assert!(seeds_b.iter().zip(&seeds_a).all(|(b, a)| b.is_some() && b != a), "{seeds_b:?}");
     assert_ne!(actions_b, actions_a, "the policy replayed the original run's actions");
@@ -506,7 +511,6 @@ fn a_resumed_run_draws_new_env_and_action_streams() -> TestResult {
     let seen_d = Arc::default();
     let mut d = build(&seen_d)?;
     d.restore(&ckpt_b)?;
-    forget(&seen_d)?;
     let (actions_d, seeds_d) = first_streams(&mut d, &seen_d)?;
     assert!(seeds_d != seeds_b && seeds_d != seeds_a, "{seeds_d:?}");
     assert!(actions_d != actions_b && actions_d != actions_a);
@@ -537,7 +541,8 @@ fn a_restarted_runner_draws_new_env_streams() -> TestResult {
     let (first, second) = (env0(0).ok_or("no first")?, env0(1).ok_or("no restart")?);
     assert_eq!(first.seed, Some(5 + 1000));
     assert!(second.seed.is_some() && second.seed != first.seed, "{second:?}");
-    assert!(seen.reset_seeds.contains(&second.seed), "the restarted env was reset with its seed");
+    let reset_with = |seed| seen.reset_seeds.iter().any(|(_, s)| *s == seed);
+    assert!(reset_with(second.seed), "the restarted env was reset with its seed");
     Ok(())
 }
 
