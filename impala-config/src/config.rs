@@ -297,9 +297,10 @@ pub struct ImpalaConfig {
     pub num_learner_threads: usize,
 
     // ---- framework() ----
-    /// Precision of the models' forward passes on the learner and the env runners
-    /// (impala-rs option, Lightning's spelling): `bf16-mixed` needs a CPU with AVX512-BF16 or
-    /// AMX, or a GPU with bfloat16 convolutions, and is refused at start-up elsewhere.
+    /// Precision of the learner's forward passes (impala-rs option, Lightning's spelling; env
+    /// runners infer in float32, which is faster for their small batches): `bf16-mixed` needs a
+    /// learner on a CPU with AVX512-BF16 or AMX, or a GPU with bfloat16 convolutions, and is
+    /// refused at start-up elsewhere.
     pub precision: Precision,
 
     // ---- multi_agent() ----

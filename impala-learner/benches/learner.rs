@@ -27,7 +27,8 @@
 //! Pong trains) at 1 and 2 libtorch threads, in float32 and bf16-mixed, each beside a bare tch
 //! step of the same net (`atari_cnn_train_batch_500`), and `TorchPolicy` inference for 1, 8 and
 //! 32 envs; `Learner::update` of the fast Pong config's 42x42 net on its train batch of 160
-//! (`pong_fast_train_batch_160`). The GPU's learner steps are `benches/cuda.rs`.
+//! (`pong_fast_train_batch_160`) and its `TorchPolicy` inference for 8 and 16 games in float32
+//! and bf16-mixed (`pong_fast_policy_inference_*`). The GPU's learner steps are `benches/cuda.rs`.
 //!
 //! `cargo bench -p impala-learner --bench learner -- --measurement-time 3 --warm-up-time 1`
 
@@ -425,6 +426,19 @@ fn policy_inference(c: &mut Criterion) {
         .and_then(|p| p.with_precision(Precision::Bf16Mixed))
     {
         bench_inference(c, "atari_policy_inference_bf16-mixed", policy, &spec, &[1, 4, 8]);
+    }
+    // The fast Pong config's net on a runner's group of 8 games and on both groups (16), in
+    // float32 (what runners run) and bf16-mixed (what they ran before).
+    let spec = common::atari_of(42);
+    let mut pong = settings.model.clone();
+    pong.post_fcnet_hiddens = vec![256];
+    for precision in [Precision::Fp32, Precision::Bf16Mixed] {
+        if let Ok(policy) = TorchPolicy::new(&pong, &spec, settings.model_seed, 0)
+            .and_then(|p| p.with_precision(precision))
+        {
+            let name = format!("pong_fast_policy_inference_{precision}");
+            bench_inference(c, &name, policy, &spec, &[8, 16]);
+        }
     }
 }
 

@@ -268,6 +268,7 @@ impl Learner {
     /// batch. (RLlib averages the towers' per-shard sums instead, which scales the gradient by
     /// `1 / num_towers`.)
     pub fn update_loaded(&mut self, loaded: &LoadedBatch, timestep: u64) -> Result<LearnerStats> {
+        crate::precision::flush_denormals_once();
         if loaded.shards.len() != self.towers.len() {
             return Err(LearnerError::Batch {
                 reason: format!(

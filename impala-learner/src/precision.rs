@@ -5,6 +5,7 @@
 //! flush denormal floats to zero ([`flush_denormals`]).
 #![allow(unsafe_code, reason = "calls into the C++ autocast shim built by build.rs")]
 
+use std::cell::Cell;
 use std::ffi::c_int;
 use std::marker::PhantomData;
 
@@ -109,6 +110,23 @@ fn is_cuda(device: Device) -> Result<bool> {
 pub(crate) fn flush_denormals() -> bool {
     // SAFETY: sets the calling thread's floating-point control register through libtorch.
     unsafe { ffi::impala_set_flush_denormal(true) }
+}
+
+thread_local! {
+    /// Whether this thread has flushed denormals already.
+    static FLUSHED: Cell<bool> = const { Cell::new(false) };
+}
+
+/// [`flush_denormals`] the first time the calling thread trains or runs a model: every
+/// caller of [`Learner::update`](crate::Learner::update) or a [`TorchPolicy`](crate::TorchPolicy)
+/// gets it, not only the threads this crate spawns.
+pub(crate) fn flush_denormals_once() {
+    FLUSHED.with(|done| {
+        if !done.get() {
+            flush_denormals();
+            done.set(true);
+        }
+    });
 }
 
 /// Checks that `device` can run `precision` fast, so a run that cannot is refused at start-up

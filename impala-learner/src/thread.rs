@@ -352,7 +352,6 @@ impl LearnerHandle {
             .name("impala-learner".into())
             .spawn(move || {
                 tch::set_num_threads(threads);
-                crate::precision::flush_denormals();
                 learner_loop(lanes);
             })
             .map_err(|e| LearnerError::ThreadDied {

@@ -236,8 +236,6 @@ impl ImpalaBuilder {
         // competing with the learner thread (`num_learner_threads`) and the runners (one each).
         tch::set_num_threads(1);
         check_devices(&config)?;
-        // Env runners infer on the CPU; the learner's towers check their own devices.
-        impala_learner::check_precision(config.config().precision, tch::Device::Cpu)?;
         let envs = RunEnvs::new(&config, env_factory, env_creator, record_episodes)?;
         // The learners seed their initial weights from `seed`; runs without one get a fresh one.
         let base_seed = config.config().seed.unwrap_or_else(random_seed);
@@ -323,10 +321,9 @@ fn policies(
         let learner =
             new_learner(&policy_config, model.as_ref(), &spec, stream_seed(base_seed, p as u64))?;
         agents_per_env.push(agents);
-        let precision = config.config().precision;
         policies.push(PolicySlot {
             id,
-            source: PolicySource { model, spec, base_seed, precision },
+            source: PolicySource { model, spec, base_seed },
             script,
             config: policy_config,
             trains,
@@ -431,6 +428,11 @@ fn check_devices(config: &ValidatedConfig) -> Result<()> {
                   run the GPU towers on the CPU)"
                 .into(),
         });
+    }
+    // Refused before any env is built. Runners infer in float32 on the CPU, so only the
+    // learner's devices need bfloat16.
+    for device in impala_learner::learner_devices(plan.kind, plan.num_devices)? {
+        impala_learner::check_precision(config.config().precision, device)?;
     }
     Ok(())
 }

@@ -247,8 +247,6 @@ pub(crate) fn load_checkpoint_policy(
         model: Arc::new(settings::model(&config)),
         spec,
         base_seed: state.base_seed,
-        // A checkpoint's policy plays in float32 wherever it is loaded, whatever it trained in.
-        precision: impala_core::Precision::Fp32,
     };
     Ok(CheckpointPolicy { dir, config, env_factory, filter, policies, weights })
 }

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use impala_config::ValidatedConfig;
-use impala_core::{CoreError, EnvSpec, Policy, Precision, SampleBatch, Weights};
+use impala_core::{CoreError, EnvSpec, Policy, SampleBatch, Weights};
 use impala_learner::{
     learner_devices, Learner, LearnerHandle, LearnerStats, ModelFactory, TorchPolicy,
 };
@@ -182,7 +182,6 @@ pub(crate) fn acting_policies(
                     source.base_seed,
                     impala_sampler::stream_seed(seed, p as u64),
                 )
-                .and_then(|policy| policy.with_precision(source.precision))
                 .map_err(CoreError::from)?;
                 policy.set_weights(w)?;
                 Ok(Box::new(policy) as Box<dyn Policy>)
@@ -252,15 +251,16 @@ pub(crate) fn runner_sample_seed(sample_seed: u64, runner: usize, incarnation: u
     stream_seed(first, incarnation)
 }
 
-/// Builds runners' policies: CPU copies of the model.
+/// Builds runners' policies: CPU copies of the model. They infer in float32 whatever the
+/// run's `precision`: CPU autocast casts every weight to bfloat16 on every call, which made
+/// the runners' small batches 1.2-1.8x as slow as in float32 on an AMX Xeon
+/// (docs/PERFORMANCE.md); V-trace corrects for the difference from the learner's bf16 logits.
 #[derive(Debug, Clone)]
 pub(crate) struct PolicySource {
     pub(crate) model: Arc<dyn ModelFactory>,
     pub(crate) spec: EnvSpec,
     /// Seeds the model's initial weights (overwritten by the weights a policy is given).
     pub(crate) base_seed: u64,
-    /// The precision policies infer in (`precision`).
-    pub(crate) precision: Precision,
 }
 
 /// What [`PolicySource::with_weights`] gives the runner group: a policy per runner context.
@@ -277,7 +277,6 @@ impl PolicySource {
             let seed = runner_sample_seed(sample_seed, ctx.runner_index, ctx.incarnation);
             let mut policy =
                 TorchPolicy::new(source.model.as_ref(), &source.spec, source.base_seed, seed)
-                    .and_then(|p| p.with_precision(source.precision))
                     .map_err(CoreError::from)?;
             policy.set_weights(&weights)?;
             Ok(Box::new(policy) as Box<dyn Policy>)

@@ -282,13 +282,9 @@ fn build_runner(
     let envs = single_agent_envs(&config, factory)?;
     let mut settings = settings::env_runner(&config);
     settings.seed = streams.env_seed;
-    let policies = PolicySource {
-        model: Arc::new(settings::model(&config)),
-        spec: spec.clone(),
-        base_seed,
-        precision: config.config().precision,
-    }
-    .with_weights(weights, streams.sample_seed);
+    let policies =
+        PolicySource { model: Arc::new(settings::model(&config)), spec: spec.clone(), base_seed }
+            .with_weights(weights, streams.sample_seed);
     let runner = EnvRunner::build(
         &settings,
         assignment.runner_id,
@@ -330,12 +326,11 @@ fn multi_agent_runner(
             ),
         });
     }
-    let precision = config.config().precision;
     let mut sources = Vec::with_capacity(policies.len());
     for (spec, id) in policies.iter().zip(&map.policy_ids) {
         let policy_config = config.config().for_policy(id)?.validate()?;
         let model = Arc::new(settings::model(&policy_config));
-        sources.push(PolicySource { model, spec: spec.clone(), base_seed, precision });
+        sources.push(PolicySource { model, spec: spec.clone(), base_seed });
     }
     let acting = acting_policies(sources, streams.sample_seed)(runner_id, incarnation, weights)?;
     let settings = MultiAgentSettings {

@@ -91,7 +91,7 @@ fn impala_resnet_learns_catch_from_bytes() -> TestResult {
     learns_catch(Precision::Fp32)
 }
 
-/// The same in bf16-mixed (runners and learner under bfloat16 autocast), or, on a CPU without
+/// The same in bf16-mixed (the learner under bfloat16 autocast, runners in float32), or, on a CPU without
 /// bfloat16 instructions, refused at build with the reason.
 #[test]
 fn impala_resnet_learns_catch_in_bf16_mixed() -> TestResult {
