@@ -13,9 +13,14 @@ train batch of 160 42x42x4 observations: filters [16, 4, 2], [32, 4, 2], [256, 1
 RLlib's `same` padding (42 -> 21 -> 11 -> 1), a 256-unit ReLU layer, the same heads; float32,
 with Adam's default (`foreach`) implementation and with `fused=True`.
 
-Both: bytes scaled to [0, 1] and viewed channels-last as the learner does; -sum(logp * adv) +
+`--inference` times the forward pass alone instead (`pong_fast_policy_inference_*`): no
+gradients, on 8 and 16 observations (a runner's group of games, and both groups), in float32,
+under bfloat16 autocast, and with the weights cast to bfloat16 once beforehand.
+
+Training: bytes scaled to [0, 1] and viewed channels-last as the learner does; -sum(logp * adv) +
 0.5 * 0.5 * sum((V - target)^2) - 0.01 * entropy, backward, global-norm clipping at 40, Adam at
-5e-4. Prints one JSON line per variant: the median seconds per step and samples per second.
+5e-4. Denormals are flushed to zero, as impala-rs's threads do. Prints one JSON line per
+variant: the median seconds per step (or forward pass) and samples per second.
 """
 
 import argparse
@@ -53,7 +58,11 @@ class AtariCnn(nn.Module):
         self.value = nn.Linear(256, 1)
 
     def forward(self, obs):
-        x = (obs.float() / 255.0).permute(0, 3, 1, 2)
+        return self.forward_scaled(obs.float())
+
+    def forward_scaled(self, obs):
+        """The forward pass on observations already in the weights' type."""
+        x = (obs / 255.0).permute(0, 3, 1, 2)
         for pad, conv in zip(self.pads, self.convs):
             if pad is not None:
                 x = F.pad(x, pad)
@@ -88,15 +97,61 @@ def training_step(net, n, size, adam="foreach", precision="fp32"):
     return step
 
 
+def inference(net, n, size, precision):
+    """The forward pass of `net` on `n` random observations in `precision` (`fp32`, `bf16`
+    under autocast, or `bf16-weights`: a bfloat16 copy of the net), as a function of no
+    arguments."""
+    obs = torch.randint(0, 256, (n, size, size, 4), dtype=torch.uint8)
+    if precision == "bf16-weights":
+        net = net.to(torch.bfloat16)
+
+        def forward_bf16():
+            with torch.no_grad():
+                logits, values = net.forward_scaled(obs.to(torch.bfloat16))
+                return logits.float(), values.float()
+
+        return forward_bf16
+
+    def forward():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logits, values = net(obs)
+            return logits.float(), values.float()
+
+    return forward
+
+
+def time_median(fn, warmup, steps):
+    """The median seconds of `steps` calls of `fn` after `warmup` calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--net", choices=["atari", "pong-fast"], default="atari")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--inference", action="store_true", help="time the forward pass alone")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    n, size = (500, 84) if args.net == "atari" else (160, 42)
+    torch.set_flush_denormal(True)
+    size = 84 if args.net == "atari" else 42
+    if args.inference:
+        for n in (8, 16):
+            for precision in ("fp32", "bf16", "bf16-weights"):
+                torch.manual_seed(0)
+                median = time_median(inference(AtariCnn(args.net), n, size, precision), args.warmup, args.steps)
+                print(json.dumps({"net": args.net, "inference": n, "precision": precision, "threads": args.threads,
+                                  "median_s": round(median, 6)}), flush=True)
+        return
+    n = 500 if args.net == "atari" else 160
     if args.net == "atari":
         variants = [("fp32", "foreach"), ("bf16", "foreach")]
     else:
@@ -104,14 +159,7 @@ def main() -> None:
     for precision, adam in variants:
         torch.manual_seed(0)
         step = training_step(AtariCnn(args.net), n, size, adam, precision)
-        for _ in range(args.warmup):
-            step()
-        times = []
-        for _ in range(args.steps):
-            start = time.perf_counter()
-            step()
-            times.append(time.perf_counter() - start)
-        median = statistics.median(times)
+        median = time_median(step, args.warmup, args.steps)
         print(json.dumps({"net": args.net, "precision": precision, "adam": adam, "threads": args.threads,
                           "median_step_s": round(median, 5), "samples_per_s": round(n / median, 1)}),
               flush=True)

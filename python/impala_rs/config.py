@@ -252,9 +252,10 @@ class IMPALAConfig:
 
     def framework(self, framework="torch", **kwargs):
         """RLlib's ``framework()``: impala-rs runs on libtorch, so only ``"torch"`` is
-        accepted; ``precision`` is ``"fp32"`` (the default) or ``"bf16-mixed"`` (bfloat16
-        convolutions and matrix products with float32 weights, optimizer state and loss, on
-        CPUs with AVX512-BF16 or AMX and GPUs with bfloat16 convolutions)."""
+        accepted; ``precision`` is ``"fp32"`` (the default) or ``"bf16-mixed"`` (the learner's
+        convolutions and matrix products in bfloat16 with float32 weights, optimizer state and
+        loss, on CPUs with AVX512-BF16 or AMX and GPUs with bfloat16 convolutions; env runners
+        infer in float32)."""
         if framework != "torch":
             raise TypeError(
                 f"framework({framework!r}): impala-rs runs on libtorch only; remove the call or "
