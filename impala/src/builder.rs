@@ -406,7 +406,8 @@ pub fn run_policy_specs(
     }
 }
 
-/// A GPU asked on a build or machine without CUDA is an error, never a silent CPU run.
+/// A GPU asked on a build or machine without CUDA is an error, never a silent CPU run; so is
+/// `precision` on a learner device that cannot run it fast.
 fn check_devices(config: &ValidatedConfig) -> Result<()> {
     let plan = config.config().learner_plan();
     let available = tch::Cuda::device_count().max(0) as usize;
