@@ -15,8 +15,8 @@ core with nothing of impala-rs in it:
 
     .venv/bin/python scripts/pong_floor.py [--steps-to-score 4430000] [--cores 2] [--precision bf16]
 
-`--precision bf16` times both net pieces under bfloat16 autocast, as `precision = "bf16-mixed"`
-runs them (on CPUs with AVX512-BF16 or AMX).
+`--precision bf16` times the training step under bfloat16 autocast, as `precision = "bf16-mixed"`
+runs it (on CPUs with AVX512-BF16 or AMX); inference stays float32, as the env runners' does.
 
 Prints one JSON line: microseconds per env step of each piece, their sum, and
 `steps_to_score * sum / cores`, the wall time to the score if the cores did nothing else and
@@ -89,17 +89,17 @@ def net_costs(precision):
     torch.set_num_threads(1)
     torch.manual_seed(0)
     net = atari_cnn_pytorch.AtariCnn("pong-fast")
-    inference = per_step_us(inference_step(net, precision), 16, 100)
+    inference = per_step_us(inference_step(net), 16, 100)
     return inference, per_step_us(train_step(net, precision), 160, 10)
 
 
-def inference_step(net, precision):
-    frames = torch.randint(0, 256, (16, 42, 42, 4), dtype=torch.uint8)
+def inference_step(net):
+    """The runner's step on 16 frames: the bench's float32 forward pass, then sampling."""
+    forward = atari_cnn_pytorch.inference(net, 16, 42, "fp32")
 
     def infer():
-        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
-            logits, _ = net(frames)
-            torch.multinomial(F.softmax(logits.float(), -1), 1)
+        logits, _ = forward()
+        torch.multinomial(F.softmax(logits, -1), 1)
 
     return infer
 
@@ -139,7 +139,7 @@ def main() -> None:
                         help="env steps to a 100-episode mean of 18 (the fewest measured)")
     parser.add_argument("--cores", type=int, default=2)
     parser.add_argument("--precision", choices=["fp32", "bf16"], default="fp32",
-                        help="bf16: the net pieces under bfloat16 autocast (precision = \"bf16-mixed\")")
+                        help="bf16: the training step under bfloat16 autocast (precision = \"bf16-mixed\")")
     args = parser.parse_args()
     ale, frames = env_costs()
     inference, learning = net_costs(args.precision)

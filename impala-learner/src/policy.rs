@@ -20,10 +20,10 @@ thread_local! {
 /// across threads is very slow on small machines), with denormals flushed as the learner's
 /// ([`crate::precision::flush_denormals`]). Set once per calling thread.
 fn prepare_inference_thread() {
-    crate::precision::flush_denormals_once();
     PREPARED.with(|done| {
         if !done.get() {
             tch::set_num_threads(1);
+            crate::precision::flush_denormals_once();
             done.set(true);
         }
     });
